@@ -1,0 +1,5 @@
+import sys
+
+from kafka_scorer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""Settings: the only place that reads the environment.
+
+Precedence (highest first): CLI flags (applied by the CLI as init kwargs), `KAFKA_SCORER_*`
+environment variables, a `.env` file, defaults. Validation happens here so that a bad value fails at
+start with the setting's name instead of deep inside aiokafka or torch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DeliveryMode = Literal["at_least_once", "exactly_once"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+AttentionBackend = Literal["auto", "dense", "cascade"]
+
+
+class EngineSettings(BaseSettings):
+    """What the engine needs; usable without any Kafka setting (`Scorer.from_settings`)."""
+
+    model_config = SettingsConfigDict(env_prefix="KAFKA_SCORER_", env_file=".env", extra="ignore")
+
+    model: str = Field("", description="Local model directory or Hugging Face id to serve.")
+    served_model_name: str | None = Field(
+        None, description="Name reported in results and matched against a job's `model`; default: `model`."
+    )
+    dtype: DType = Field("auto", description="Weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU.")
+    device: str = Field("auto", description="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1 ...")
+    trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint (off by default).")
+    attention_backend: AttentionBackend = Field(
+        "auto", description="MIS/varlen attention: dense (SDPA with an explicit mask) or cascade (cost follows the mask)."
+    )
+    max_batch_tokens: int = Field(8192, gt=0, description="Token budget of one forward pass.")
+    max_items_per_job: int = Field(1024, gt=0, description="Jobs with more items are rejected (`too_long`).")
+    max_pair_tokens: int = Field(
+        0, ge=0, description="Longest allowed pair (or packed MIS sequence); 0: the model's context length."
+    )
+
+
+class Settings(EngineSettings):
+    """Worker settings: engine settings plus Kafka, batching, limits and delivery."""
+
+    bootstrap_servers: str = Field("localhost:9092", description="Comma-separated Kafka bootstrap servers.")
+    request_topics: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["scoring-requests"], description="Topics to consume jobs from (comma-separated)."
+    )
+    request_topic_pattern: str | None = Field(None, description="Regex of topics to consume (overrides request_topics).")
+    reply_topic: str = Field("scoring-results", description="Default topic for results (a `reply_topic` header wins).")
+    dead_letter_topic: str | None = Field(
+        None, description="Topic for undecodable records; default: the request topic + `.DLT`."
+    )
+    group_id: str = Field("kafka-scorer", description="Consumer group id; workers in one group share partitions.")
+    client_id: str = Field("kafka-scorer", description="Kafka client id.")
+    auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", description="Where a new group starts.")
+
+    security_protocol: SecurityProtocol = Field("PLAINTEXT", description="Kafka security protocol.")
+    sasl_mechanism: SaslMechanism | None = Field(None, description="SASL mechanism for SASL_* protocols.")
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: str | None = Field(None, description="SASL password.")
+    ssl_cafile: str | None = Field(None, description="CA bundle for SSL/SASL_SSL.")
+    ssl_certfile: str | None = Field(None, description="Client certificate for mutual TLS.")
+    ssl_keyfile: str | None = Field(None, description="Client key for mutual TLS.")
+
+    max_batch_wait_ms: int = Field(5, ge=0, description="Longest a job waits for a batch to fill.")
+    max_inflight_tokens: int = Field(
+        65536, gt=0, description="Queued + running tokens above which partitions are paused (backpressure)."
+    )
+    max_message_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."
+    )
+    delivery: DeliveryMode = Field("at_least_once", description="at_least_once, or exactly_once with transactions.")
+    compression: Compression = Field("none", description="Result compression codec.")
+    fetch_max_wait_ms: int = Field(100, gt=0, description="Longest a fetch waits for data.")
+    session_timeout_ms: int = Field(10000, gt=0, description="Consumer group session timeout.")
+    heartbeat_interval_ms: int = Field(3000, gt=0, description="Consumer group heartbeat interval.")
+    max_poll_interval_ms: int = Field(300000, gt=0, description="Longest gap between polls before eviction.")
+    shutdown_grace_s: float = Field(30.0, ge=0, description="Time to answer in-flight work after SIGTERM.")
+    metrics_port: int = Field(9400, ge=0, le=65535, description="Prometheus /metrics, /healthz, /readyz; 0: off.")
+    metrics_host: str = Field("0.0.0.0", description="Address the metrics server binds.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    log_format: Literal["text", "json"] = Field("text", description="Log line format.")
+
+    @field_validator("request_topics", mode="before")
+    @classmethod
+    def _split_topics(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Settings:
+        if not self.request_topics and not self.request_topic_pattern:
+            raise ValueError("request_topics: give at least one topic or a request_topic_pattern")
+        if self.security_protocol.startswith("SASL") and not (
+            self.sasl_mechanism and self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(
+                f"sasl_mechanism, sasl_username, sasl_password: all required with security_protocol="
+                f"{self.security_protocol}"
+            )
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms: must be below session_timeout_ms")
+        return self
+
+    def dead_letter_topic_for(self, request_topic: str) -> str:
+        return self.dead_letter_topic or f"{request_topic}.DLT"

@@ -1,0 +1,163 @@
+"""Wire structs of SPEC §2/§3 and their JSON / MessagePack codecs.
+
+Everything that crosses Kafka is decoded here, once, into typed structs; the rest of the code never
+sees a dict. Decoders and encoders are built once at import because msgspec compiles a struct's
+schema on first use and the hot path should not pay for that per record.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+import msgspec
+
+CONTENT_TYPE_JSON = "application/json"
+CONTENT_TYPE_MSGPACK = "application/msgpack"
+
+WireFormat = Literal["json", "msgpack"]
+TensorDType = Literal["float32", "float16", "bfloat16"]
+
+
+class ErrorCode(str, enum.Enum):
+    """SPEC §3 error codes; a job with an error still gets a result."""
+
+    INVALID_MESSAGE = "invalid_message"
+    INVALID_REQUEST = "invalid_request"
+    TOO_LONG = "too_long"
+    UNSUPPORTED = "unsupported"
+    MODEL_MISMATCH = "model_mismatch"
+    INTERNAL = "internal"
+
+
+class Tensor(msgspec.Struct, frozen=True):
+    """Row-major little-endian tensor; `data` is raw bytes in MessagePack, base64 in JSON."""
+
+    dtype: TensorDType
+    shape: list[int]
+    data: bytes
+
+
+class ErrorInfo(msgspec.Struct, omit_defaults=True):
+    code: ErrorCode
+    message: str
+    item: int | None = None
+
+
+class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One scoring request (SPEC §2). Field names follow SGLang's /v1/score."""
+
+    query: str | list[int]
+    items: list[str | list[int]]
+    id: str | None = None
+    label_token_ids: list[int] | None = None
+    apply_softmax: bool = False
+    item_first: bool = False
+    return_pooled_hidden_states: bool = False
+    multi_item: bool | None = None
+    model: str | None = None
+
+
+class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One reply per job (SPEC §3). `scores` is null exactly when `error` is set.
+
+    `warnings` is an addition to SPEC §3: it tells a caller that a field it sent was ignored (for
+    example `label_token_ids` sent to a classification model) instead of dropping it silently.
+    """
+
+    id: str
+    scores: list[list[float]] | None
+    prompt_tokens: int = 0
+    model: str = ""
+    pooled_hidden_states: Tensor | None = None
+    error: ErrorInfo | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def error_result(
+    job_id: str, code: ErrorCode, message: str, *, model: str = "", item: int | None = None
+) -> Result:
+    return Result(id=job_id, scores=None, model=model, error=ErrorInfo(code=code, message=message, item=item))
+
+
+class MessageDecodeError(ValueError):
+    """The record's value could not be turned into a Job.
+
+    `code` separates bytes that are not JSON/MessagePack at all (`invalid_message`, dead-lettered) from
+    a well-formed document that breaks the schema (`invalid_request`). `job_id` is the document's own
+    `id` when one could still be read, so the caller can correlate the error reply.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.job_id = job_id
+
+
+class _IdOnly(msgspec.Struct):
+    id: str | None = None
+
+
+_JSON_JOB_DECODER = msgspec.json.Decoder(Job)
+_MSGPACK_JOB_DECODER = msgspec.msgpack.Decoder(Job)
+_JSON_ID_DECODER = msgspec.json.Decoder(_IdOnly)
+_MSGPACK_ID_DECODER = msgspec.msgpack.Decoder(_IdOnly)
+_JSON_ENCODER = msgspec.json.Encoder()
+_MSGPACK_ENCODER = msgspec.msgpack.Encoder()
+
+
+def sniff_format(value: bytes, content_type: str | None) -> WireFormat:
+    """Header first (SPEC §2), then the first byte: JSON objects start with `{` (after blanks)."""
+    if content_type:
+        ct = content_type.split(";", 1)[0].strip().lower()
+        if ct in (CONTENT_TYPE_MSGPACK, "application/x-msgpack", "application/vnd.msgpack"):
+            return "msgpack"
+        if ct == CONTENT_TYPE_JSON or ct.endswith("+json"):
+            return "json"
+    stripped = value.lstrip()
+    return "json" if stripped[:1] in (b"{", b"[") else "msgpack"
+
+
+def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Job, WireFormat]:
+    if value is None:
+        raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, "record has no value (tombstone)")
+    fmt = sniff_format(value, content_type)
+    decoder = _JSON_JOB_DECODER if fmt == "json" else _MSGPACK_JOB_DECODER
+    try:
+        return decoder.decode(value), fmt
+    except msgspec.ValidationError as exc:
+        raise MessageDecodeError(ErrorCode.INVALID_REQUEST, f"invalid job: {exc}", _salvage_id(value, fmt)) from None
+    except msgspec.DecodeError as exc:
+        raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {exc}") from None
+
+
+def _salvage_id(value: bytes, fmt: WireFormat) -> str | None:
+    try:
+        return (_JSON_ID_DECODER if fmt == "json" else _MSGPACK_ID_DECODER).decode(value).id
+    except msgspec.DecodeError:
+        return None
+
+
+def encode_job(job: Job, fmt: WireFormat = "json") -> bytes:
+    return (_JSON_ENCODER if fmt == "json" else _MSGPACK_ENCODER).encode(job)
+
+
+def encode_result(result: Result, fmt: WireFormat = "json") -> bytes:
+    return (_JSON_ENCODER if fmt == "json" else _MSGPACK_ENCODER).encode(result)
+
+
+_JSON_RESULT_DECODER = msgspec.json.Decoder(Result)
+_MSGPACK_RESULT_DECODER = msgspec.msgpack.Decoder(Result)
+
+
+def decode_result(value: bytes, content_type: str | None = None) -> Result:
+    fmt = sniff_format(value, content_type)
+    return (_JSON_RESULT_DECODER if fmt == "json" else _MSGPACK_RESULT_DECODER).decode(value)
+
+
+def content_type_of(fmt: WireFormat) -> str:
+    return CONTENT_TYPE_JSON if fmt == "json" else CONTENT_TYPE_MSGPACK
