@@ -1,0 +1,97 @@
+"""The configuration reference is generated from the settings model and must not drift from it.
+
+When `test_committed_page_matches_the_settings_model` fails, the fix is to regenerate the page:
+`python -m kafka_scorer.config_docs > docs/configuration.md`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+from kafka_scorer.config import Settings
+from kafka_scorer.config_docs import cli_flag, env_var, render
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "configuration.md"
+
+
+def _table_rows(page: str) -> dict[str, list[str]]:
+    """Setting name -> its row's cells, parsed back out of the Markdown."""
+    rows: dict[str, list[str]] = {}
+    for line in page.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_committed_page_matches_the_settings_model() -> None:
+    assert PAGE.read_text(encoding="utf-8") == render(), (
+        "docs/configuration.md is stale: run `python -m kafka_scorer.config_docs > docs/configuration.md`"
+    )
+
+
+def test_every_setting_has_exactly_one_row() -> None:
+    rows = _table_rows(render())
+    assert sorted(rows) == sorted(Settings.model_fields)
+
+
+def _sample(name: str) -> tuple[str, object]:
+    """A raw environment value for a field and what it must parse to; never the default, so that a
+    variable that is silently ignored cannot pass."""
+    field = Settings.model_fields[name]
+    annotation, default = field.annotation, Settings.model_fields[name].get_default(call_default_factory=True)
+    if type(None) in typing.get_args(annotation):  # X | None
+        (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Literal:
+        choice = next(v for v in typing.get_args(annotation) if v != default)
+        return str(choice), choice
+    if annotation is bool:
+        return ("false", False) if default else ("true", True)
+    if annotation is int:
+        value = (default or 0) + 1
+        return str(value), value
+    if annotation is float:
+        value = (default or 0.0) + 0.5
+        return str(value), value
+    if typing.get_origin(annotation) is list:
+        return "a,b", ["a", "b"]
+    return "x-value", "x-value"
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_documented_env_var_is_the_one_settings_reads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Feed each documented variable to pydantic-settings and check it lands in that very field."""
+    raw, expected = _sample(name)
+    monkeypatch.chdir(ROOT / "tests")  # no stray .env file
+    monkeypatch.setenv(env_var(name), raw)
+    assert getattr(Settings(), name) == expected
+
+
+def test_rows_show_name_flag_and_default() -> None:
+    rows = _table_rows(render())
+    defaults = Settings()
+    cells = rows["max_batch_tokens"]
+    assert cells[1] == "`KAFKA_SCORER_MAX_BATCH_TOKENS`"
+    assert cells[2] == f"`{cli_flag('max_batch_tokens')}`" == "`--max-batch-tokens`"
+    assert cells[4] == f"`{defaults.max_batch_tokens}`"
+    assert cells[5] == Settings.model_fields["max_batch_tokens"].description
+    assert rows["request_topics"][4] == "`" + ",".join(defaults.request_topics) + "`"
+    assert rows["dead_letter_topic"][4] == "unset"
+    assert "`float16`" in rows["dtype"][3]
+
+
+def test_module_runs_as_a_script() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "kafka_scorer.config_docs"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    assert out.stdout == render()
