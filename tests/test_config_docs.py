@@ -6,6 +6,7 @@ When `test_committed_page_matches_the_settings_model` fails, the fix is to regen
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import typing
@@ -18,6 +19,13 @@ from kafka_scorer.config_docs import cli_flag, env_var, render
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "configuration.md"
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings read the process environment; one set on the CI host must not leak in."""
+    for key in [k for k in os.environ if k.upper().startswith("KAFKA_SCORER_")]:
+        monkeypatch.delenv(key)
 
 
 def _table_rows(page: str) -> dict[str, list[str]]:

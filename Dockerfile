@@ -1,0 +1,39 @@
+# kafka-scorer worker image.
+#
+# CPU build (default):   docker build -t kafka-scorer:cpu .
+# NVIDIA GPU build:      docker build -t kafka-scorer:cuda \
+#                          --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 .
+# The CUDA torch wheels bring their own CUDA runtime, so the slim base image is enough on a host with
+# the NVIDIA driver and the NVIDIA Container Toolkit; the CPU wheels keep the image ~1 GB smaller.
+# Pin torch with --build-arg TORCH_VERSION=2.8.0 (empty: newest on that index).
+
+FROM python:3.11-slim
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_VERSION=
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/home/scorer/.cache/huggingface
+
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin scorer
+
+WORKDIR /opt/kafka-scorer
+
+# torch first, from the chosen index, in its own layer: it is the big one and changes least often.
+RUN pip install --index-url "${TORCH_INDEX_URL}" "torch${TORCH_VERSION:+==${TORCH_VERSION}}"
+
+COPY pyproject.toml README.md ./
+COPY kafka_scorer ./kafka_scorer
+RUN pip install . && rm -rf /opt/kafka-scorer/build
+
+USER scorer
+WORKDIR /home/scorer
+
+# Prometheus /metrics (KAFKA_SCORER_METRICS_PORT, default 9400).
+EXPOSE 9400
+
+ENTRYPOINT ["kafka-scorer"]
+CMD ["worker"]
