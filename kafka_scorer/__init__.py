@@ -1,0 +1,23 @@
+"""kafka-scorer: LLM scoring jobs from Kafka, micro-batched onto a GPU or CPU.
+
+`Scorer` is imported lazily: `import kafka_scorer` (and `kafka-scorer --help`) should not pay for
+importing torch and transformers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+__all__ = ["Scorer", "__version__"]
+
+if TYPE_CHECKING:
+    from kafka_scorer.engine.scorer import Scorer
+
+
+def __getattr__(name: str):
+    if name == "Scorer":
+        from kafka_scorer.engine.scorer import Scorer
+
+        return Scorer
+    raise AttributeError(name)

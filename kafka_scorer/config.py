@@ -29,11 +29,18 @@ class EngineSettings(BaseSettings):
     served_model_name: str | None = Field(
         None, description="Name reported in results and matched against a job's `model`; default: `model`."
     )
-    dtype: DType = Field("auto", description="Weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU.")
-    device: str = Field("auto", description="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1 ...")
-    trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint (off by default).")
+    dtype: DType = Field(
+        "auto", description="Weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU."
+    )
+    device: str = Field(
+        "auto", description="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1 ..."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow model code from the checkpoint (off by default)."
+    )
     attention_backend: AttentionBackend = Field(
-        "auto", description="MIS/varlen attention: dense (SDPA with an explicit mask) or cascade (cost follows the mask)."
+        "auto",
+        description="MIS/varlen attention: dense (SDPA, explicit mask) or cascade (cost follows the mask).",
     )
     max_batch_tokens: int = Field(8192, gt=0, description="Token budget of one forward pass.")
     max_items_per_job: int = Field(1024, gt=0, description="Jobs with more items are rejected (`too_long`).")
@@ -47,16 +54,25 @@ class Settings(EngineSettings):
 
     bootstrap_servers: str = Field("localhost:9092", description="Comma-separated Kafka bootstrap servers.")
     request_topics: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["scoring-requests"], description="Topics to consume jobs from (comma-separated)."
+        default_factory=lambda: ["scoring-requests"],
+        description="Topics to consume jobs from (comma-separated).",
     )
-    request_topic_pattern: str | None = Field(None, description="Regex of topics to consume (overrides request_topics).")
-    reply_topic: str = Field("scoring-results", description="Default topic for results (a `reply_topic` header wins).")
+    request_topic_pattern: str | None = Field(
+        None, description="Regex of topics to consume (overrides request_topics)."
+    )
+    reply_topic: str = Field(
+        "scoring-results", description="Default topic for results (a `reply_topic` header wins)."
+    )
     dead_letter_topic: str | None = Field(
         None, description="Topic for undecodable records; default: the request topic + `.DLT`."
     )
-    group_id: str = Field("kafka-scorer", description="Consumer group id; workers in one group share partitions.")
+    group_id: str = Field(
+        "kafka-scorer", description="Consumer group id; workers in one group share partitions."
+    )
     client_id: str = Field("kafka-scorer", description="Kafka client id.")
-    auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", description="Where a new group starts.")
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where a new group starts."
+    )
 
     security_protocol: SecurityProtocol = Field("PLAINTEXT", description="Kafka security protocol.")
     sasl_mechanism: SaslMechanism | None = Field(None, description="SASL mechanism for SASL_* protocols.")
@@ -73,14 +89,18 @@ class Settings(EngineSettings):
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."
     )
-    delivery: DeliveryMode = Field("at_least_once", description="at_least_once, or exactly_once with transactions.")
+    delivery: DeliveryMode = Field(
+        "at_least_once", description="at_least_once, or exactly_once with transactions."
+    )
     compression: Compression = Field("none", description="Result compression codec.")
     fetch_max_wait_ms: int = Field(100, gt=0, description="Longest a fetch waits for data.")
     session_timeout_ms: int = Field(10000, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_ms: int = Field(3000, gt=0, description="Consumer group heartbeat interval.")
     max_poll_interval_ms: int = Field(300000, gt=0, description="Longest gap between polls before eviction.")
     shutdown_grace_s: float = Field(30.0, ge=0, description="Time to answer in-flight work after SIGTERM.")
-    metrics_port: int = Field(9400, ge=0, le=65535, description="Prometheus /metrics, /healthz, /readyz; 0: off.")
+    metrics_port: int = Field(
+        9400, ge=0, le=65535, description="Prometheus /metrics, /healthz, /readyz; 0: off."
+    )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics server binds.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")

@@ -1,0 +1,167 @@
+"""ForwardBatch: several prepared jobs packed into one flat token stream, built on the CPU.
+
+Layout of the stream, sequence after sequence, no padding:
+- a packed (MIS) sequence: `query | item 0 | item 1 | ...`; jobs whose query token ids are identical
+  share one sequence (their items are concatenated job after job, and split back by row ranges);
+- a plain pair: `query + item` (or `item + query`) as a sequence with no items.
+Every index the forward needs — where sequences start, their prefix and item lengths, the flat
+position of each item's scoring token — is computed here from lengths known at tokenization time,
+so nothing on the device scans `input_ids` or syncs to find a boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kafka_scorer.engine.attention import AttentionLayout
+from kafka_scorer.engine.inputs import PreparedJob
+
+
+@dataclass
+class ForwardBatch:
+    jobs: list[PreparedJob]
+    input_ids: torch.Tensor
+    """[T] token ids of the whole stream (CPU; pinned when the model runs on CUDA)."""
+    positions: torch.Tensor
+    """[T] position ids; item tokens restart at len(query) (SPEC §5)."""
+    layout: AttentionLayout
+    score_index: torch.Tensor
+    """[R] flat index of each scoring row, rows in job order then item order."""
+    job_rows: list[tuple[int, int]]
+    """Row range [start, end) of each job."""
+    label_ids: torch.Tensor
+    """[R, L] each row's label ids, padded with 0 (CausalLM; L = 0 for classification)."""
+    label_mask: torch.Tensor
+    """[R, L] True where `label_ids` is a real label."""
+    softmax_rows: torch.Tensor
+    """[R] True for rows of jobs with apply_softmax."""
+    hidden_rows: torch.Tensor
+    """Rows whose pooled hidden states are returned (only jobs that asked)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.score_index.numel())
+
+    @property
+    def any_logprob_rows(self) -> bool:
+        return any(not job.job.apply_softmax for job in self.jobs)
+
+    @property
+    def any_softmax_rows(self) -> bool:
+        return any(job.job.apply_softmax for job in self.jobs)
+
+
+@dataclass
+class _Sequence:
+    prefix: list[int]
+    members: list[tuple[int, list[list[int]]]]
+    """(job index, that job's items) in the order they are laid out after the prefix."""
+
+
+def _group_sequences(jobs: Sequence[PreparedJob]) -> list[_Sequence]:
+    sequences: list[_Sequence] = []
+    shared: dict[tuple[int, ...], _Sequence] = {}
+    for index, job in enumerate(jobs):
+        if job.packed:
+            seq = shared.get(job.query_key)
+            if seq is None:
+                seq = shared[job.query_key] = _Sequence(prefix=job.query, members=[])
+                sequences.append(seq)
+            seq.members.append((index, job.items))
+        else:
+            sequences.extend(_Sequence(prefix=pair, members=[(index, [])]) for pair in job.items)
+    return sequences
+
+
+def build_forward_batch(
+    jobs: Sequence[PreparedJob],
+    *,
+    device: torch.device,
+    attention_backend: str = "dense",
+    sliding_window: int | None = None,
+) -> ForwardBatch:
+    ids: list[int] = []
+    positions: list[int] = []
+    seq_starts: list[int] = []
+    seq_lens: list[int] = []
+    prefix_lens: list[int] = []
+    item_lens: list[tuple[int, ...]] = []
+    scoring: list[list[int]] = [[] for _ in jobs]
+
+    for seq in _group_sequences(jobs):
+        start = len(ids)
+        prefix_len = len(seq.prefix)
+        ids.extend(seq.prefix)
+        positions.extend(range(prefix_len))
+        lens: list[int] = []
+        for job_index, items in seq.members:
+            for item in items:
+                ids.extend(item)
+                positions.extend(range(prefix_len, prefix_len + len(item)))
+                lens.append(len(item))
+                # An empty item scores at the query's last token, exactly like the pair `query + ""`.
+                scoring[job_index].append(len(ids) - 1 if item else start + prefix_len - 1)
+            if not items:
+                scoring[job_index].append(start + prefix_len - 1)
+        seq_starts.append(start)
+        seq_lens.append(len(ids) - start)
+        prefix_lens.append(prefix_len)
+        item_lens.append(tuple(lens))
+
+    job_rows: list[tuple[int, int]] = []
+    flat_scoring: list[int] = []
+    for rows in scoring:
+        job_rows.append((len(flat_scoring), len(flat_scoring) + len(rows)))
+        flat_scoring.extend(rows)
+
+    max_labels = max((len(job.label_ids) for job in jobs), default=0)
+    label_ids: list[list[int]] = []
+    label_mask: list[list[bool]] = []
+    softmax_rows: list[bool] = []
+    hidden_rows: list[int] = []
+    for job, (row_start, row_end) in zip(jobs, job_rows):
+        count = row_end - row_start
+        padded = job.label_ids + [0] * (max_labels - len(job.label_ids))
+        mask = [True] * len(job.label_ids) + [False] * (max_labels - len(job.label_ids))
+        label_ids.extend([padded] * count)
+        label_mask.extend([mask] * count)
+        softmax_rows.extend([job.job.apply_softmax] * count)
+        if job.job.return_pooled_hidden_states:
+            hidden_rows.extend(range(row_start, row_end))
+
+    pin = device.type == "cuda"
+
+    def host(values: list, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+        tensor = torch.tensor(values, dtype=dtype)
+        if shape:
+            tensor = tensor.reshape(*shape)
+        return tensor.pin_memory() if pin else tensor
+
+    rows = len(flat_scoring)
+    return ForwardBatch(
+        jobs=list(jobs),
+        input_ids=host(ids, torch.long),
+        positions=host(positions, torch.long),
+        layout=AttentionLayout(
+            seq_starts=seq_starts,
+            seq_lens=seq_lens,
+            prefix_lens=prefix_lens,
+            item_lens=item_lens,
+            device=device,
+            backend=attention_backend,
+            sliding_window=sliding_window,
+        ),
+        score_index=host(flat_scoring, torch.long),
+        job_rows=job_rows,
+        label_ids=host(label_ids, torch.long, rows, max_labels),
+        label_mask=host(label_mask, torch.bool, rows, max_labels),
+        softmax_rows=host(softmax_rows, torch.bool),
+        hidden_rows=host(hidden_rows, torch.long),
+    )

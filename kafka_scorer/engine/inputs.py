@@ -1,0 +1,201 @@
+"""Job -> token ids -> pairs or one packed MIS sequence, with every SPEC check on the way.
+
+Everything here runs on the CPU before a job is scheduled, so a bad job becomes an error `Result`
+without ever reaching the device, and the token count the scheduler budgets with is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kafka_scorer.engine.model import LoadedModel, ModelKind
+from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
+
+LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
+
+
+@dataclass
+class PreparedJob:
+    """A validated, tokenized job: the unit the scheduler budgets and the batch builder packs.
+
+    MIS jobs keep the query and the items apart (`packed` is True); single-item jobs hold complete
+    pairs in `items` with an empty `query`, so both shapes read "prefix + items" downstream.
+    """
+
+    job_id: str
+    job: Job
+    query: list[int]
+    items: list[list[int]]
+    packed: bool
+    label_ids: list[int]
+    num_tokens: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def num_items(self) -> int:
+        return len(self.items)
+
+    @property
+    def query_key(self) -> tuple[int, ...]:
+        """Packed jobs with equal keys can share one sequence (same query, same prefix states)."""
+        return tuple(self.query)
+
+
+class InputError(Exception):
+    def __init__(self, code: ErrorCode, message: str, item: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.item = item
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    max_items_per_job: int
+    max_pair_tokens: int
+    """Longest pair or packed sequence (already resolved against the model's context length)."""
+
+
+class JobPreparer:
+    def __init__(self, model: LoadedModel, limits: InputLimits) -> None:
+        self.model = model
+        self.limits = limits
+
+    def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
+        """Never raises for bad input: a job that fails validation comes back as an error Result."""
+        try:
+            return self._prepare(job, job_id)
+        except InputError as exc:
+            return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
+
+    def _prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
+        model = self.model
+        if job.model is not None and job.model != model.name:
+            raise InputError(
+                ErrorCode.MODEL_MISMATCH,
+                f"job asks for model {job.model!r}; this worker serves {model.name!r}",
+            )
+        if len(job.items) > self.limits.max_items_per_job:
+            raise InputError(
+                ErrorCode.TOO_LONG,
+                f"{len(job.items)} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
+            )
+        warnings = []
+        label_ids = self._label_ids(job)
+        if model.kind is ModelKind.CLASSIFICATION and job.label_token_ids is not None:
+            warnings.append(LABELS_IGNORED_WARNING)
+        if not job.items:
+            return Result(id=job_id, scores=[], prompt_tokens=0, model=model.name, warnings=warnings)
+
+        query, items = self._tokenize(job)
+        packed = self._decide_packing(job, query, items)
+        if packed:
+            pair_lens = [len(query) + len(item) for item in items]
+        else:
+            items = [item + query for item in items] if job.item_first else [query + item for item in items]
+            query = []
+            pair_lens = [len(item) for item in items]
+        for index, length in enumerate(pair_lens):
+            if length == 0:
+                raise InputError(
+                    ErrorCode.INVALID_REQUEST, f"item {index}: the pair has no tokens", item=index
+                )
+            if length > self.limits.max_pair_tokens:
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"item {index}: the pair has {length} tokens; the limit is {self.limits.max_pair_tokens}",
+                    item=index,
+                )
+        num_tokens = len(query) + sum(len(item) for item in items)
+        return PreparedJob(
+            job_id=job_id,
+            job=job,
+            query=query,
+            items=items,
+            packed=packed,
+            label_ids=label_ids,
+            num_tokens=num_tokens,
+            warnings=warnings,
+        )
+
+    def _label_ids(self, job: Job) -> list[int]:
+        if self.model.kind is not ModelKind.CAUSAL_LM:
+            return []
+        labels = job.label_token_ids
+        if not labels:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST, "label_token_ids: required (non-empty) for a CausalLM model"
+            )
+        vocab = self.model.output_vocab_size
+        bad = [label for label in labels if not 0 <= label < vocab]
+        if bad:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"label_token_ids: {bad[:5]} outside the model's output vocabulary [0, {vocab})",
+            )
+        return list(labels)
+
+    def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
+        """SPEC §4: the leading part gets the tokenizer's special tokens, the trailing part does not."""
+        text_query = isinstance(job.query, str)
+        kinds = {isinstance(item, str) for item in job.items}
+        if kinds != {text_query}:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                "query and items must all be text or all be token-id lists, not a mix",
+            )
+        if not text_query:
+            query = list(job.query)  # type: ignore[arg-type]
+            items = [list(item) for item in job.items]  # type: ignore[arg-type]
+            self._check_token_ids(query, None)
+            for index, item in enumerate(items):
+                self._check_token_ids(item, index)
+            return query, items
+        tokenizer = self.model.tokenizer
+        if tokenizer is None:
+            raise InputError(
+                ErrorCode.UNSUPPORTED, "text inputs need a tokenizer; this model has none: send token ids"
+            )
+        query_leads = not job.item_first
+        query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]  # type: ignore[operator]
+        items = tokenizer(list(job.items), add_special_tokens=not query_leads)["input_ids"]  # type: ignore[operator]
+        return list(query), [list(item) for item in items]
+
+    def _check_token_ids(self, ids: list[int], item: int | None) -> None:
+        vocab = self.model.input_vocab_size
+        bad = [token for token in ids if not 0 <= token < vocab]
+        if bad:
+            where = "query" if item is None else f"item {item}"
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"{where}: token ids {bad[:5]} outside the model's vocabulary [0, {vocab})",
+                item=item,
+            )
+
+    def _decide_packing(self, job: Job, query: list[int], items: list[list[int]]) -> bool:
+        """SPEC §5: pack when it is exact; `multi_item: true` turns every "can't" into `unsupported`."""
+        packed_len = len(query) + sum(len(item) for item in items)
+        blocker: tuple[ErrorCode, str] | None = None
+        if job.item_first:
+            blocker = (ErrorCode.UNSUPPORTED, "item_first jobs are never packed")
+        elif self.model.mis_block_reason:
+            blocker = (
+                ErrorCode.UNSUPPORTED,
+                f"this model cannot be packed exactly: {self.model.mis_block_reason}",
+            )
+        elif self.model.sliding_window is not None and packed_len > self.model.sliding_window:
+            blocker = (
+                ErrorCode.UNSUPPORTED,
+                f"the packed sequence ({packed_len} tokens) exceeds the sliding window",
+            )
+        elif packed_len > self.limits.max_pair_tokens:
+            blocker = (
+                ErrorCode.TOO_LONG,
+                f"the packed sequence ({packed_len} tokens) exceeds the limit {self.limits.max_pair_tokens}",
+            )
+        if job.multi_item is True:
+            if blocker is not None:
+                raise InputError(blocker[0], f"multi_item: true, but {blocker[1]}")
+            return True
+        if job.multi_item is False:
+            return False
+        return blocker is None and len(items) >= 2

@@ -1,0 +1,194 @@
+"""Loading a checkpoint and deciding what it can do.
+
+The model kind comes from the config's `architectures`, never from the checkpoint's name: a reranker
+called "...-Reranker" may be a CausalLM or a classifier. The HF model is loaded unchanged; only its
+attention function is swapped for ours (registered in transformers' attention registry), so any
+decoder whose attention goes through that registry gets packing and MIS without a model rewrite.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from kafka_scorer.engine.attention import ATTENTION_IMPLEMENTATION, register_attention
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_CLASSIFICATION_HEAD_NAMES = ("score", "classifier", "v_head")
+
+
+class ModelKind(str, enum.Enum):
+    CAUSAL_LM = "causal_lm"
+    CLASSIFICATION = "classification"
+
+
+class ModelLoadError(RuntimeError):
+    """The checkpoint cannot be served; the message says why and what to do."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    kind: ModelKind
+    model: nn.Module
+    body: nn.Module
+    """The decoder stack whose output is the final-norm hidden state (SPEC §6)."""
+    head: nn.Module
+    """LM head (CausalLM) or classification head; applied only to scoring rows."""
+    tokenizer: object | None
+    device: torch.device
+    dtype: torch.dtype
+    input_vocab_size: int
+    output_vocab_size: int
+    max_positions: int | None
+    mis_block_reason: str | None
+    """Why packing would change results for this model (None: MIS is exact)."""
+    sliding_window: int | None
+    final_logit_softcapping: float | None
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ModelLoadError(f"dtype: {dtype!r} is not one of {sorted(_DTYPES)}") from None
+
+
+def detect_kind(architectures: list[str] | None) -> ModelKind:
+    for arch in architectures or []:
+        if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+            return ModelKind.CAUSAL_LM
+        if arch.endswith(("ForSequenceClassification", "ForRewardModel", "RewardModel")):
+            return ModelKind.CLASSIFICATION
+    raise ModelLoadError(
+        f"config.architectures={architectures!r}: not a *ForCausalLM or *ForSequenceClassification model; "
+        "kafka-scorer serves only those two kinds"
+    )
+
+
+def _mis_block_reason(config) -> str | None:
+    layer_types = getattr(config, "layer_types", None) or []
+    odd = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+    if odd:
+        return f"layers of type {odd} are not plain causal attention"
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder models are not packed"
+    return None
+
+
+def _sliding_window(config) -> int | None:
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and "sliding_attention" not in layer_types:
+        return None
+    return int(window)
+
+
+def _classification_head(model: nn.Module) -> nn.Module:
+    for name in _CLASSIFICATION_HEAD_NAMES:
+        head = getattr(model, name, None)
+        if isinstance(head, nn.Module):
+            return head
+    raise ModelLoadError(
+        f"{type(model).__name__}: no classification head found (looked for {_CLASSIFICATION_HEAD_NAMES})"
+    )
+
+
+def load_model(
+    model_path: str,
+    *,
+    served_name: str | None = None,
+    dtype: str = "auto",
+    device: str = "auto",
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
+
+    register_attention()
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    try:
+        config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        hint = (
+            "" if Path(model_path).exists() else " (no such local directory, and the hub id did not resolve)"
+        )
+        raise ModelLoadError(f"model: cannot load config of {model_path!r}{hint}: {exc}") from exc
+    kind = detect_kind(getattr(config, "architectures", None))
+    auto = AutoModelForCausalLM if kind is ModelKind.CAUSAL_LM else AutoModelForSequenceClassification
+    try:
+        model = auto.from_pretrained(
+            model_path,
+            dtype=torch_dtype,
+            attn_implementation=ATTENTION_IMPLEMENTATION,
+            trust_remote_code=trust_remote_code,
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"model: cannot load weights of {model_path!r}: {exc}") from exc
+    model.to(torch_device).eval()
+    model.requires_grad_(False)
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        log.warning("no tokenizer for %s (%s): only token-id jobs can be served", model_path, exc)
+        tokenizer = None
+    if tokenizer is not None and len(tokenizer.get_vocab()) < 2:
+        # transformers 5 builds an empty tokenizer when a checkpoint ships none; it would turn every
+        # text into zero tokens, so treat it as missing.
+        log.warning("no tokenizer files in %s: only token-id jobs can be served", model_path)
+        tokenizer = None
+
+    body = model.base_model
+    if kind is ModelKind.CAUSAL_LM:
+        head = model.get_output_embeddings()
+        if head is None:
+            raise ModelLoadError(f"{type(model).__name__}: no output embeddings (LM head)")
+        output_vocab = int(head.weight.shape[0])
+    else:
+        head = _classification_head(model)
+        output_vocab = int(config.vocab_size)
+    return LoadedModel(
+        name=served_name or model_path,
+        kind=kind,
+        model=model,
+        body=body,
+        head=head,
+        tokenizer=tokenizer,
+        device=torch_device,
+        dtype=torch_dtype,
+        input_vocab_size=int(model.get_input_embeddings().num_embeddings),
+        output_vocab_size=output_vocab,
+        max_positions=getattr(config, "max_position_embeddings", None),
+        mis_block_reason=_mis_block_reason(config),
+        sliding_window=_sliding_window(config),
+        final_logit_softcapping=getattr(config, "final_logit_softcapping", None),
+    )

@@ -1,0 +1,62 @@
+"""ForwardBatch -> hidden states -> scores, for both model kinds with one code path.
+
+The decoder runs once over the flat stream; only the scoring rows are gathered, and the model kind
+picks the head. The single device->host copy is at the end, when scores (and the hidden rows that
+were asked for) come back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kafka_scorer.engine.attention import LAYOUT_KWARG
+from kafka_scorer.engine.batch import ForwardBatch
+from kafka_scorer.engine.heads import causal_label_scores, classification_scores
+from kafka_scorer.engine.model import LoadedModel, ModelKind
+
+
+@dataclass
+class BatchOutput:
+    scores: torch.Tensor
+    """[R, C] float32 on the CPU: C = max label count (CausalLM) or number of classes."""
+    hidden: torch.Tensor
+    """[rows asked for, hidden] in the model dtype on the CPU, in `ForwardBatch.hidden_rows` order."""
+
+
+class ModelRunner:
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> BatchOutput:
+        model = self.model
+        device = model.device
+
+        def to_device(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device, non_blocking=True)
+
+        output = model.body(
+            input_ids=to_device(batch.input_ids)[None],
+            position_ids=to_device(batch.positions)[None],
+            use_cache=False,
+            **{LAYOUT_KWARG: batch.layout},
+        )
+        hidden = output[0][0]
+        rows = hidden.index_select(0, to_device(batch.score_index))
+        softmax_rows = to_device(batch.softmax_rows)
+        if model.kind is ModelKind.CAUSAL_LM:
+            scores = causal_label_scores(
+                rows,
+                model.head,
+                to_device(batch.label_ids),
+                to_device(batch.label_mask),
+                softmax_rows,
+                need_softmax=batch.any_softmax_rows,
+                need_logprob=batch.any_logprob_rows,
+            )
+        else:
+            scores = classification_scores(rows, model.head, softmax_rows)
+        pooled = rows.index_select(0, to_device(batch.hidden_rows))
+        return BatchOutput(scores=scores.cpu(), hidden=pooled.cpu())

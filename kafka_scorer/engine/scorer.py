@@ -1,0 +1,189 @@
+"""The in-process API: the seam between the Kafka worker and the model.
+
+`prepare` (CPU, any thread) validates and tokenizes; `run_batch` (the one thread that owns the
+device) packs prepared jobs into a ForwardBatch, runs one forward pass and splits the scores back into
+one `Result` per job. Neither raises for a bad job: errors are values, so one poison job never takes
+a batch, a partition or the worker down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from kafka_scorer.config import EngineSettings
+from kafka_scorer.engine.batch import build_forward_batch
+from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
+from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
+from kafka_scorer.engine.runner import BatchOutput, ModelRunner
+from kafka_scorer.engine.scheduler import TokenBudgetScheduler
+from kafka_scorer.engine.tensors import to_wire
+from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_PAIR_LIMIT = 32768
+
+
+class Scorer:
+    def __init__(
+        self,
+        model: str,
+        *,
+        served_model_name: str | None = None,
+        dtype: str = "auto",
+        device: str = "auto",
+        trust_remote_code: bool = False,
+        attention_backend: str = "auto",
+        max_batch_tokens: int = 8192,
+        max_items_per_job: int = 1024,
+        max_pair_tokens: int = 0,
+    ) -> None:
+        self.loaded: LoadedModel = load_model(
+            model,
+            served_name=served_model_name,
+            dtype=dtype,
+            device=device,
+            trust_remote_code=trust_remote_code,
+        )
+        model_limit = self.loaded.max_positions or _DEFAULT_PAIR_LIMIT
+        limits = InputLimits(
+            max_items_per_job=max_items_per_job,
+            max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
+        )
+        self.max_batch_tokens = max_batch_tokens
+        self.attention_backend = "dense" if attention_backend == "auto" else attention_backend
+        self._preparer = JobPreparer(self.loaded, limits)
+        self._runner = ModelRunner(self.loaded)
+        self._executor: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_settings(cls, settings: EngineSettings) -> Scorer:
+        return cls(
+            settings.model,
+            served_model_name=settings.served_model_name,
+            dtype=settings.dtype,
+            device=settings.device,
+            trust_remote_code=settings.trust_remote_code,
+            attention_backend=settings.attention_backend,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_items_per_job=settings.max_items_per_job,
+            max_pair_tokens=settings.max_pair_tokens,
+        )
+
+    @property
+    def model_name(self) -> str:
+        return self.loaded.name
+
+    @property
+    def kind(self) -> ModelKind:
+        return self.loaded.kind
+
+    def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
+        """A `Result` comes back for a job that needs no forward pass: an error, or no items."""
+        return self._preparer.prepare(job, job_id)
+
+    def run_batch(self, jobs: Sequence[PreparedJob]) -> list[Result]:
+        if not jobs:
+            return []
+        try:
+            batch = build_forward_batch(
+                jobs,
+                device=self.loaded.device,
+                attention_backend=self.attention_backend,
+                sliding_window=self.loaded.sliding_window,
+            )
+            output = self._runner.forward(batch)
+        except Exception as exc:  # a failed batch must still answer every job
+            log.exception("forward pass failed for %d jobs", len(jobs))
+            message = f"forward pass failed: {type(exc).__name__}: {exc}"
+            return [
+                error_result(job.job_id, ErrorCode.INTERNAL, message, model=self.model_name) for job in jobs
+            ]
+        return self._split(jobs, batch.job_rows, output)
+
+    def _split(
+        self, jobs: Sequence[PreparedJob], job_rows: list[tuple[int, int]], output: BatchOutput
+    ) -> list[Result]:
+        scores = output.scores.tolist()
+        results = []
+        hidden_offset = 0
+        for job, (start, end) in zip(jobs, job_rows):
+            width = len(job.label_ids) if self.kind is ModelKind.CAUSAL_LM else output.scores.shape[1]
+            pooled = None
+            if job.job.return_pooled_hidden_states:
+                count = end - start
+                pooled = to_wire(output.hidden[hidden_offset : hidden_offset + count])
+                hidden_offset += count
+            results.append(
+                Result(
+                    id=job.job_id,
+                    scores=[row[:width] for row in scores[start:end]],
+                    prompt_tokens=job.num_tokens,
+                    model=self.model_name,
+                    pooled_hidden_states=pooled,
+                    warnings=job.warnings,
+                )
+            )
+        return results
+
+    def score_jobs(self, jobs: Sequence[Job]) -> list[Result]:
+        """Prepare, batch by the token budget and run; results in the jobs' order."""
+        results: list[Result | None] = [None] * len(jobs)
+        scheduler = TokenBudgetScheduler(self.max_batch_tokens)
+        position: dict[int, int] = {}
+        for index, job in enumerate(jobs):
+            prepared = self.prepare(job, job.id if job.id is not None else str(index))
+            if isinstance(prepared, Result):
+                results[index] = prepared
+            else:
+                position[id(prepared)] = index
+                scheduler.add(prepared)
+        while batch := scheduler.next_batch():
+            for prepared, result in zip(batch, self.run_batch(batch)):
+                results[position[id(prepared)]] = result
+        return [result for result in results if result is not None]
+
+    def score(
+        self,
+        query: str | list[int],
+        items: Sequence[str] | Sequence[list[int]],
+        *,
+        label_token_ids: list[int] | None = None,
+        apply_softmax: bool = False,
+        item_first: bool = False,
+        return_pooled_hidden_states: bool = False,
+        multi_item: bool | None = None,
+    ) -> Result:
+        job = Job(
+            query=query,
+            items=list(items),
+            label_token_ids=label_token_ids,
+            apply_softmax=apply_softmax,
+            item_first=item_first,
+            return_pooled_hidden_states=return_pooled_hidden_states,
+            multi_item=multi_item,
+        )
+        return self.score_jobs([job])[0]
+
+    async def score_async(
+        self, query: str | list[int], items: Sequence[str] | Sequence[list[int]], **kwargs
+    ) -> Result:
+        """Runs on the scorer's single device thread so the event loop keeps serving."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-device")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: self.score(query, items, **kwargs))
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"

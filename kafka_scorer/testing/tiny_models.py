@@ -1,0 +1,137 @@
+"""Tiny random-initialised checkpoints for tests, the demo and CPU benchmarks.
+
+No model hub is reachable where this project is tested, so models are built from configs and written
+with `save_pretrained`; everything downstream loads them through the same code path as a real
+checkpoint. The tokenizer is a byte-level BPE trained on the spot on a small built-in corpus, so any
+text tokenizes and the result is a genuine `PreparedTokenizerFast` on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+Arch = Literal["qwen3", "qwen2", "llama"]
+Kind = Literal["causal", "classification"]
+
+_CORPUS = [
+    "What is the capital of California? Sacramento is the capital of California.",
+    "Los Angeles and San Francisco are large cities; San Diego is in the south.",
+    "Is this review positive or negative? The food was great and the service was friendly.",
+    "Rank the passages by relevance to the question about rivers, mountains and oceans.",
+    "yes no true false relevant irrelevant positive negative neutral maybe",
+    "The quick brown fox jumps over the lazy dog 0123456789.",
+    "Kafka topics, partitions, offsets, consumers, producers, brokers and transactions.",
+]
+
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
+
+
+def build_tokenizer(directory: Path, vocab_size: int = 384):
+    """Train a byte-level BPE, add a BOS post-processor, save it as a fast tokenizer in `directory`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<|unk|>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    bos_id = tok.token_to_id("<|bos|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A $B", special_tokens=[("<|bos|>", bos_id)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        pad_token="<|pad|>",
+        unk_token="<|unk|>",
+    )
+    fast.save_pretrained(directory)
+    return fast
+
+
+def tiny_config(
+    arch: Arch,
+    kind: Kind,
+    *,
+    vocab_size: int,
+    num_labels: int = 2,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    pad_token_id: int | None = None,
+    bos_token_id: int | None = None,
+    initializer_range: float = 0.2,
+):
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    config_cls = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
+    arch_name = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama"}[arch]
+    suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
+    extra = {"head_dim": hidden_size // num_heads} if arch in ("qwen3", "llama") else {}
+    config = config_cls(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=4096,
+        # A wide init makes scores differ clearly between pairs, so a wrong mask or position shows up
+        # as a large error instead of hiding under a tolerance.
+        initializer_range=initializer_range,
+        tie_word_embeddings=(arch == "qwen3"),
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        num_labels=num_labels,
+        architectures=[arch_name + suffix],
+        **extra,
+    )
+    return config
+
+
+def build_tiny_model(
+    directory: str | Path,
+    arch: Arch = "qwen3",
+    kind: Kind = "causal",
+    *,
+    num_labels: int = 2,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    extra_vocab: int = 16,
+) -> Path:
+    """Write a tiny random model and its tokenizer to `directory` and return the path.
+
+    The model's vocabulary is `extra_vocab` ids larger than the tokenizer's, as in real checkpoints
+    whose embedding matrix is padded: label ids up to the model's output vocabulary must be accepted.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path)
+    config = tiny_config(
+        arch,
+        kind,
+        vocab_size=len(tokenizer) + extra_vocab,
+        num_labels=num_labels,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    torch.manual_seed(seed)
+    auto = AutoModelForCausalLM if kind == "causal" else AutoModelForSequenceClassification
+    model = auto.from_config(config, dtype=torch.float32)
+    model.save_pretrained(path)
+    return path

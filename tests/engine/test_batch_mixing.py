@@ -1,0 +1,81 @@
+"""Several jobs in one forward pass: each gets exactly what it gets alone, nothing leaks between them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_scorer.engine.batch import build_forward_batch
+from kafka_scorer.protocol import Job
+from tests.engine.reference import reference_scores
+
+JOBS = [
+    Job(
+        id="a",
+        query="What is the capital of California?",
+        items=["Sacramento", "Los Angeles", ""],
+        label_token_ids=[5, 6],
+    ),
+    Job(
+        id="b",
+        query="What is the capital of California?",
+        items=["San Diego", "no"],
+        label_token_ids=[7, 8, 9],
+        apply_softmax=True,
+        return_pooled_hidden_states=True,
+    ),
+    Job(id="c", query="Is the review positive?", items=["great food"], label_token_ids=[10]),
+    Job(
+        id="d",
+        query=[3, 4, 5, 6],
+        items=[[7], [8, 9], [], [10, 11, 12]],
+        label_token_ids=[1, 2, 3, 4, 5, 6],
+        apply_softmax=True,
+    ),
+    Job(
+        id="e",
+        query="rivers and oceans",
+        items=["mountains", "rivers"],
+        label_token_ids=[11, 12],
+        item_first=True,
+    ),
+    Job(
+        id="f",
+        query="What is the capital of California?",
+        items=["Fresno", "Oakland"],
+        label_token_ids=[5, 6],
+        multi_item=False,
+    ),
+    Job(id="g", query="empty", items=[], label_token_ids=[1]),
+]
+
+
+def test_each_job_in_a_mixed_batch_equals_the_job_alone(scorer_for, tiny_models):
+    scorer = scorer_for()
+    together = scorer.score_jobs(JOBS)
+    assert [r.id for r in together] == [job.id for job in JOBS]
+    for job, result in zip(JOBS, together):
+        alone = scorer.score_jobs([job])[0]
+        assert result.error is None and alone.error is None
+        assert len(result.scores) == len(job.items)
+        for got_row, alone_row in zip(result.scores, alone.scores):
+            assert got_row == pytest.approx(alone_row, abs=1e-5)
+        assert result.prompt_tokens == alone.prompt_tokens
+        assert (result.pooled_hidden_states is not None) == job.return_pooled_hidden_states
+        want = reference_scores(
+            tiny_models.get(), job.query, job.items, job.label_token_ids, job.apply_softmax, job.item_first
+        )
+        for got_row, want_row in zip(result.scores, want):
+            assert got_row == pytest.approx(want_row, abs=1e-4)
+
+
+def test_mixed_batch_really_is_one_forward(scorer_for):
+    """The jobs above fit one batch, and jobs a and b share one packed sequence (same query ids)."""
+    scorer = scorer_for()
+    prepared = [scorer.prepare(job, job.id) for job in JOBS[:-1]]
+    batch = build_forward_batch(prepared, device=scorer.loaded.device)
+    a, b = prepared[0], prepared[1]
+    assert a.packed and b.packed and a.query == b.query
+    # a+b share one sequence, c is single-item (1 pair), d packed, e item_first (2 pairs), f 2 pairs.
+    assert len(batch.layout.seq_lens) == 1 + 1 + 1 + 2 + 2
+    assert batch.layout.item_lens[0] == tuple(len(i) for i in a.items + b.items)
+    assert batch.num_tokens == sum(batch.layout.seq_lens) < sum(job.num_tokens for job in prepared)
