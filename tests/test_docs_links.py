@@ -2,17 +2,23 @@
 
 Relative links must name files that exist and `#anchors` headings that exist (GitHub's slug rules);
 http(s) links are only checked for syntax, since CI has no network. Every docs page must be reachable
-from README.md or docs/index.md, so no page is written and then forgotten.
+from README.md or docs/index.md, so no page is written and then forgotten. The example messages in
+message-schema.md are decoded with the real codecs, so the page cannot show a message the worker
+would reject.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import unicodedata
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import msgspec
 import pytest
+
+from kafka_scorer.protocol import decode_job, decode_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -186,3 +192,45 @@ def test_every_docs_page_is_linked_from_readme_or_index(page: Path) -> None:
         (hub.parent / urlsplit(t).path).resolve() for hub in hubs for t in links(hub) if urlsplit(t).path
     }
     assert page in targets, f"{page.name} is linked from neither README.md nor docs/index.md"
+
+
+# --- the examples in message-schema.md are real messages -----------------------------------------
+
+_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _blocks(lang: str) -> list[str]:
+    text = (DOCS / "message-schema.md").read_text(encoding="utf-8")
+    return [body for kind, body in _BLOCK.findall(text) if kind == lang]
+
+
+def test_json_examples_are_valid_jobs_and_results() -> None:
+    """A reader copies these into a producer; a field the decoder rejects would be a broken promise."""
+    jobs = results = 0
+    for body in _blocks("json"):
+        if body.lstrip().startswith('"'):  # a fragment of a result, shown on its own
+            decoded = msgspec.json.decode("{" + body + "}")
+            assert decoded["pooled_hidden_states"]["shape"], body
+            continue
+        if '"scores"' in body:
+            result = decode_result(body.encode())
+            assert (result.scores is None) == (result.error is not None), body
+            results += 1
+        else:
+            decode_job(body.encode(), "application/json")
+            jobs += 1
+    assert jobs >= 2 and results >= 2
+
+
+def test_msgpack_example_bytes_match_the_snippet() -> None:
+    (snippet,) = [b for b in _blocks("python") if "msgspec.msgpack.encode" in b]
+    job = ast.literal_eval(re.search(r"^job = (\{.*\})$", snippet, re.MULTILINE).group(1))
+    job_hex, result_hex = [b for b in _blocks("text") if re.fullmatch(r"[0-9a-f \n]+", b)]
+    job_bytes, result_bytes = bytes.fromhex(job_hex), bytes.fromhex(result_hex)
+    assert msgspec.msgpack.encode(job) == job_bytes
+    assert decode_job(job_bytes, "application/msgpack")[0].label_token_ids == job["label_token_ids"]
+    text = (DOCS / "message-schema.md").read_text(encoding="utf-8")
+    assert f"These are the {len(job_bytes)} bytes" in text and f"these {len(result_bytes)} bytes" in text
+    shown = re.search(r"decode to `(\{.*?\})`", text).group(1)
+    assert msgspec.msgpack.decode(result_bytes) == msgspec.json.decode(shown)
+    assert decode_result(result_bytes).scores == msgspec.json.decode(shown)["scores"]
