@@ -109,7 +109,142 @@ def dense_attention(
     return torch.cat(outputs, dim=1)
 
 
-BACKENDS: dict[str, Backend] = {"dense": dense_attention}
+@dataclass
+class _CascadeIndex:
+    """Gather/scatter indices of the cascade backend, built once per batch on the CPU."""
+
+    prefix_groups: list[tuple[torch.Tensor, torch.Tensor]]
+    """(gather index [S, Lmax], [2, valid] rows of the padded output and their flat positions) per group
+    of similar-length prefixes."""
+    mis: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    """Per MIS sequence: prefix start, prefix length, item gather index [n, I], item key mask
+    [n, I, I], valid-row selector [n*I] and the valid rows' flat positions."""
+
+
+def _bucket_by_length(entries: list[tuple[int, int]], slack: float = 1.25) -> list[list[tuple[int, int]]]:
+    """Group (start, length) spans so padding each group to its longest costs at most `slack`."""
+    groups: list[list[tuple[int, int]]] = []
+    for start, length in sorted(entries, key=lambda e: -e[1]):
+        if groups:
+            group = groups[-1]
+            longest = group[0][1]
+            real = sum(g[1] for g in group) + length
+            if longest * (len(group) + 1) <= slack * real:
+                group.append((start, length))
+                continue
+        groups.append([(start, length)])
+    return groups
+
+
+def _cascade_index(layout: AttentionLayout) -> _CascadeIndex:
+    device = layout.device
+    prefixes = [(start, prefix) for start, prefix in zip(layout.seq_starts, layout.prefix_lens) if prefix > 0]
+    prefix_groups = []
+    for group in _bucket_by_length(prefixes):
+        longest = group[0][1]
+        offsets = torch.arange(longest)
+        gather = torch.stack([start + offsets.clamp(max=length - 1) for start, length in group])
+        valid = torch.cat([start + torch.arange(length) for start, length in group])
+        flat_valid = torch.cat(
+            [row * longest + torch.arange(length) for row, (_, length) in enumerate(group)]
+        )
+        prefix_groups.append((gather.to(device), torch.stack([flat_valid, valid]).to(device)))
+    mis = []
+    for start, prefix, items in zip(layout.seq_starts, layout.prefix_lens, layout.item_lens):
+        if not items or max(items) == 0:
+            continue
+        longest = max(items)
+        offsets = torch.arange(longest)
+        item_starts = start + prefix + torch.tensor([0, *items[:-1]]).cumsum(0)
+        lengths = torch.tensor(items)
+        # Padded slots point at the item's first token (or the sequence start for an empty item);
+        # they are masked as keys and dropped as queries.
+        gather = item_starts[:, None] + torch.minimum(offsets[None, :], (lengths[:, None] - 1).clamp(min=0))
+        gather = torch.where(lengths[:, None] > 0, gather, start)
+        key_valid = offsets[None, :] < lengths[:, None]
+        causal = offsets[None, :] <= offsets[:, None]
+        key_mask = causal[None, :, :] & key_valid[:, None, :]
+        valid_rows = key_valid.reshape(-1)
+        positions = gather.reshape(-1)[valid_rows]
+        mis.append(
+            (
+                start,
+                prefix,
+                gather.to(device),
+                key_mask.to(device),
+                valid_rows.to(device),
+                positions.to(device),
+            )
+        )
+    return _CascadeIndex(prefix_groups=prefix_groups, mis=mis)
+
+
+def _softmax_rows(scores: torch.Tensor, value_dtype: torch.dtype) -> torch.Tensor:
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(value_dtype)
+
+
+def cascade_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: AttentionLayout, scale: float
+) -> torch.Tensor:
+    """Shared-prefix attention whose work follows the mask.
+
+    1. Every prefix (a query, or a whole plain pair) attends causally to itself: similar lengths are
+       batched into one SDPA call; right padding is harmless under a causal mask.
+    2. The items of a MIS sequence attend to their prefix in one rectangular product [n·I, Q] and to
+       their own item in a block-diagonal [n, I, I] product; one softmax spans both, so no merge step
+       is needed and nothing of size (Q + n·I)² is ever formed.
+    """
+    if layout.sliding_window is not None and max(layout.seq_lens) > layout.sliding_window:
+        return dense_attention(q, k, v, layout, scale)
+    index = layout.cached("cascade_index", lambda: _cascade_index(layout))
+    assert isinstance(index, _CascadeIndex)
+    heads, _, dim = q.shape
+    kv_heads = k.shape[0]
+    groups = heads // kv_heads
+    out = torch.empty_like(q)
+
+    for gather, (flat_valid, positions) in index.prefix_groups:
+        qp = q[:, gather].transpose(0, 1)  # [S, H, L, d]
+        kp = k[:, gather].transpose(0, 1)
+        vp = v[:, gather].transpose(0, 1)
+        op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=groups > 1)
+        rows = op.transpose(0, 1).reshape(heads, -1, dim)  # [H, S*L, d]
+        out[:, positions] = rows[:, flat_valid]
+
+    qg = q.view(kv_heads, groups, -1, dim)
+    for start, prefix, gather, key_mask, valid_rows, positions in index.mis:
+        n, longest = gather.shape
+        q_items = qg[:, :, gather]  # [Hkv, g, n, I, d]
+        k_items = k[:, gather]  # [Hkv, n, I, d]
+        v_items = v[:, gather]
+        # Own-item block: per (kv head, item) a [g*I, I] product.
+        q_by_item = q_items.permute(0, 2, 1, 3, 4).reshape(kv_heads * n, groups * longest, dim)
+        s_own = torch.bmm(q_by_item, k_items.reshape(kv_heads * n, longest, dim).transpose(1, 2))
+        s_own = s_own.view(kv_heads, n, groups, longest, longest) * scale
+        s_own = s_own.masked_fill(~key_mask[None, :, None], float("-inf"))
+        if prefix > 0:
+            k_prefix = k[:, start : start + prefix]  # [Hkv, Q, d]
+            v_prefix = v[:, start : start + prefix]
+            q_flat = q_by_item.view(kv_heads, n * groups * longest, dim)
+            s_prefix = torch.bmm(q_flat, k_prefix.transpose(1, 2)).view(kv_heads, n, groups, longest, prefix)
+            probs = _softmax_rows(torch.cat([s_prefix * scale, s_own], dim=-1), v.dtype)
+            p_prefix, p_own = probs.split([prefix, longest], dim=-1)
+            o = torch.bmm(p_prefix.reshape(kv_heads, -1, prefix), v_prefix).view(
+                kv_heads, n, groups, longest, dim
+            )
+        else:
+            p_own = _softmax_rows(s_own, v.dtype)
+            o = torch.zeros(kv_heads, n, groups, longest, dim, dtype=q.dtype, device=q.device)
+        o = o + torch.bmm(
+            p_own.reshape(kv_heads * n, groups * longest, longest),
+            v_items.reshape(kv_heads * n, longest, dim),
+        ).view(kv_heads, n, groups, longest, dim)
+        rows = o.permute(0, 2, 1, 3, 4).reshape(heads, n * longest, dim)
+        out[:, positions] = rows[:, valid_rows]
+    return out
+
+
+BACKENDS: dict[str, Backend] = {"dense": dense_attention, "cascade": cascade_attention}
 
 
 def scorer_attention(

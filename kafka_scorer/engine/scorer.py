@@ -56,7 +56,7 @@ class Scorer:
             max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
         )
         self.max_batch_tokens = max_batch_tokens
-        self.attention_backend = "dense" if attention_backend == "auto" else attention_backend
+        self.attention_backend = "cascade" if attention_backend == "auto" else attention_backend
         self._preparer = JobPreparer(self.loaded, limits)
         self._runner = ModelRunner(self.loaded)
         self._executor: ThreadPoolExecutor | None = None

@@ -49,8 +49,9 @@ JOBS = [
 ]
 
 
-def test_each_job_in_a_mixed_batch_equals_the_job_alone(scorer_for, tiny_models):
-    scorer = scorer_for()
+@pytest.mark.parametrize("backend", ["dense", "cascade"])
+def test_each_job_in_a_mixed_batch_equals_the_job_alone(scorer_for, tiny_models, backend):
+    scorer = scorer_for(attention_backend=backend)
     together = scorer.score_jobs(JOBS)
     assert [r.id for r in together] == [job.id for job in JOBS]
     for job, result in zip(JOBS, together):

@@ -17,10 +17,11 @@ def max_diff(a, b) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
 
 
+@pytest.mark.parametrize("backend", ["dense", "cascade"])
 @pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama"])
 @pytest.mark.parametrize("apply_softmax", [False, True])
-def test_mis_equals_single_item_for_every_item(scorer_for, tiny_models, arch, apply_softmax):
-    scorer = scorer_for(arch)
+def test_mis_equals_single_item_for_every_item(scorer_for, tiny_models, arch, apply_softmax, backend):
+    scorer = scorer_for(arch, attention_backend=backend)
     packed = scorer.score(QUERY, ITEMS, label_token_ids=LABELS, apply_softmax=apply_softmax, multi_item=True)
     single = scorer.score(QUERY, ITEMS, label_token_ids=LABELS, apply_softmax=apply_softmax, multi_item=False)
     want = reference_scores(tiny_models.get(arch), QUERY, ITEMS, LABELS, apply_softmax)
@@ -31,15 +32,19 @@ def test_mis_equals_single_item_for_every_item(scorer_for, tiny_models, arch, ap
     assert packed.prompt_tokens < single.prompt_tokens
 
 
-def test_empty_query_with_token_ids(scorer_for, tiny_models):
+@pytest.mark.parametrize("backend", ["dense", "cascade"])
+def test_empty_query_with_token_ids(scorer_for, tiny_models, backend):
     items = [[5, 6, 7], [8], [9, 10]]
-    packed = scorer_for().score([], items, label_token_ids=LABELS, multi_item=True)
+    packed = scorer_for(attention_backend=backend).score([], items, label_token_ids=LABELS, multi_item=True)
     assert packed.error is None
     assert max_diff(packed.scores, reference_scores(tiny_models.get(), [], items, LABELS)) <= 1e-4
 
 
-def test_empty_query_text_keeps_its_special_token(scorer_for, tiny_models):
-    packed = scorer_for().score("", ["rivers", "", "oceans"], label_token_ids=LABELS, multi_item=True)
+@pytest.mark.parametrize("backend", ["dense", "cascade"])
+def test_empty_query_text_keeps_its_special_token(scorer_for, tiny_models, backend):
+    packed = scorer_for(attention_backend=backend).score(
+        "", ["rivers", "", "oceans"], label_token_ids=LABELS, multi_item=True
+    )
     assert packed.error is None
     want = reference_scores(tiny_models.get(), "", ["rivers", "", "oceans"], LABELS)
     assert max_diff(packed.scores, want) <= 1e-4
