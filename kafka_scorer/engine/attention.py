@@ -10,6 +10,7 @@ RoPE already applied; it reads the layout from the forward's kwargs, never from 
 
 Backends, chosen per batch:
 - `dense`: SDPA per sequence with an explicit boolean mask — the portable reference.
+- `flex`: FlexAttention with a block mask built once per batch (compiled on CUDA).
 - `cascade`: cost follows the mask. Prefix causal attention once per sequence; every item attends to
   the prefix in one rectangular product and to itself in a small causal block; the two partial
   results merge by log-sum-exp. Work is about n·I·(Q+I) instead of (Q+n·I)².
@@ -244,7 +245,55 @@ def cascade_attention(
     return out
 
 
-BACKENDS: dict[str, Backend] = {"dense": dense_attention, "cascade": cascade_attention}
+def _flex_block_mask(layout: AttentionLayout) -> object:
+    """One BlockMask per batch: blocks wholly outside the SPEC §5 mask are skipped by the kernel."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(layout.seq_lens)])
+    seg = torch.cat([segment_ids(p, items) for p, items in zip(layout.prefix_lens, layout.item_lens)])
+    doc, seg = doc.to(layout.device), seg.to(layout.device)
+
+    def allowed(batch, head, q_idx, kv_idx):
+        same_item = (seg[kv_idx] == 0) | (seg[kv_idx] == seg[q_idx])
+        return (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx) & same_item
+
+    total = layout.total_tokens
+    return create_block_mask(allowed, None, None, total, total, device=layout.device)
+
+
+_compiled_flex: Callable | None = None
+
+
+def _flex_kernel() -> Callable:
+    """Compiled once per process on CUDA (the fused kernel); eager elsewhere, for correctness checks."""
+    global _compiled_flex
+    if _compiled_flex is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _compiled_flex = (
+            torch.compile(flex_attention, dynamic=True) if torch.cuda.is_available() else flex_attention
+        )
+    return _compiled_flex
+
+
+def flex_attention_backend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: AttentionLayout, scale: float
+) -> torch.Tensor:
+    """FlexAttention with a block-sparse mask: the CUDA path whose cost follows the mask."""
+    if layout.sliding_window is not None and max(layout.seq_lens) > layout.sliding_window:
+        return dense_attention(q, k, v, layout, scale)
+    block_mask = layout.cached("flex_block_mask", lambda: _flex_block_mask(layout))
+    out = _flex_kernel()(
+        q[None], k[None], v[None], block_mask=block_mask, scale=scale, enable_gqa=q.shape[0] != k.shape[0]
+    )
+    return out[0]
+
+
+BACKENDS: dict[str, Backend] = {
+    "dense": dense_attention,
+    "cascade": cascade_attention,
+    "flex": flex_attention_backend,
+}
 
 
 def scorer_attention(

@@ -56,7 +56,9 @@ class Scorer:
             max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
         )
         self.max_batch_tokens = max_batch_tokens
-        self.attention_backend = "cascade" if attention_backend == "auto" else attention_backend
+        self.attention_backend = (
+            choose_attention_backend(self.loaded.device) if attention_backend == "auto" else attention_backend
+        )
         self._preparer = JobPreparer(self.loaded, limits)
         self._runner = ModelRunner(self.loaded)
         self._executor: ThreadPoolExecutor | None = None
@@ -185,5 +187,18 @@ class Scorer:
             self._executor = None
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def choose_attention_backend(device: torch.device) -> str:
+    """FlexAttention's fused kernel needs CUDA and a working compiler; prove both once, else cascade."""
+    if device.type != "cuda":
+        return "cascade"
+    from kafka_scorer.engine.attention import AttentionLayout, flex_attention_backend
+
+    try:
+        q = torch.randn(2, 160, 64, device=device, dtype=torch.bfloat16)
+        layout = AttentionLayout([0], [160], [32], [(64, 64)], device=device, backend="flex")
+        flex_attention_backend(q, q[:1], q[:1], layout, 0.125)
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # compiler missing, old GPU, ...: the portable path still serves
+        log.warning("FlexAttention unavailable on %s (%s); using the cascade attention backend", device, exc)
+        return "cascade"
+    return "flex"

@@ -35,6 +35,7 @@ def naive_attention(q, k, v, seqs, scale):
     return out
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("seqs", LAYOUTS)
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2), (6, 1)])

@@ -49,7 +49,8 @@ JOBS = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["dense", "cascade"])
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("backend", ["dense", "cascade", "flex"])
 def test_each_job_in_a_mixed_batch_equals_the_job_alone(scorer_for, tiny_models, backend):
     scorer = scorer_for(attention_backend=backend)
     together = scorer.score_jobs(JOBS)
