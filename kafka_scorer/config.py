@@ -92,11 +92,20 @@ class Settings(EngineSettings):
     delivery: DeliveryMode = Field(
         "at_least_once", description="at_least_once, or exactly_once with transactions."
     )
+    transactional_id: str | None = Field(
+        None,
+        description="exactly_once: the producer's transactional id, unique per worker and stable across its "
+        "restarts; default: `<group_id>.<client_id>.<hostname>`.",
+    )
     compression: Compression = Field("none", description="Result compression codec.")
     fetch_max_wait_ms: int = Field(100, gt=0, description="Longest a fetch waits for data.")
     session_timeout_ms: int = Field(10000, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_ms: int = Field(3000, gt=0, description="Consumer group heartbeat interval.")
     max_poll_interval_ms: int = Field(300000, gt=0, description="Longest gap between polls before eviction.")
+    max_poll_records: int = Field(500, gt=0, description="Most records taken from one poll (bounds a fetch).")
+    rebalance_grace_s: float = Field(
+        10.0, ge=0, description="Time to answer and commit the work of revoked partitions before they go."
+    )
     shutdown_grace_s: float = Field(30.0, ge=0, description="Time to answer in-flight work after SIGTERM.")
     metrics_port: int = Field(
         9400, ge=0, le=65535, description="Prometheus /metrics, /healthz, /readyz; 0: off."

@@ -102,6 +102,7 @@ class _IdOnly(msgspec.Struct):
     id: str | None = None
 
 
+_MSGPACK_MAP_MARKERS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}  # fixmap, map16, map32
 _JSON_JOB_DECODER = msgspec.json.Decoder(Job)
 _MSGPACK_JOB_DECODER = msgspec.msgpack.Decoder(Job)
 _JSON_ID_DECODER = msgspec.json.Decoder(_IdOnly)
@@ -126,11 +127,17 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
     if value is None:
         raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, "record has no value (tombstone)")
     fmt = sniff_format(value, content_type)
+    if content_type is None and fmt == "msgpack" and value[:1] and value[0] not in _MSGPACK_MAP_MARKERS:
+        # Sniffed, not declared: almost any byte string "decodes" as some MessagePack scalar, so plain
+        # text without a content-type is undecodable, not a schema violation.
+        raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, "neither a JSON object nor a MessagePack map")
     decoder = _JSON_JOB_DECODER if fmt == "json" else _MSGPACK_JOB_DECODER
     try:
         return decoder.decode(value), fmt
     except msgspec.ValidationError as exc:
-        raise MessageDecodeError(ErrorCode.INVALID_REQUEST, f"invalid job: {exc}", _salvage_id(value, fmt)) from None
+        raise MessageDecodeError(
+            ErrorCode.INVALID_REQUEST, f"invalid job: {exc}", _salvage_id(value, fmt)
+        ) from None
     except msgspec.DecodeError as exc:
         raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {exc}") from None
 

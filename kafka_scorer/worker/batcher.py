@@ -1,0 +1,174 @@
+"""The asyncio side of micro-batching: when a batch closes, and where the forward pass runs.
+
+The engine's `TokenBudgetScheduler` decides *what* goes together; this class decides *when*: a batch
+closes as soon as the queue holds `max_batch_tokens`, or when its oldest job has waited
+`max_batch_wait_ms`, or at once while draining. The forward pass runs on one executor thread that owns
+the device, so the event loop keeps fetching, heartbeating and producing while the model computes.
+
+Up to two batches are out at a time: one computing and the next one already closed and queued behind
+it on the device thread, so the device goes from one batch to the next without waiting for the event
+loop. A third batch waits here, where it can keep growing until a slot frees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from kafka_scorer.engine.scheduler import TokenBudgetScheduler
+from kafka_scorer.protocol import ErrorCode, Result, error_result
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")  # the caller's per-job context (the worker's Ticket)
+
+_SLOTS = 2  # one batch computing + one ready behind it
+
+
+class PreparedLike(Protocol):
+    job_id: str
+    num_tokens: int
+
+
+class BatchRunner(Protocol):
+    """What the batcher needs from the engine's `Scorer`."""
+
+    model_name: str
+
+    def run_batch(self, jobs: Sequence) -> list[Result]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDone(Generic[T]):
+    """One finished forward pass: contexts and results in the same order, plus timings."""
+
+    contexts: list[T]
+    results: list[Result]
+    queue_s: list[float]  # per job: enqueue -> batch start
+    compute_s: float
+    tokens: int
+
+
+class Batcher(Generic[T]):
+    def __init__(
+        self,
+        scorer: BatchRunner,
+        on_done: Callable[[BatchDone[T]], None],
+        *,
+        max_batch_tokens: int,
+        max_batch_wait_ms: int,
+    ) -> None:
+        self._scorer = scorer
+        self._on_done = on_done
+        self._scheduler = TokenBudgetScheduler(max_batch_tokens)
+        self._max_wait_s = max_batch_wait_ms / 1000
+        self._waiting: dict[int, tuple[T, float]] = {}  # id(prepared) -> (context, enqueued_at), FIFO
+        self._added = asyncio.Event()
+        self._slots = asyncio.Semaphore(_SLOTS)
+        self._running: set[asyncio.Future[None]] = set()
+        self._draining = False
+        self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-device")
+
+    @property
+    def queued_jobs(self) -> int:
+        return len(self._scheduler)
+
+    @property
+    def queued_tokens(self) -> int:
+        return self._scheduler.queued_tokens
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._scheduler) or bool(self._running)
+
+    def add(self, prepared: PreparedLike, context: T) -> None:
+        self._waiting[id(prepared)] = (context, time.monotonic())
+        self._scheduler.add(prepared)  # type: ignore[arg-type]
+        self._added.set()
+
+    def drain(self, on: bool = True) -> None:
+        """While draining, batches close at once instead of waiting to fill (shutdown, rebalance)."""
+        self._draining = on
+        self._added.set()
+
+    async def run(self) -> None:
+        """Form and launch batches until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slots.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            contexts = []
+            enqueued = []
+            for prepared in batch:
+                context, at = self._waiting.pop(id(prepared))
+                contexts.append(context)
+                enqueued.append(at)
+            future = loop.run_in_executor(self._device, self._compute, batch)
+            self._running.add(future)
+            future.add_done_callback(lambda f, c=contexts, e=enqueued: self._finished(f, c, e))
+
+    async def _next_batch(self) -> list:
+        while True:
+            if not self._scheduler:
+                self._added.clear()
+                await self._added.wait()
+                continue
+            if self._draining or self._scheduler.full:
+                return self._scheduler.next_batch()
+            _, oldest_at = next(iter(self._waiting.values()))
+            remaining = self._max_wait_s - (time.monotonic() - oldest_at)
+            if remaining <= 0:
+                return self._scheduler.next_batch()
+            self._added.clear()
+            try:
+                await asyncio.wait_for(self._added.wait(), remaining)
+            except TimeoutError:
+                return self._scheduler.next_batch()
+
+    def _compute(self, batch: list) -> tuple[list[Result], float, float, int]:
+        """On the device thread. The engine answers a failed batch with `internal` results; this also
+        covers the engine itself raising, so every job is always answered."""
+        started = time.monotonic()
+        try:
+            results = self._scorer.run_batch(batch)
+            if len(results) != len(batch):
+                raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} jobs")
+        except Exception as exc:
+            log.exception("run_batch raised for %d jobs", len(batch))
+            message = f"forward pass failed: {type(exc).__name__}: {exc}"
+            name = getattr(self._scorer, "model_name", "")
+            results = [error_result(p.job_id, ErrorCode.INTERNAL, message, model=name) for p in batch]
+        return results, started, time.monotonic() - started, sum(p.num_tokens for p in batch)
+
+    def _finished(self, future: asyncio.Future, contexts: list[T], enqueued: list[float]) -> None:
+        self._running.discard(future)
+        self._slots.release()
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None:  # _compute catches Exception; this is a BaseException from the thread
+            log.error("device thread failed: %r", exc)
+            return
+        results, started, compute_s, tokens = future.result()
+        queue_s = [max(0.0, started - at) for at in enqueued]
+        self._on_done(BatchDone(contexts, results, queue_s, compute_s, tokens))
+
+    async def idle(self) -> None:
+        """Wait until nothing is queued or computing."""
+        while self.busy:
+            if self._running:
+                await asyncio.wait(list(self._running))
+            else:
+                await asyncio.sleep(0.005)
+
+    def close(self) -> None:
+        self._device.shutdown(wait=False, cancel_futures=True)

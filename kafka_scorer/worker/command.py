@@ -1,0 +1,116 @@
+"""`kafka-scorer worker`: settings from flags over environment over `.env`, then serve until a signal.
+
+Every field of `Settings` is a flag (`max_batch_tokens` -> `--max-batch-tokens`), generated from the
+model so the CLI cannot drift from it; a flag that is not given leaves the environment's value alone.
+This module stays light at import (no torch, no aiokafka): `kafka-scorer --help` imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import typing
+
+from pydantic import ValidationError
+
+from kafka_scorer.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env-file", default=".env", help="Settings file read under the environment (default: .env)."
+    )
+    for name, field in Settings.model_fields.items():
+        help_text = (field.description or "").replace("%", "%%")
+        args = typing.get_args(field.annotation)
+        if field.annotation is bool or (bool in args and type(None) in args):
+            parser.add_argument(
+                _flag(name),
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                _flag(name), dest=name, default=argparse.SUPPRESS, metavar="VALUE", help=help_text
+            )
+
+
+def load_settings(args: argparse.Namespace) -> Settings:
+    overrides = {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
+    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per problem, each starting with the setting's name (the flag and env var follow)."""
+    lines = []
+    for error in exc.errors():
+        name = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if name:
+            lines.append(f"  {name} ({_flag(name)}, KAFKA_SCORER_{name.upper()}): {message}")
+        else:
+            lines.append(f"  {message}")
+    return "invalid settings:\n" + "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args)
+    except ValidationError as exc:
+        print(describe_errors(exc), file=sys.stderr)
+        return 2
+    if not settings.model:
+        print(
+            "invalid settings:\n  model (--model, KAFKA_SCORER_MODEL): required to run a worker",
+            file=sys.stderr,
+        )
+        return 2
+    from kafka_scorer.worker.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    return asyncio.run(serve(settings))
+
+
+async def serve(settings: Settings) -> int:
+    """Load the model, then run the worker until SIGTERM/SIGINT; a second signal exits at once."""
+    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.worker.service import Worker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting now without draining", signal.Signals(signum).name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.info(
+            "%s: stopping (grace %.1fs; send again to exit at once)",
+            signal.Signals(signum).name,
+            settings.shutdown_grace_s,
+        )
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    log.info("loading model %s", settings.model)
+    try:
+        scorer = await asyncio.to_thread(Scorer.from_settings, settings)
+    except Exception:
+        log.exception("cannot load model %s", settings.model)
+        return 1
+    if stop.is_set():
+        return 0
+    return await Worker(settings, scorer).run(stop)

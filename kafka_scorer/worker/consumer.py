@@ -1,0 +1,131 @@
+"""aiokafka in: the consumer, its rebalance listener, pause/resume and explicit commits.
+
+Auto-commit is off: offsets move only through `commit`, which the delivery layer calls with the
+per-partition watermarks (SPEC §7). The rebalance listener hands revoked and assigned partitions to
+the service, which settles in-flight work before aiokafka lets the partitions go.
+
+Pausing is how backpressure reaches the broker: paused partitions are not fetched, but the loop keeps
+calling `getmany`, so the member keeps its place in the group (aiokafka #848: a long gap between polls
+gets a member evicted).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError, RecordTooLargeError
+
+from kafka_scorer.config import Settings
+from kafka_scorer.worker.connection import client_options
+from kafka_scorer.worker.retry import UNREACHABLE, Backoff
+
+log = logging.getLogger(__name__)
+
+PartitionsCallback = Callable[[set[TopicPartition]], Awaitable[None]]
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Forwards to the service; aiokafka awaits these before leaving / after joining the group."""
+
+    def __init__(self, revoked: PartitionsCallback, assigned: PartitionsCallback) -> None:
+        self._revoked = revoked
+        self._assigned = assigned
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self._assigned(set(assigned))
+
+
+class JobConsumer:
+    def __init__(
+        self, settings: Settings, on_revoked: PartitionsCallback, on_assigned: PartitionsCallback
+    ) -> None:
+        self._settings = settings
+        options: dict[str, Any] = client_options(settings)
+        fetch_bytes = max(1 << 20, settings.max_message_bytes + (1 << 20))  # one largest record fits a fetch
+        self._consumer = AIOKafkaConsumer(
+            **options,
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=settings.auto_offset_reset,
+            fetch_max_wait_ms=settings.fetch_max_wait_ms,
+            max_partition_fetch_bytes=fetch_bytes,
+            fetch_max_bytes=max(fetch_bytes, 50 << 20),
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            max_poll_interval_ms=settings.max_poll_interval_ms,
+            isolation_level="read_committed" if settings.delivery == "exactly_once" else "read_uncommitted",
+        )
+        self._listener = _Listener(on_revoked, on_assigned)
+
+    async def start(self) -> None:
+        """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
+        s = self._settings
+        if s.request_topic_pattern:
+            self._consumer.subscribe(pattern=s.request_topic_pattern, listener=self._listener)
+        else:
+            self._consumer.subscribe(topics=s.request_topics, listener=self._listener)
+        backoff = Backoff()
+        while True:
+            try:
+                await self._consumer.start()
+                return
+            except UNREACHABLE as exc:
+                log.warning("consumer: broker %s unreachable (%r); retrying", s.bootstrap_servers, exc)
+                await backoff.sleep()
+
+    async def stop(self) -> None:
+        """Leave the group (the revoke callback runs first) and close."""
+        try:
+            await self._consumer.stop()
+        except KafkaError as exc:
+            log.warning("consumer stop: %r", exc)
+
+    async def fetch(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """One poll. Broker trouble is logged and reads as an empty poll; the loop keeps going."""
+        try:
+            return await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
+            log.error("consumer: record skipped, larger than the fetch size: %s", exc)
+        except KafkaError as exc:
+            log.warning("consumer: poll failed (%r); retrying", exc)
+        return {}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._consumer.assignment())
+
+    def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        tps = self.assignment() if partitions is None else set(partitions) & self.assignment()
+        if tps:
+            self._consumer.pause(*tps)
+
+    def resume(self) -> None:
+        tps = self.assignment()
+        if tps:
+            self._consumer.resume(*tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._consumer.paused())
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit offsets of partitions still assigned (a revoked one is the new owner's to commit)."""
+        assigned = self.assignment()
+        mine = {tp: off for tp, off in offsets.items() if tp in assigned}
+        if mine:
+            await self._consumer.commit(mine)
+
+    async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
+        """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction)."""
+        for tp in partitions:
+            committed = await self._consumer.committed(tp)
+            if committed is not None:
+                self._consumer.seek(tp, committed)
+            elif self._settings.auto_offset_reset == "earliest":
+                await self._consumer.seek_to_beginning(tp)
+            else:
+                await self._consumer.seek_to_end(tp)

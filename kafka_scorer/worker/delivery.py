@@ -1,0 +1,279 @@
+"""Answer, then commit: the delivery rules of SPEC §7 in one place.
+
+Every consumed record becomes a `Ticket`, and every ticket ends in exactly one `on_settled` call: either
+answered (its result, and dead-letter copy if any, acknowledged by the broker) or dropped (its partition
+was revoked or rewound before that happened, so the partition's next reader redoes it). Offsets only move
+through answered tickets, so a commit never passes an unanswered record.
+
+- `AtLeastOnceDelivery`: each answer is sent on its own and acknowledged; a committer task commits the
+  per-partition watermarks through the consumer, coalescing acknowledgements that arrive while a commit
+  is in flight. A crash between acknowledgement and commit repeats those jobs (duplicates, never losses).
+- `ExactlyOnceDelivery`: one Kafka transaction per `deliver` call (one engine batch, or the rejections
+  of one fetch) carrying the results and the offsets they move. A failed transaction is aborted and the
+  consumer rewinds to the last committed offsets, so the work is redone inside a later transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.worker.offsets import OffsetTracker, Watermark
+from kafka_scorer.worker.producer import FatalProducerError, ResultProducer
+from kafka_scorer.worker.retry import Backoff
+from kafka_scorer.worker.wire import Origin, OutRecord, result_record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One consumed record on its way through the worker."""
+
+    tp: TopicPartition
+    origin: Origin
+    job_id: str
+    watermark: Watermark
+    received_at: float
+    items: int = 0
+    tokens: int = 0
+    enqueued_at: float = 0.0
+
+    @property
+    def offset(self) -> int:
+        return self.origin.offset
+
+
+@dataclass(slots=True)
+class Answer:
+    ticket: Ticket
+    result: Result
+    dead_letter: OutRecord | None = None
+
+
+@dataclass
+class DeliveryStats:
+    """Counts the service exports as metrics."""
+
+    undeliverable: int = 0
+    rewinds: int = 0
+    commit_failures: int = 0
+    dead_letters: int = 0
+
+
+Settled = Callable[[Ticket, Result | None], None]  # result None: dropped, not answered
+
+
+class Delivery:
+    """Shared parts: turning results into records that can actually be produced."""
+
+    def __init__(
+        self,
+        producer: ResultProducer,
+        tracker: OffsetTracker[TopicPartition],
+        on_settled: Settled,
+        *,
+        default_reply_topic: str,
+        model_name: str,
+    ) -> None:
+        self.producer = producer
+        self.tracker = tracker
+        self.on_settled = on_settled
+        self.default_reply_topic = default_reply_topic
+        self.model_name = model_name
+        self.stats = DeliveryStats()
+
+    def _records(self, answer: Answer) -> tuple[Result, list[OutRecord]]:
+        """The answer's records; a result too large to produce becomes a `too_long` error result."""
+        result = answer.result
+        record = result_record(result, answer.ticket.origin)
+        if not self.producer.fits(record):
+            size = len(record.value or b"")
+            result = error_result(
+                result.id,
+                ErrorCode.TOO_LONG,
+                f"result is {size} bytes, over the producer limit of {self.producer.max_request_size} bytes "
+                f"(max_message_bytes + 1 MiB); ask for fewer items or no pooled hidden states",
+                model=self.model_name,
+            )
+            record = result_record(result, answer.ticket.origin)
+        records = [record]
+        dead = answer.dead_letter
+        if dead is not None:
+            if self.producer.fits(dead):
+                records.insert(0, dead)
+                self.stats.dead_letters += 1
+            else:
+                log.error(
+                    "dead-letter copy of %s:%d is too large to produce; skipped",
+                    dead.topic,
+                    answer.ticket.offset,
+                )
+        return result, records
+
+    def _drop_closed(self, answers: Sequence[Answer]) -> list[Answer]:
+        live = []
+        for answer in answers:
+            if answer.ticket.watermark.closed:
+                self.on_settled(answer.ticket, None)
+            else:
+                live.append(answer)
+        return live
+
+    async def deliver(self, answers: Sequence[Answer]) -> None:
+        raise NotImplementedError
+
+    async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
+        """Commit what is committable now (at-least-once); transactions commit as they go."""
+
+    async def run(self) -> None:
+        """Background work (the committer); returns only when cancelled."""
+        await asyncio.Event().wait()
+
+
+class AtLeastOnceDelivery(Delivery):
+    def __init__(
+        self,
+        producer: ResultProducer,
+        tracker: OffsetTracker[TopicPartition],
+        on_settled: Settled,
+        commit_offsets: Callable[[dict[TopicPartition, int]], Awaitable[None]],
+        *,
+        default_reply_topic: str,
+        model_name: str,
+    ) -> None:
+        super().__init__(
+            producer, tracker, on_settled, default_reply_topic=default_reply_topic, model_name=model_name
+        )
+        self._commit_offsets = commit_offsets
+        self._commit_lock = asyncio.Lock()
+        self._poke = asyncio.Event()
+
+    async def deliver(self, answers: Sequence[Answer]) -> None:
+        await asyncio.gather(*(self._answer(a) for a in self._drop_closed(answers)))
+
+    async def _answer(self, answer: Answer) -> None:
+        result, records = self._records(answer)
+        for record in records:
+            try:
+                await self.producer.send(record)
+            except FatalProducerError:
+                raise
+            except KafkaError as exc:
+                await self._undeliverable(answer, record, exc)
+        if answer.ticket.watermark.answered(answer.ticket.offset):
+            self.on_settled(answer.ticket, result)
+            self._poke.set()
+        else:
+            self.on_settled(answer.ticket, None)
+
+    async def _undeliverable(self, answer: Answer, record: OutRecord, exc: KafkaError) -> None:
+        """A non-retriable failure: answer on the default reply topic if we can, else log and move on.
+
+        Moving on (rather than retrying forever) keeps one unanswerable record from blocking every
+        later commit of its partition; the failure is logged and counted.
+        """
+        self.stats.undeliverable += 1
+        if record.topic != self.default_reply_topic and record is not answer.dead_letter:
+            fallback = error_result(
+                answer.result.id,
+                ErrorCode.INVALID_REQUEST,
+                f"cannot produce to reply topic {record.topic!r}: {exc!r}",
+                model=self.model_name,
+            )
+            origin = answer.ticket.origin
+            moved = result_record(fallback, replace(origin, reply_topic=self.default_reply_topic))
+            try:
+                await self.producer.send(moved)
+                log.warning("reply topic %r refused (%r); answered on %s", record.topic, exc, moved.topic)
+                return
+            except KafkaError as exc2:
+                exc = exc2
+        log.error("cannot produce to %s for job %s (%r); record skipped", record.topic, answer.result.id, exc)
+
+    async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
+        async with self._commit_lock:
+            offsets = self.tracker.to_commit(partitions)
+            if not offsets:
+                return
+            await self._commit_offsets(offsets)
+            self.tracker.committed(offsets)
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        while True:
+            await self._poke.wait()
+            self._poke.clear()
+            try:
+                await self.commit()
+                backoff.reset()
+            except KafkaError as exc:
+                self.stats.commit_failures += 1
+                log.warning("commit failed (%r); retrying in %.1fs", exc, backoff.next_s)
+                await backoff.sleep()
+                self._poke.set()
+
+
+class ExactlyOnceDelivery(Delivery):
+    def __init__(
+        self,
+        producer: ResultProducer,
+        tracker: OffsetTracker[TopicPartition],
+        on_settled: Settled,
+        rewind: Callable[[], Awaitable[None]],
+        *,
+        group_id: str,
+        default_reply_topic: str,
+        model_name: str,
+    ) -> None:
+        super().__init__(
+            producer, tracker, on_settled, default_reply_topic=default_reply_topic, model_name=model_name
+        )
+        self._rewind = rewind
+        self._group_id = group_id
+        self._txn_lock = asyncio.Lock()
+        self._backoff = Backoff()
+
+    async def deliver(self, answers: Sequence[Answer]) -> None:
+        async with self._txn_lock:
+            live = self._drop_closed(answers)
+            if not live:
+                return
+            built = [self._records(a) for a in live]
+            records = [r for _, recs in built for r in recs]
+
+            def offsets() -> dict[TopicPartition, int]:
+                for answer in live:
+                    answer.ticket.watermark.answered(answer.ticket.offset)
+                return self.tracker.to_commit()
+
+            try:
+                committed = await self.producer.send_transaction(records, offsets, self._group_id)
+            except FatalProducerError:
+                raise
+            except Exception as exc:
+                self.stats.rewinds += 1
+                log.error(
+                    "transaction of %d results failed (%r); aborted, rewinding to committed offsets",
+                    len(live),
+                    exc,
+                )
+                await self._rewind()
+                for answer in live:
+                    self.on_settled(answer.ticket, None)
+                await self._backoff.sleep()
+                return
+            self._backoff.reset()
+            self.tracker.committed(committed)
+            for answer, (result, _) in zip(live, built, strict=True):
+                self.on_settled(answer.ticket, result)
+
+    async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
+        async with self._txn_lock:  # wait for a transaction in flight: its offsets are the commit
+            return

@@ -1,0 +1,120 @@
+"""Prometheus metrics plus `/healthz` and `/readyz`, served on one port from the event loop.
+
+prometheus_client's own server serves metrics only and runs on a thread; probes need a second answer
+per path and should reflect the event loop itself (a loop that stops answering is not healthy), so a
+tiny asyncio HTTP server serves all three. Each `WorkerMetrics` has its own registry, which keeps
+several in-process workers (tests) from colliding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+log = logging.getLogger(__name__)
+
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"kafka_scorer_{name}", doc, labels, registry=r)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(f"kafka_scorer_{name}", doc, buckets=buckets, registry=r)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"kafka_scorer_{name}", doc, registry=r)
+
+        self.jobs = counter("jobs", "Jobs answered (error results included)")
+        self.items = counter("items", "Items scored")
+        self.tokens = counter("tokens", "Tokens run through the model")
+        self.errors = counter("errors", "Error results by code", ("code",))
+        self.dead_letters = counter("dead_letters", "Records copied to a dead-letter topic")
+        self.dropped = counter("dropped", "Jobs left for the partition's next owner (revoke, rewind)")
+        self.batches = counter("batches", "Forward passes")
+        self.pauses = counter("backpressure_pauses", "Times fetching was paused by backpressure")
+        self.commit_failures = counter("commit_failures", "Failed offset commits")
+        self.batch_jobs = histogram("batch_jobs", "Jobs per batch", _SIZE_BUCKETS)
+        self.batch_tokens = histogram("batch_tokens", "Tokens per batch", _SIZE_BUCKETS)
+        self.queue_seconds = histogram("queue_seconds", "Job wait before its batch starts", _LATENCY)
+        self.compute_seconds = histogram("compute_seconds", "Forward pass time per batch", _LATENCY)
+        self.e2e_seconds = histogram("end_to_end_seconds", "Record fetched to result acknowledged", _LATENCY)
+        self.inflight_tokens = gauge("inflight_tokens", "Tokens of jobs fetched and not yet answered")
+        self.inflight_jobs = gauge("inflight_jobs", "Records fetched and not yet answered")
+        self.paused_partitions = gauge("paused_partitions", "Partitions paused by backpressure")
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ProbeServer:
+    """GET /metrics, /healthz, /readyz on one port; anything else is 404."""
+
+    def __init__(self, metrics: WorkerMetrics, ready: Callable[[], bool], host: str, port: int) -> None:
+        self._metrics = metrics
+        self._ready = ready
+        self._host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return self._port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        log.info("metrics and probes on http://%s:%d/metrics", self._host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 5)
+            while (line := await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                del line  # headers are not needed
+            parts = request.decode("latin-1").split()
+            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
+            status, body, ctype = self._route(path)
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            )
+            writer.write(head.encode("latin-1") + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
+
+    def _route(self, path: str) -> tuple[str, bytes, str]:
+        if path == "/metrics":
+            return "200 OK", self._metrics.render(), CONTENT_TYPE_LATEST
+        if path == "/healthz":
+            return "200 OK", b"ok\n", "text/plain"
+        if path == "/readyz":
+            if self._ready():
+                return "200 OK", b"ready\n", "text/plain"
+            return "503 Service Unavailable", b"not ready\n", "text/plain"
+        return "404 Not Found", b"not found\n", "text/plain"

@@ -1,0 +1,124 @@
+"""Per-partition commit watermarks over results that finish out of order (SPEC §7).
+
+A record's offset may be committed only when it and every record before it in its partition has been
+answered. Jobs of one partition finish out of order (a short job overtakes a long one in the next
+batch), so each partition keeps its received offsets in arrival order and the watermark is the first
+one not yet answered. Offsets need not be contiguous (compaction, transaction markers): the watermark
+jumps over offsets that were never received.
+
+A `Watermark` belongs to one assignment of its partition. When the partition is revoked its watermark
+is closed: completions that arrive later (a batch that was already on the device) no longer move any
+commit, so a late result can never commit past work that the partition's next owner has to redo.
+Pure Python, no Kafka client: unit-tested in tests/worker/test_offsets.py.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Generic, TypeVar
+
+P = TypeVar("P")  # a partition key: aiokafka's TopicPartition in the worker, anything hashable in tests
+
+
+class Watermark:
+    """Received-but-unanswered offsets of one partition, for one assignment of it."""
+
+    __slots__ = ("_done", "_next", "_pending", "closed", "committed")
+
+    def __init__(self, committed: int | None = None) -> None:
+        self._pending: deque[int] = deque()  # received offsets, ascending, head = oldest unanswered
+        self._done: set[int] = set()  # answered offsets still behind an unanswered one
+        self._next: int | None = None  # one past the highest offset received
+        self.committed = committed  # last offset handed to Kafka as committed (next record to read)
+        self.closed = False
+
+    def received(self, offset: int) -> None:
+        if self.closed:
+            raise RuntimeError("received() on a closed watermark")
+        if self._next is not None and offset < self._next:
+            raise ValueError(f"offset {offset} arrived after {self._next - 1}: offsets must increase")
+        self._pending.append(offset)
+        self._next = offset + 1
+
+    def answered(self, offset: int) -> bool:
+        """Record one answered offset; False (and no effect) once the watermark is closed."""
+        if self.closed:
+            return False
+        if self._pending and self._pending[0] == offset:
+            self._pending.popleft()
+            while self._pending and self._pending[0] in self._done:
+                self._done.remove(self._pending.popleft())
+        else:
+            self._done.add(offset)
+        return True
+
+    @property
+    def unanswered(self) -> int:
+        return len(self._pending) - len(self._done)
+
+    def commit_offset(self) -> int | None:
+        """The offset to commit (Kafka's convention: the next record to read), None before any record."""
+        if self._pending:
+            return self._pending[0]
+        return self._next
+
+    def close(self) -> None:
+        self.closed = True
+        self._pending.clear()
+        self._done.clear()
+
+
+class OffsetTracker(Generic[P]):
+    """The watermarks of the currently assigned partitions, and what to commit next."""
+
+    def __init__(self) -> None:
+        self._marks: dict[P, Watermark] = {}
+
+    def assign(self, partitions: Iterable[P]) -> None:
+        for tp in partitions:
+            if tp not in self._marks:
+                self._marks[tp] = Watermark()
+
+    def revoke(self, partitions: Iterable[P]) -> None:
+        for tp in partitions:
+            mark = self._marks.pop(tp, None)
+            if mark is not None:
+                mark.close()
+
+    def revoke_all(self) -> None:
+        self.revoke(list(self._marks))
+
+    def watermark(self, tp: P) -> Watermark:
+        """The current assignment's watermark; created on first use (records can beat the assign callback)."""
+        mark = self._marks.get(tp)
+        if mark is None:
+            mark = self._marks[tp] = Watermark()
+        return mark
+
+    def partitions(self) -> list[P]:
+        return list(self._marks)
+
+    def unanswered(self, partitions: Iterable[P] | None = None) -> int:
+        tps = self._marks if partitions is None else partitions
+        return sum(self._marks[tp].unanswered for tp in tps if tp in self._marks)
+
+    def to_commit(self, partitions: Iterable[P] | None = None) -> dict[P, int]:
+        """Offsets that moved since they were last committed (empty when there is nothing new)."""
+        tps = self._marks if partitions is None else partitions
+        out: dict[P, int] = {}
+        for tp in tps:
+            mark = self._marks.get(tp)
+            if mark is None:
+                continue
+            offset = mark.commit_offset()
+            if offset is not None and offset != mark.committed:
+                out[tp] = offset
+        return out
+
+    def committed(self, offsets: dict[P, int]) -> None:
+        """Kafka acknowledged these commits; a partition revoked in the meantime is simply skipped."""
+        for tp, offset in offsets.items():
+            mark = self._marks.get(tp)
+            if mark is not None and (mark.committed is None or offset > mark.committed):
+                mark.committed = offset

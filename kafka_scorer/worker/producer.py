@@ -1,0 +1,191 @@
+"""Results and dead letters out: acks=all, idempotence where the broker allows, transactions on request.
+
+What this module decides:
+- Start-up asks for the strongest producer the mode wants (transactional for exactly-once, else
+  idempotent) and, when the broker refuses the InitProducerId handshake (the embedded tansu broker does,
+  see ../shared/BROKERS.md), falls back to a plain acks=all producer with one clear WARNING line. A
+  broker that is merely unreachable is not a refusal: start-up keeps retrying with backoff instead.
+- A send that fails with a retriable error (broker down, leader moving) is retried with backoff until it
+  is acknowledged, because an offset is committed only after its answer is acknowledged (SPEC §7).
+- Records that cannot fit a produce request are caught before they are sent (`fits`), so the caller
+  can answer with an error result instead of looping on a request that can never succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from kafka_scorer.config import Settings
+from kafka_scorer.worker.connection import client_options
+from kafka_scorer.worker.retry import UNREACHABLE, Backoff, is_retriable
+from kafka_scorer.worker.wire import OutRecord
+
+log = logging.getLogger(__name__)
+
+_SLACK_BYTES = 1 << 20  # room for headers and batch framing on top of the largest record we accept
+
+
+class FatalProducerError(RuntimeError):
+    """The producer cannot go on (fenced by a newer instance with the same transactional id)."""
+
+
+class ResultProducer:
+    """One aiokafka producer for results and dead letters; `mode` says what the broker granted."""
+
+    def __init__(self, settings: Settings, transactional_id: str | None = None) -> None:
+        self._settings = settings
+        self._transactional_id = transactional_id
+        self.max_request_size = settings.max_message_bytes + _SLACK_BYTES
+        self._producer: AIOKafkaProducer | None = None
+        self.mode = "stopped"  # "transactional" | "idempotent" | "plain"
+
+    @property
+    def transactional(self) -> bool:
+        return self.mode == "transactional"
+
+    def _make(self, *, idempotent: bool, transactional: bool) -> AIOKafkaProducer:
+        options: dict[str, Any] = client_options(self._settings)
+        return AIOKafkaProducer(
+            **options,
+            acks="all",
+            enable_idempotence=idempotent or transactional,
+            transactional_id=self._transactional_id if transactional else None,
+            compression_type=None if self._settings.compression == "none" else self._settings.compression,
+            max_request_size=self.max_request_size,
+            linger_ms=2,
+        )
+
+    async def start(self) -> None:
+        """Start the strongest producer the broker grants; retry while the broker is unreachable."""
+        wants_txn = self._transactional_id is not None
+        attempts = (
+            [(True, True), (True, False), (False, False)] if wants_txn else [(True, False), (False, False)]
+        )
+        backoff = Backoff()
+        index = 0
+        while True:
+            idempotent, transactional = attempts[index]
+            producer = self._make(idempotent=idempotent, transactional=transactional)
+            try:
+                await producer.start()
+            except UNREACHABLE as exc:
+                await _quiet_stop(producer)
+                log.warning(
+                    "producer: broker %s unreachable (%r); retrying", self._settings.bootstrap_servers, exc
+                )
+                await backoff.sleep()
+                continue
+            except KafkaError as exc:
+                await _quiet_stop(producer)
+                refused = "transactions" if transactional else "idempotent producing"
+                fallback = "an idempotent producer" if attempts[index + 1][0] else "a plain acks=all producer"
+                if transactional:
+                    log.error(
+                        "producer: broker refused %s (%r); delivery degrades to at-least-once with %s — "
+                        "results may be duplicated after a crash",
+                        refused,
+                        exc,
+                        fallback,
+                    )
+                else:
+                    log.warning(
+                        "producer: broker refused %s (%r); falling back to %s", refused, exc, fallback
+                    )
+                index += 1
+                continue
+            self._producer = producer
+            self.mode = "transactional" if transactional else "idempotent" if idempotent else "plain"
+            log.info("producer started (%s, acks=all, compression=%s)", self.mode, self._settings.compression)
+            return
+
+    async def stop(self) -> None:
+        producer, self._producer = self._producer, None
+        self.mode = "stopped"
+        if producer is not None:
+            await _quiet_stop(producer)
+
+    def fits(self, record: OutRecord) -> bool:
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(record.key, record.value, record.headers)
+        return size <= self.max_request_size
+
+    @property
+    def _client(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("producer is not started")
+        return self._producer
+
+    async def send(self, record: OutRecord) -> None:
+        """Send one record and wait for its acknowledgement, retrying while the failure is retriable.
+
+        Non-retriable failures (an invalid topic name, an authorization error) are raised: retrying
+        them would block the partition's commits forever.
+        """
+        backoff = Backoff()
+        while True:
+            try:
+                future = await self._client.send(
+                    record.topic, value=record.value, key=record.key, headers=record.headers
+                )
+                await future
+                return
+            except ProducerFenced as exc:
+                raise FatalProducerError(str(exc)) from exc
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise
+                log.warning(
+                    "producer: send to %s failed (%r); retrying in %.1fs", record.topic, exc, backoff.next_s
+                )
+                await backoff.sleep()
+
+    async def send_transaction(
+        self,
+        records: Sequence[OutRecord],
+        offsets: Callable[[], dict[TopicPartition, int]],
+        group_id: str,
+    ) -> dict[TopicPartition, int]:
+        """Produce `records` and commit the consumer offsets `offsets()` gives, atomically.
+
+        `offsets` is called after every record is acknowledged and before the commit, so it can move
+        the watermarks of exactly the records this transaction answers. Any failure aborts the
+        transaction and is raised: the caller must rewind to the last committed offsets.
+        """
+        producer = self._client
+        try:
+            await producer.begin_transaction()
+        except ProducerFenced as exc:
+            raise FatalProducerError(str(exc)) from exc
+        try:
+            futures = [
+                await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers) for r in records
+            ]
+            await asyncio.gather(*futures)
+            committed = offsets()
+            if committed:
+                await producer.send_offsets_to_transaction(committed, group_id)
+            await producer.commit_transaction()
+            return committed
+        except ProducerFenced as exc:
+            raise FatalProducerError(str(exc)) from exc
+        except BaseException:
+            try:
+                await producer.abort_transaction()
+            except Exception as abort_exc:
+                log.warning("producer: abort_transaction failed (%r); restarting the producer", abort_exc)
+                await self.stop()
+                await self.start()  # InitProducerId with the same id aborts the open transaction
+            raise
+
+
+async def _quiet_stop(producer: AIOKafkaProducer) -> None:
+    try:
+        await producer.stop()
+    except Exception as exc:  # stopping a half-started client can fail in many ways; none matter here
+        log.debug("producer stop: %r", exc)

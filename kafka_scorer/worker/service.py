@@ -1,0 +1,395 @@
+"""The worker: records in, jobs batched onto the engine, results out, offsets committed; and its lifecycle.
+
+A record's path, top to bottom:
+1. `_accept`: each polled record gets a `Ticket` (its offset joins the partition's watermark) and is
+   decoded at the edge (wire.py). Undecodable or oversized records are answered at once.
+2. Decoded jobs are tokenized and validated by `Scorer.prepare` on a CPU thread; invalid ones are
+   answered at once, the rest go to the `Batcher`.
+3. The batcher runs a forward pass on the device thread; `_on_batch_done` hands the results to delivery.
+4. Delivery produces the answers and moves the watermarks; every ticket ends in `_on_settled`, which
+   releases its in-flight tokens and lifts backpressure.
+
+Lifecycle: `run(stop)` serves until `stop` is set, then stops fetching, answers and commits what is in
+flight within `shutdown_grace_s`, and closes. Broker outages are retried inside the consumer, producer
+and committer; only a fenced producer or a bug in the worker itself ends `run` early (exit code 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from kafka_scorer.config import Settings
+from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
+from kafka_scorer.worker.batcher import BatchDone, Batcher
+from kafka_scorer.worker.consumer import JobConsumer
+from kafka_scorer.worker.delivery import Answer, AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery, Ticket
+from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
+from kafka_scorer.worker.offsets import OffsetTracker
+from kafka_scorer.worker.producer import ResultProducer
+from kafka_scorer.worker.wire import Inbound, WireRules, read_record
+
+log = logging.getLogger(__name__)
+
+_POLL_MS = 100  # longest the loop sits in one poll, so a stop request is seen quickly
+_RECORDS_PER_POLL_IN_FLIGHT = (
+    4  # in-flight records cap, in polls' worth (bounds answers not counted in tokens)
+)
+
+
+class ScorerLike(Protocol):
+    """The engine seam (kafka_scorer.engine.scorer.Scorer)."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    def prepare(self, job: Job, job_id: str) -> Any: ...
+
+    def run_batch(self, jobs: Sequence[Any]) -> list[Result]: ...
+
+
+def default_transactional_id(settings: Settings) -> str:
+    return settings.transactional_id or f"{settings.group_id}.{settings.client_id}.{socket.gethostname()}"
+
+
+class Worker:
+    def __init__(self, settings: Settings, scorer: ScorerLike, metrics: WorkerMetrics | None = None) -> None:
+        self.settings = settings
+        self.scorer = scorer
+        self.metrics = metrics or WorkerMetrics()
+        self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+        self.consumer = JobConsumer(settings, self._on_revoked, self._on_assigned)
+        txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
+        self.producer = ResultProducer(settings, transactional_id=txn_id)
+        self.batcher: Batcher[Ticket] = Batcher(
+            scorer,
+            self._on_batch_done,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_wait_ms=settings.max_batch_wait_ms,
+        )
+        self.rules = WireRules(
+            reply_topic=settings.reply_topic,
+            dead_letter_topic_for=settings.dead_letter_topic_for,
+            max_message_bytes=settings.max_message_bytes,
+            model_name=scorer.model_name,
+            group_id=settings.group_id,
+        )
+        self.delivery: Delivery | None = None
+        self._prepare_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-prepare")
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self._settled = asyncio.Event()
+        self._max_inflight_jobs = _RECORDS_PER_POLL_IN_FLIGHT * settings.max_poll_records
+        self.inflight_tokens = 0
+        self.inflight_jobs = 0
+        self.peak_inflight_tokens = 0  # high-water marks: what backpressure actually allowed
+        self.peak_inflight_jobs = 0
+        self.resumes = 0
+        self._paused = False
+        self._draining = False
+        self._closing = False
+        self._started = False
+        self._fatal: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._started and not self._draining and self._fatal is None
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
+        self._stop = stop
+        probe = None
+        if self.settings.metrics_port:
+            probe = ProbeServer(
+                self.metrics, lambda: self.ready, self.settings.metrics_host, self.settings.metrics_port
+            )
+            await probe.start()
+        background: list[asyncio.Task[None]] = []
+        try:
+            await self.producer.start()
+            self.delivery = self._make_delivery()
+            await self.consumer.start()
+            background = [
+                asyncio.create_task(self.batcher.run(), name="batcher"),
+                asyncio.create_task(self.delivery.run(), name="committer"),
+            ]
+            self._started = True
+            log.info(
+                "worker ready: model=%s topics=%s group=%s delivery=%s producer=%s",
+                self.scorer.model_name,
+                self.settings.request_topic_pattern or ",".join(self.settings.request_topics),
+                self.settings.group_id,
+                "exactly_once" if isinstance(self.delivery, ExactlyOnceDelivery) else "at_least_once",
+                self.producer.mode,
+            )
+            while not stop.is_set() and self._fatal is None:
+                self._check(background)
+                records = await self.consumer.fetch(_POLL_MS, self.settings.max_poll_records)
+                if records:
+                    await self._accept(records)
+            if self._fatal is None:
+                await self._drain()
+        except Exception as exc:
+            log.exception("worker failed")
+            self._fatal = self._fatal or exc
+        finally:
+            self._closing = True
+            self._draining = True
+            for task in [*background, *self._deliveries]:
+                task.cancel()
+            await asyncio.gather(*background, *self._deliveries, return_exceptions=True)
+            await self.consumer.stop()
+            await self.producer.stop()
+            self.batcher.close()
+            self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+            if probe is not None:
+                await probe.stop()
+        if self._fatal is not None:
+            log.error("worker stopped after a fatal error: %r", self._fatal)
+            return 1
+        log.info("worker stopped cleanly")
+        return 0
+
+    def _make_delivery(self) -> Delivery:
+        common = {"default_reply_topic": self.settings.reply_topic, "model_name": self.scorer.model_name}
+        if self.producer.transactional:
+            return ExactlyOnceDelivery(
+                self.producer,
+                self.tracker,
+                self._on_settled,
+                self._rewind,
+                group_id=self.settings.group_id,
+                **common,
+            )
+        return AtLeastOnceDelivery(
+            self.producer, self.tracker, self._on_settled, self.consumer.commit, **common
+        )
+
+    def _check(self, background: list[asyncio.Task[None]]) -> None:
+        for task in background:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise RuntimeError(f"{task.get_name()} task failed") from task.exception()
+
+    async def _drain(self) -> None:
+        """Stop fetching; answer and commit everything in flight, within the grace period."""
+        self._draining = True
+        self.consumer.pause()
+        self.batcher.drain()
+        grace = self.settings.shutdown_grace_s
+        deadline = time.monotonic() + grace
+        log.info("stopping: %d jobs in flight, %.1fs grace", self.inflight_jobs, grace)
+        while self.inflight_jobs and time.monotonic() < deadline and self._fatal is None:
+            # Keep polling (all partitions paused) so the group membership stays alive meanwhile.
+            records = await self.consumer.fetch(20, self.settings.max_poll_records)
+            if records:
+                await self._accept(records)
+        assert self.delivery is not None
+        try:
+            await asyncio.wait_for(self.delivery.commit(), max(0.1, deadline - time.monotonic()))
+        except (KafkaError, TimeoutError) as exc:
+            log.error("final commit failed (%r): the uncommitted jobs will be scored again", exc)
+        if self.inflight_jobs:
+            log.warning(
+                "grace period over: %d jobs unanswered and uncommitted; their next reader redoes them",
+                self.inflight_jobs,
+            )
+
+    # ---- records in ------------------------------------------------------------------------------
+
+    async def _accept(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        now = time.monotonic()
+        answers: list[Answer] = []
+        jobs: list[tuple[Ticket, Inbound]] = []
+        for tp, records in polled.items():
+            mark = self.tracker.watermark(tp)
+            for record in records:
+                try:
+                    mark.received(record.offset)
+                except ValueError:  # the position moved back (a seek): older in-flight work is moot
+                    log.warning("%s went back to offset %d; restarting its watermark", tp, record.offset)
+                    self.tracker.revoke([tp])
+                    mark = self.tracker.watermark(tp)
+                    mark.received(record.offset)
+                decoded = read_record(record, self.rules)
+                job_id = decoded.job_id if isinstance(decoded, Inbound) else decoded.result.id
+                ticket = Ticket(tp=tp, origin=decoded.origin, job_id=job_id, watermark=mark, received_at=now)
+                self.inflight_jobs += 1
+                self.peak_inflight_jobs = max(self.peak_inflight_jobs, self.inflight_jobs)
+                if isinstance(decoded, Inbound):
+                    ticket.items = len(decoded.job.items)
+                    jobs.append((ticket, decoded))
+                else:
+                    answers.append(Answer(ticket, decoded.result, decoded.dead_letter))
+        if jobs:
+            loop = asyncio.get_running_loop()
+            prepared = await loop.run_in_executor(self._prepare_pool, self._prepare_all, jobs)
+            for (ticket, _), item in zip(jobs, prepared, strict=True):
+                if isinstance(item, Result):
+                    answers.append(Answer(ticket, item))
+                else:
+                    ticket.tokens = item.num_tokens
+                    ticket.enqueued_at = time.monotonic()
+                    self.inflight_tokens += ticket.tokens
+                    self.batcher.add(item, ticket)
+            self.peak_inflight_tokens = max(self.peak_inflight_tokens, self.inflight_tokens)
+        if answers:
+            self._spawn(answers)
+        self._backpressure()
+
+    def _prepare_all(self, jobs: list[tuple[Ticket, Inbound]]) -> list[Any]:
+        """On the prepare thread: tokenization and validation, one call per job; never raises."""
+        out: list[Any] = []
+        for _, inbound in jobs:
+            try:
+                out.append(self.scorer.prepare(inbound.job, inbound.job_id))
+            except Exception as exc:
+                log.exception("prepare failed for job %s", inbound.job_id)
+                message = f"prepare failed: {type(exc).__name__}: {exc}"
+                out.append(
+                    error_result(inbound.job_id, ErrorCode.INTERNAL, message, model=self.scorer.model_name)
+                )
+        return out
+
+    # ---- results out -----------------------------------------------------------------------------
+
+    def _on_batch_done(self, done: BatchDone[Ticket]) -> None:
+        m = self.metrics
+        compute_ms = done.compute_s * 1000
+        queue_ms = max(done.queue_s) * 1000 if done.queue_s else 0.0
+        items = sum(t.items for t in done.contexts)
+        m.batches.inc()
+        m.batch_jobs.observe(len(done.contexts))
+        m.batch_tokens.observe(done.tokens)
+        m.tokens.inc(done.tokens)
+        m.compute_seconds.observe(done.compute_s)
+        for q in done.queue_s:
+            m.queue_seconds.observe(q)
+        log.info(
+            "batch jobs=%d items=%d tokens=%d queue_ms=%.1f compute_ms=%.1f",
+            len(done.contexts),
+            items,
+            done.tokens,
+            queue_ms,
+            compute_ms,
+            extra={
+                "jobs": len(done.contexts),
+                "items": items,
+                "tokens": done.tokens,
+                "compute_ms": compute_ms,
+            },
+        )
+        self._spawn([Answer(t, r) for t, r in zip(done.contexts, done.results, strict=True)])
+
+    def _spawn(self, answers: list[Answer]) -> None:
+        assert self.delivery is not None
+        task = asyncio.create_task(self._deliver(self.delivery.deliver(answers)))
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # fenced producer, or a bug: stop rather than hang with unsettled work
+            log.exception("delivery failed")
+            self._fatal = self._fatal or exc
+
+    def _on_settled(self, ticket: Ticket, result: Result | None) -> None:
+        self.inflight_jobs -= 1
+        self.inflight_tokens -= ticket.tokens
+        m = self.metrics
+        if result is None:
+            m.dropped.inc()
+        else:
+            m.jobs.inc()
+            m.e2e_seconds.observe(time.monotonic() - ticket.received_at)
+            if result.error is not None:
+                m.errors.labels(code=result.error.code.value).inc()
+            elif result.scores is not None:
+                m.items.inc(len(result.scores))
+        self._settled.set()
+        self._backpressure()
+
+    # ---- backpressure and rebalances -------------------------------------------------------------
+
+    def _backpressure(self) -> None:
+        """Pause above the in-flight budget, resume below half of it (hysteresis avoids flapping)."""
+        limit = self.settings.max_inflight_tokens
+        over = self.inflight_tokens > limit or self.inflight_jobs > self._max_inflight_jobs
+        under = self.inflight_tokens <= limit // 2 and self.inflight_jobs <= self._max_inflight_jobs // 2
+        if not self._paused and over:
+            self._paused = True
+            self.consumer.pause()
+            self.metrics.pauses.inc()
+            log.debug(
+                "backpressure: paused (%d tokens, %d jobs in flight)",
+                self.inflight_tokens,
+                self.inflight_jobs,
+            )
+        elif self._paused and under:
+            self._paused = False
+            self.resumes += 1
+            if not self._draining:
+                self.consumer.resume()
+            log.debug("backpressure: resumed (%d tokens in flight)", self.inflight_tokens)
+        self.metrics.inflight_tokens.set(self.inflight_tokens)
+        self.metrics.inflight_jobs.set(self.inflight_jobs)
+        self.metrics.paused_partitions.set(len(self.consumer.paused()) if self._started else 0)
+
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.tracker.assign(assigned)
+        if self._paused or self._draining:
+            self.consumer.pause(assigned)
+        log.info("partitions assigned: %s", _names(assigned))
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Settle before the partitions go: answer and commit their in-flight work, or drop it.
+
+        Work still unanswered after `rebalance_grace_s` is dropped uncommitted (its late results are
+        discarded), so the next owner scores it and nobody answers a job twice after the handover.
+        """
+        if not revoked:
+            return
+        if not self._closing:
+            self.batcher.drain()
+            deadline = time.monotonic() + self.settings.rebalance_grace_s
+            while self.tracker.unanswered(revoked) and time.monotonic() < deadline and self._fatal is None:
+                self._settled.clear()
+                try:
+                    await asyncio.wait_for(self._settled.wait(), max(0.001, deadline - time.monotonic()))
+                except TimeoutError:
+                    break
+            if self.delivery is not None:
+                try:
+                    await self.delivery.commit(sorted(revoked))
+                except KafkaError as exc:
+                    log.warning(
+                        "commit of revoked partitions failed (%r); their next owner may repeat work", exc
+                    )
+            if not self._draining:
+                self.batcher.drain(False)
+        left = self.tracker.unanswered(revoked)
+        self.tracker.revoke(revoked)
+        log.info("partitions revoked: %s (%d in-flight jobs left to the next owner)", _names(revoked), left)
+
+    async def _rewind(self) -> None:
+        """Exactly-once recovery: forget in-flight work and read again from the committed offsets."""
+        partitions = self.consumer.assignment()
+        self.tracker.revoke_all()
+        self.tracker.assign(partitions)
+        await self.consumer.rewind(partitions)
+
+
+def _names(partitions: set[TopicPartition]) -> str:
+    return ",".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "-"
