@@ -1,0 +1,177 @@
+"""Label scores of CausalLM rows without the `[rows, vocab]` logits tensor.
+
+A CausalLM job only ever reads a handful of logits per scoring row: those of its label tokens. The
+transformers way (full logits, `log_softmax`, gather) writes and re-reads `rows × vocab` floats to get
+`rows × labels` numbers. Here:
+
+- `label_logits` gathers just the label rows of the LM head: `h · W[labels]ᵀ (+ b[labels])`. That is all
+  `apply_softmax: true` needs (a softmax over the label logits).
+- `label_logprobs` adds the full-vocabulary normaliser that `apply_softmax: false` needs,
+  `label_logit - logsumexp_v(h · W_v + b_v)`, computed by streaming the vocabulary: a Triton kernel on
+  CUDA (`label_scores_triton`), chunks of `vocab_chunk` columns in torch elsewhere. Memory stays
+  `O(rows × chunk)` instead of `O(rows × vocab)`.
+
+Rows carry their own label ids (`label_ids: [rows, Lmax]`), so jobs with different label sets share one
+call; a caller pads short rows with any valid id and ignores those columns. Ids are not range-checked
+here (that would need a device sync); the protocol layer rejects out-of-vocabulary ids first.
+
+Every function accumulates in float32 whatever the input dtype and returns float32, and none of them
+reads a device value on the host, so the engine's one sync stays the read of the final scores.
+`reference_label_logprobs` is the plain transformers-style formula, kept beside the fast paths for
+benchmarks and cross-checks.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Literal
+
+import torch
+
+Backend = Literal["auto", "triton", "torch", "reference"]
+
+DEFAULT_VOCAB_CHUNK = 8192
+# Elements of float32 label-weight rows gathered at once by label_logits (64 MiB); bounds the transient
+# `[rows, labels, hidden]` copy for big batches of big models.
+_GATHER_BUDGET = 1 << 24
+
+
+def label_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    label_ids: torch.Tensor,
+    *,
+    backend: Backend = "auto",
+) -> torch.Tensor:
+    """`[rows, Lmax]` float32 logits of each row's own labels: `h_r · W[ids_r]ᵀ + b[ids_r]`.
+
+    `backend` as for `label_logprobs`; "triton" reads the label rows in place, "torch" gathers them in
+    bounded row chunks (at most `_GATHER_BUDGET` float32 elements at a time).
+    """
+    _check_shapes(hidden, weight, bias, label_ids)
+    backend = _resolve(backend, hidden)
+    if backend == "triton":
+        from kafka_scorer.engine.kernels.label_scores_triton import label_dots
+
+        return label_dots(hidden, weight, bias, label_ids)
+    if backend == "reference":
+        logits = hidden.float() @ weight.float().T + (bias.float() if bias is not None else 0.0)
+        return logits.gather(1, label_ids)
+    return _label_logits_torch(hidden, weight, bias, label_ids)
+
+
+def _label_logits_torch(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, label_ids: torch.Tensor
+) -> torch.Tensor:
+    rows, hidden_size = hidden.shape
+    n_labels = label_ids.shape[1]
+    out = torch.empty((rows, n_labels), dtype=torch.float32, device=hidden.device)
+    step = max(1, _GATHER_BUDGET // max(1, n_labels * hidden_size))
+    for start in range(0, rows, step):
+        ids = label_ids[start : start + step]
+        w = weight[ids].float()  # [r, L, H]: one copy of just the label rows
+        h = hidden[start : start + step].float().unsqueeze(-1)  # [r, H, 1]
+        out[start : start + step] = torch.bmm(w, h).squeeze(-1)
+    if bias is not None:
+        out += bias[label_ids].float()
+    return out
+
+
+def label_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    label_ids: torch.Tensor,
+    *,
+    backend: Backend = "auto",
+    vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
+) -> torch.Tensor:
+    """`[rows, Lmax]` float32 log-probabilities of each row's labels over the whole vocabulary.
+
+    `backend`: "auto" (Triton on CUDA when triton is installed, chunked torch otherwise), "triton"
+    (also on CPU tensors when TRITON_INTERPRET=1 was set before triton was imported), "torch" (chunked),
+    "reference" (full logits; for comparisons only).
+    """
+    _check_shapes(hidden, weight, bias, label_ids)
+    backend = _resolve(backend, hidden)
+    if backend == "reference":
+        return reference_label_logprobs(hidden, weight, bias, label_ids)
+    if backend == "triton":
+        from kafka_scorer.engine.kernels.label_scores_triton import label_logsumexp
+
+        lse = label_logsumexp(hidden, weight, bias)
+    else:
+        lse = logsumexp_chunked(hidden, weight, bias, vocab_chunk=vocab_chunk)
+    return label_logits(hidden, weight, bias, label_ids, backend=backend) - lse.unsqueeze(-1)
+
+
+def logsumexp_chunked(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
+) -> torch.Tensor:
+    """`logsumexp(h @ Wᵀ + b, -1)` as float32 `[rows]`, `vocab_chunk` columns of logits at a time.
+
+    The portable twin of the Triton kernel: the same matmul, but no `[rows, vocab]` tensor, and each
+    chunk's log-sum-exp folded into a running one with `logaddexp`.
+    """
+    if vocab_chunk <= 0:
+        raise ValueError(f"vocab_chunk: must be positive, got {vocab_chunk}")
+    h = hidden.float()
+    running = torch.full((hidden.shape[0],), float("-inf"), dtype=torch.float32, device=hidden.device)
+    for start in range(0, weight.shape[0], vocab_chunk):
+        w = weight[start : start + vocab_chunk].float()
+        if bias is None:
+            logits = h @ w.T
+        else:
+            logits = torch.addmm(bias[start : start + vocab_chunk].float(), h, w.T)
+        # In place on the fresh chunk: a third cheaper than torch.logsumexp's extra passes on CPU. The
+        # clamp keeps an all -inf row at -inf instead of nan.
+        peak = logits.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).min)
+        chunk_lse = logits.sub_(peak).exp_().sum(dim=-1).log_().add_(peak.squeeze(-1))
+        running = torch.logaddexp(running, chunk_lse)
+    return running
+
+
+def reference_label_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, label_ids: torch.Tensor
+) -> torch.Tensor:
+    """The baseline the fast paths replace: full float32 logits, `log_softmax`, gather."""
+    logits = hidden.float() @ weight.float().T
+    if bias is not None:
+        logits = logits + bias.float()
+    return torch.log_softmax(logits, dim=-1).gather(1, label_ids)
+
+
+def _resolve(backend: str, hidden: torch.Tensor) -> str:
+    if backend == "auto":
+        return "triton" if hidden.is_cuda and triton_available() else "torch"
+    if backend not in ("triton", "torch", "reference"):
+        raise ValueError(f"backend: expected auto, triton, torch or reference, got {backend!r}")
+    return backend
+
+
+@functools.cache
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _check_shapes(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, label_ids: torch.Tensor
+) -> None:
+    """Shape mistakes are programming errors in the engine; name them before torch does, obscurely."""
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden [rows, H] and weight [vocab, H] expected, got {tuple(hidden.shape)}, "
+            f"{tuple(weight.shape)}"
+        )
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"bias [vocab={weight.shape[0]}] expected, got {tuple(bias.shape)}")
+    if label_ids.dim() != 2 or label_ids.shape[0] != hidden.shape[0]:
+        raise ValueError(f"label_ids [rows={hidden.shape[0]}, L] expected, got {tuple(label_ids.shape)}")
+    if label_ids.dtype != torch.int64:
+        raise ValueError(f"label_ids: int64 ids expected, got {label_ids.dtype}")

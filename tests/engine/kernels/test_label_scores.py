@@ -1,0 +1,235 @@
+"""Label scores against an independent reference: one row at a time, float64, plain log_softmax.
+
+The reference never calls the code under test; it upcasts the very same (possibly bf16/fp16) inputs to
+float64, so the only differences left are the kernels' float32 accumulation and summation order.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from kafka_scorer.engine.kernels.label_scores import (
+    label_logits,
+    label_logprobs,
+    logsumexp_chunked,
+    reference_label_logprobs,
+)
+
+HERE = Path(__file__).parent
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-5},
+    torch.float16: {"rtol": 1e-4, "atol": 1e-4},
+    torch.bfloat16: {"rtol": 2e-4, "atol": 2e-4},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    rows: int
+    vocab: int
+    hidden: int
+    dtype: torch.dtype = torch.float32
+    bias: bool = True
+    scale: float = 1.0  # > 1 gives logits in the hundreds: exp() overflows without the running max
+    weight_dtype: torch.dtype | None = None  # mixed hidden/weight dtypes get promoted
+    masked: int = 0  # bias -inf on the first `masked` ids (whole tiles and chunks); labels avoid them
+    max_labels: int = 4  # label slots per row; rows use 1..max_labels of them, the rest is padding
+    num_splits: int | None = None  # set: call the kernel's logsumexp directly with this layout
+    blocks: tuple[int, int, int] | None = None  # (BLOCK_R, BLOCK_V, BLOCK_K)
+
+
+def make_inputs(case: Case, seed: int = 0) -> dict:
+    """Random head and rows with heterogeneous label sets: 1 to max_labels per row, padded with id 0.
+
+    With `masked`, id 0 is a -inf token, so padded slots also check that -inf passes through as -inf."""
+    gen = torch.Generator().manual_seed(seed)
+    hidden = (torch.randn(case.rows, case.hidden, generator=gen) * case.scale).to(case.dtype)
+    weight = (torch.randn(case.vocab, case.hidden, generator=gen) / case.hidden**0.5 * 4).to(
+        case.weight_dtype or case.dtype
+    )
+    bias = torch.randn(case.vocab, generator=gen).to(case.dtype) if case.bias else None
+    if case.masked:
+        bias[: case.masked] = float("-inf")
+    counts = torch.randint(1, case.max_labels + 1, (case.rows,), generator=gen)
+    label_ids = torch.zeros(case.rows, case.max_labels, dtype=torch.int64)
+    for r, n in enumerate(counts.tolist()):
+        label_ids[r, :n] = case.masked + torch.randperm(case.vocab - case.masked, generator=gen)[:n]
+    return {"hidden": hidden, "weight": weight, "bias": bias, "label_ids": label_ids}
+
+
+def row_reference(hidden, weight, bias, label_ids) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(label logits, label log-probs, log-sum-exp), float64, computed row by row."""
+    logits_out, logprobs_out, lse_out = [], [], []
+    w = weight.double()
+    for r in range(hidden.shape[0]):
+        logits = w @ hidden[r].double()
+        if bias is not None:
+            logits = logits + bias.double()
+        logits_out.append(logits[label_ids[r]])
+        logprobs_out.append(torch.log_softmax(logits, dim=0)[label_ids[r]])
+        lse_out.append(torch.logsumexp(logits, dim=0))
+    return torch.stack(logits_out), torch.stack(logprobs_out), torch.stack(lse_out)
+
+
+def assert_matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    assert actual.dtype == torch.float32
+    torch.testing.assert_close(actual.double(), expected, **TOLERANCE[dtype])
+
+
+# ---------------------------------------------------------------- torch paths (in process)
+
+TORCH_CASES = {
+    "f32-bias": Case(rows=29, vocab=1000, hidden=72),
+    "f32-nobias": Case(rows=29, vocab=1000, hidden=72, bias=False),
+    "bf16-bias": Case(rows=17, vocab=515, hidden=40, dtype=torch.bfloat16),
+    "f16-nobias": Case(rows=17, vocab=515, hidden=40, dtype=torch.float16, bias=False),
+    "f32-large-logits": Case(rows=9, vocab=700, hidden=24, scale=60.0),
+    "f32-masked-vocab": Case(rows=9, vocab=700, hidden=24, masked=300),
+    "mixed-f32-hidden-bf16-head": Case(rows=9, vocab=300, hidden=24, weight_dtype=torch.bfloat16),
+}
+
+
+@pytest.mark.parametrize("name", list(TORCH_CASES))
+def test_label_logits_match_reference(name: str) -> None:
+    case = TORCH_CASES[name]
+    inputs = make_inputs(case)
+    expected, _, _ = row_reference(**inputs)
+    assert_matches(label_logits(**inputs), expected, case.dtype)
+
+
+@pytest.mark.parametrize("name", list(TORCH_CASES))
+@pytest.mark.parametrize("vocab_chunk", [64, 333, 100_000])  # many chunks, a ragged last chunk, one chunk
+def test_chunked_logprobs_match_reference(name: str, vocab_chunk: int) -> None:
+    case = TORCH_CASES[name]
+    inputs = make_inputs(case)
+    _, expected, _ = row_reference(**inputs)
+    out = label_logprobs(**inputs, backend="torch", vocab_chunk=vocab_chunk)
+    assert out.shape == inputs["label_ids"].shape
+    assert_matches(out, expected, case.dtype)
+
+
+def test_auto_backend_on_cpu_matches_reference() -> None:
+    inputs = make_inputs(TORCH_CASES["f32-bias"])
+    _, expected, _ = row_reference(**inputs)
+    assert_matches(label_logprobs(**inputs), expected, torch.float32)
+
+
+def test_full_logits_baseline_matches_row_reference() -> None:
+    """The baseline the benchmark races against must itself be right, or the race means nothing."""
+    inputs = make_inputs(TORCH_CASES["f32-bias"])
+    _, expected, _ = row_reference(**inputs)
+    assert_matches(reference_label_logprobs(**inputs), expected, torch.float32)
+
+
+def test_rows_with_different_label_sets_are_independent() -> None:
+    """A row's scores do not depend on which other rows share the call or how they are padded."""
+    inputs = make_inputs(TORCH_CASES["f32-bias"])
+    together = label_logprobs(**inputs, backend="torch")
+    alone = label_logprobs(
+        inputs["hidden"][3:4], inputs["weight"], inputs["bias"], inputs["label_ids"][3:4, :2], backend="torch"
+    )
+    torch.testing.assert_close(together[3:4, :2], alone)
+
+
+def test_chunked_logsumexp_keeps_memory_to_one_chunk() -> None:
+    """Peak CPU allocation while streaming stays far below one `[rows, vocab]` float32 logits tensor."""
+    rows, vocab, hidden, chunk = 256, 65_536, 32, 2048
+    gen = torch.Generator().manual_seed(1)
+    h, w = torch.randn(rows, hidden, generator=gen), torch.randn(vocab, hidden, generator=gen)
+    full_logits_bytes = rows * vocab * 4  # 64 MiB
+    peak = _peak_cpu_bytes(lambda: logsumexp_chunked(h, w, None, vocab_chunk=chunk))
+    baseline_peak = _peak_cpu_bytes(lambda: torch.logsumexp(h @ w.T, dim=-1))
+    assert baseline_peak >= full_logits_bytes  # the probe sees the big tensor when there is one
+    assert peak < full_logits_bytes / 8
+
+
+def _peak_cpu_bytes(fn) -> int:
+    from kafka_scorer.bench.label_kernel import peak_cpu_bytes
+
+    return peak_cpu_bytes(fn)
+
+
+def test_shape_and_backend_errors_are_named() -> None:
+    inputs = make_inputs(TORCH_CASES["f32-bias"])
+    with pytest.raises(ValueError, match="label_ids"):
+        label_logprobs(inputs["hidden"], inputs["weight"], None, inputs["label_ids"][:3])
+    with pytest.raises(ValueError, match="bias"):
+        label_logits(inputs["hidden"], inputs["weight"], inputs["bias"][:5], inputs["label_ids"])
+    with pytest.raises(ValueError, match="int64"):
+        label_logits(inputs["hidden"], inputs["weight"], None, inputs["label_ids"].int())
+    with pytest.raises(ValueError, match="backend"):
+        label_logprobs(**inputs, backend="cuda-magic")  # type: ignore[arg-type]
+
+
+def test_zero_rows() -> None:
+    inputs = make_inputs(Case(rows=0, vocab=50, hidden=16))
+    assert label_logprobs(**inputs, backend="torch").shape == (0, 4)
+
+
+# ---------------------------------------------------------------- Triton kernel (interpreter)
+
+KERNEL_CASES = {
+    # through the public dispatcher, interpreter tile sizes (16 × 64 × 32): partial tiles everywhere
+    "f32-bias": Case(rows=37, vocab=1000, hidden=72),
+    "f32-nobias": Case(rows=37, vocab=1000, hidden=72, bias=False),
+    "bf16-bias": Case(rows=21, vocab=515, hidden=40, dtype=torch.bfloat16),
+    "bf16-nobias": Case(rows=21, vocab=515, hidden=40, dtype=torch.bfloat16, bias=False),
+    "f16-bias": Case(rows=21, vocab=515, hidden=40, dtype=torch.float16),
+    "f32-large-logits": Case(rows=9, vocab=700, hidden=24, scale=60.0),
+    "f32-masked-vocab": Case(rows=9, vocab=700, hidden=24, masked=300),
+    "mixed-f32-hidden-bf16-head": Case(rows=9, vocab=300, hidden=24, weight_dtype=torch.bfloat16),
+    "one-row-one-label": Case(rows=1, vocab=65, hidden=16, max_labels=1),
+    "three-label-slots": Case(rows=19, vocab=200, hidden=1000, max_labels=3),
+    # the kernel's log-sum-exp directly, with vocabulary splits and other tilings
+    "f32-3-splits": Case(rows=37, vocab=1000, hidden=72, num_splits=3),
+    "f32-more-splits-than-tiles": Case(rows=37, vocab=1000, hidden=72, num_splits=40),
+    "bf16-5-splits": Case(rows=21, vocab=515, hidden=40, dtype=torch.bfloat16, bias=False, num_splits=5),
+    "f32-wide-tiles": Case(rows=5, vocab=257, hidden=48, num_splits=2, blocks=(32, 128, 16)),
+}
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, torch.Tensor]]:
+    """All kernel cases in one interpreter subprocess (triton + torch import once, not per case)."""
+    tmp = tmp_path_factory.mktemp("label_kernel")
+    payload = {}
+    for name, case in KERNEL_CASES.items():
+        blocks = None
+        if case.blocks is not None:
+            blocks = dict(zip(("BLOCK_R", "BLOCK_V", "BLOCK_K"), case.blocks, strict=True))
+        payload[name] = {**make_inputs(case), "num_splits": case.num_splits, "blocks": blocks}
+    torch.save(payload, tmp / "in.pt")
+    root = str(HERE.parents[2])  # the child imports kafka_scorer from this checkout, installed or not
+    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_interpreted_label_kernel.py"), str(tmp / "in.pt"), str(tmp / "out.pt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(tmp / "out.pt")
+
+
+@pytest.mark.parametrize("name", list(KERNEL_CASES))
+def test_triton_kernel_matches_reference(name: str, interpreted: dict) -> None:
+    case = KERNEL_CASES[name]
+    inputs = make_inputs(case)
+    expected_logits, expected_logprobs, expected_lse = row_reference(**inputs)
+    result = interpreted[name]
+    if "logprobs" in result:
+        assert result["logprobs"].shape == inputs["label_ids"].shape
+        assert_matches(result["logprobs"], expected_logprobs, case.dtype)
+        assert_matches(result["logits"], expected_logits, case.dtype)
+    else:
+        assert result["logsumexp"].shape == (case.rows,)
+        assert_matches(result["logsumexp"], expected_lse, case.dtype)
