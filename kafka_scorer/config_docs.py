@@ -36,6 +36,14 @@ def cli_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def flag_text(name: str, field: FieldInfo) -> str:
+    """Booleans are `--flag` / `--no-flag` pairs (argparse's BooleanOptionalAction in the worker CLI)."""
+    annotation, _ = _strip_optional(field.annotation)
+    if annotation is bool:
+        return f"`{cli_flag(name)}`, `--no-{cli_flag(name)[2:]}`"
+    return f"`{cli_flag(name)}`"
+
+
 def _strip_optional(annotation: object) -> tuple[object, bool]:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
@@ -114,7 +122,7 @@ def render_table(names: Iterable[str]) -> list[str]:
         cells = (
             f"`{name}`",
             f"`{env_var(name)}`",
-            f"`{cli_flag(name)}`",
+            flag_text(name, field),
             type_text(field),
             default_text(field),
             field.description or "",
@@ -136,7 +144,8 @@ def render() -> str:
         "",
         "1. a command-line flag of `kafka-scorer worker` (and of the other subcommands that take it),",
         f"2. an environment variable, `{env_var('')}` + the setting's name in capitals,",
-        "3. a line `NAME=value` in a `.env` file in the working directory, NAME as for the environment,",
+        "3. a line `NAME=value` in a `.env` file (in the working directory, or the file `--env-file` names),",
+        "   NAME spelled as for the environment,",
         "",
         "and otherwise the default below. Lists are comma-separated (`scoring-a,scoring-b`); booleans are",
         "`true`/`false`. Invalid values stop the worker at start with a message naming the setting; see",

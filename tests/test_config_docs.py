@@ -6,7 +6,9 @@ When `test_committed_page_matches_the_settings_model` fails, the fix is to regen
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -92,6 +94,7 @@ def test_rows_show_name_flag_and_default() -> None:
     assert rows["request_topics"][4] == "`" + ",".join(defaults.request_topics) + "`"
     assert rows["dead_letter_topic"][4] == "unset"
     assert "`float16`" in rows["dtype"][3]
+    assert rows["trust_remote_code"][2] == "`--trust-remote-code`, `--no-trust-remote-code`"
 
 
 def test_module_runs_as_a_script() -> None:
@@ -103,3 +106,21 @@ def test_module_runs_as_a_script() -> None:
         cwd=ROOT,
     )
     assert out.stdout == render()
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_documented_flags_are_the_ones_the_worker_cli_accepts(name: str) -> None:
+    """The flag column is rendered independently of the CLI; parse each documented flag for real."""
+    from kafka_scorer.worker.command import configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    flags = re.findall(r"`(--[a-z0-9-]+)`", _table_rows(render())[name][2])
+    raw, _ = _sample(name)
+    if Settings.model_fields[name].annotation is bool:
+        on, off = flags
+        assert getattr(parser.parse_args([on]), name) is True
+        assert getattr(parser.parse_args([off]), name) is False
+    else:
+        (flag,) = flags
+        assert getattr(parser.parse_args([flag, raw]), name) == raw
