@@ -43,6 +43,9 @@ _GPU_CONFIGS = [
     triton.Config({"BLOCK_R": 64, "BLOCK_V": 256, "BLOCK_K": 64}, num_warps=8, num_stages=3),
 ]
 
+# Fused multiply-add on, said explicitly: triton 3.9 warns that its unset default flips in 3.10.
+_OPTIONS = {"enable_fp_fusion": True}
+
 # A vocabulary split below this many columns costs more in partial results than it gains in occupancy.
 _MIN_SPLIT_COLUMNS = 2048
 
@@ -69,10 +72,16 @@ def _lse_partials(
     pid_s = tl.program_id(1)
     n_splits = tl.num_programs(1)
 
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < R
-    # int64 offsets: vocab × hidden passes 2**31 for large heads (e.g. 256k × 8192).
-    h_rows = h_ptr + rows.to(tl.int64)[:, None] * stride_hr
+    # Scalar int64 bases, int32 per-element offsets: vocab × hidden passes 2**31 for large heads (256k ×
+    # 8192), but one tile never does, and int64 pointer tensors cost registers the matmul needs.
+    r0 = pid_r * BLOCK_R
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_v = tl.arange(0, BLOCK_V)
+    offs_k = tl.arange(0, BLOCK_K)
+    row_ok = r0 + offs_r < R
+    h_block = h_ptr + r0.to(tl.int64) * stride_hr
+    a_offs = offs_r[:, None] * stride_hr + offs_k[None, :]
+    b_offs = offs_v[None, :] * stride_wv + offs_k[:, None]
 
     n_tiles = tl.cdiv(V, BLOCK_V)
     tiles_per_split = tl.cdiv(n_tiles, n_splits)
@@ -82,21 +91,20 @@ def _lse_partials(
     run_max = tl.full([BLOCK_R], float("-inf"), tl.float32)
     run_sum = tl.zeros([BLOCK_R], tl.float32)
     for tile in range(first, last):
-        cols = tile * BLOCK_V + tl.arange(0, BLOCK_V)
-        col_ok = cols < V
-        w_cols = w_ptr + cols.to(tl.int64)[None, :] * stride_wv
+        c0 = tile * BLOCK_V
+        col_ok = c0 + offs_v < V
+        w_block = w_ptr + c0.to(tl.int64) * stride_wv
         acc = tl.zeros([BLOCK_R, BLOCK_V], tl.float32)
         for k0 in range(0, H, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < H
-            a = tl.load(h_rows + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(w_cols + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            k_ok = k0 + offs_k < H
+            a = tl.load(h_block + k0 + a_offs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(w_block + k0 + b_offs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
             if F32_DOT:
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, b, acc)
         if HAS_BIAS:
-            bias = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            bias = tl.load(b_ptr + c0 + offs_v, mask=col_ok, other=0.0).to(tl.float32)
             acc = acc + bias[None, :]
         acc = tl.where(col_ok[None, :], acc, float("-inf"))
         new_max = tl.maximum(run_max, tl.max(acc, axis=1))
@@ -109,7 +117,7 @@ def _lse_partials(
     # that saw nothing finite, or splits with no tiles: they report -inf, the identity of log-sum-exp,
     # without evaluating log(0).
     partial = run_max + tl.log(tl.maximum(run_sum, 1.0))
-    tl.store(out_ptr + pid_s * R + rows, partial, mask=row_ok)
+    tl.store(out_ptr + pid_s * R + r0 + offs_r, partial, mask=row_ok)
 
 
 @triton.jit
@@ -206,9 +214,9 @@ def label_logsumexp(
     if interpret or blocks is not None:
         meta = blocks or _INTERPRET_BLOCKS
         grid = (triton.cdiv(rows, meta["BLOCK_R"]), splits)
-        _lse_partials[grid](*args, **flags, **meta)
+        _lse_partials[grid](*args, **flags, **meta, **_OPTIONS)
     else:
-        _lse_partials_tuned[_grid(rows, splits)](*args, **flags)
+        _lse_partials_tuned[_grid(rows, splits)](*args, **flags, **_OPTIONS)
     return torch.logsumexp(partials, dim=0) if splits > 1 else partials[0]
 
 
@@ -241,6 +249,7 @@ def label_dots(
         HAS_BIAS=bias is not None,
         BLOCK_L=block_l,
         BLOCK_K=block_k,
+        **_OPTIONS,
     )
     return out
 

@@ -233,3 +233,67 @@ def test_triton_kernel_matches_reference(name: str, interpreted: dict) -> None:
     else:
         assert result["logsumexp"].shape == (case.rows,)
         assert_matches(result["logsumexp"], expected_lse, case.dtype)
+
+
+# ---------------------------------------------------------------- Triton kernel (GPU lowering, no GPU)
+
+
+def _compile_for_hopper(fn, signature: dict[str, str], constexprs: dict[str, object], **options):
+    """Ahead-of-time compile to sm_90 with the specialisation the JIT gives 16-divisible args."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(signature)
+    aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride") or n == "H"]
+    src = ASTSource(
+        fn=fn,
+        signature=signature,
+        constexprs={(names.index(k),): v for k, v in constexprs.items()},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
+    )
+    return triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": True, **options}
+    )
+
+
+@pytest.mark.parametrize(("dtype", "f32_dot"), [("bf16", False), ("fp32", True)])
+def test_lse_kernel_lowers_to_hopper_code(dtype: str, f32_dot: bool) -> None:
+    """The interpreter cannot catch what only the compiler rejects; lower the real kernel for an H100.
+
+    bf16 must reach the tensor cores (wgmma) through pipelined async copies; float32 must not (its
+    `ieee` dot keeps full precision instead of tf32).
+    """
+    from kafka_scorer.engine.kernels.label_scores_triton import _GPU_CONFIGS, _lse_partials
+
+    config = _GPU_CONFIGS[0]
+    signature = {
+        **dict.fromkeys(("h_ptr", "w_ptr", "b_ptr"), f"*{dtype}"),
+        "out_ptr": "*fp32",
+        **dict.fromkeys(("R", "V", "H", "stride_hr", "stride_wv"), "i32"),
+        **dict.fromkeys(("HAS_BIAS", "F32_DOT", "BLOCK_R", "BLOCK_V", "BLOCK_K"), "constexpr"),
+    }
+    constexprs = {"HAS_BIAS": True, "F32_DOT": f32_dot, **config.kwargs}
+    kernel = _compile_for_hopper(
+        _lse_partials, signature, constexprs, num_warps=config.num_warps, num_stages=config.num_stages
+    )
+    ptx = kernel.asm["ptx"]
+    assert kernel.asm["cubin"]
+    assert ("wgmma.mma_async" in ptx) is not f32_dot
+    assert "cp.async" in ptx
+
+
+def test_label_dot_kernel_lowers_to_hopper_code() -> None:
+    from kafka_scorer.engine.kernels.label_scores_triton import _label_dots
+
+    signature = {
+        **dict.fromkeys(("h_ptr", "w_ptr", "b_ptr"), "*bf16"),
+        "ids_ptr": "*i64",
+        "out_ptr": "*fp32",
+        **dict.fromkeys(("L", "H", "stride_hr", "stride_wv", "stride_ir"), "i32"),
+        **dict.fromkeys(("HAS_BIAS", "BLOCK_L", "BLOCK_K"), "constexpr"),
+    }
+    kernel = _compile_for_hopper(
+        _label_dots, signature, {"HAS_BIAS": True, "BLOCK_L": 2, "BLOCK_K": 1024}, num_warps=4, num_stages=2
+    )
+    assert kernel.asm["cubin"]
