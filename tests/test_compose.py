@@ -8,6 +8,7 @@ scrapes the wrong port, a mounted file that is not in the repo.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import json
 import os
@@ -15,6 +16,7 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -240,6 +242,30 @@ def test_worker_ports_and_healthcheck_use_the_metrics_port(services: dict[str, d
         port = _metrics_port(svc)
         assert any(str(p).rsplit(":", 1)[-1] == str(port) for p in svc["ports"]), name
         assert f":{port}/" in " ".join(svc["healthcheck"]["test"]), name
+
+
+async def test_worker_healthcheck_path_is_served_by_the_probe_server(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Start the worker's real probe server and request the path the compose healthcheck uses."""
+    from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
+
+    paths = set()
+    for svc in _worker_services(services).values():
+        (url,) = re.findall(r"http://[^'\"]+", " ".join(svc["healthcheck"]["test"]))
+        paths.add(urlsplit(url).path)
+    server = ProbeServer(WorkerMetrics(), lambda: True, "127.0.0.1", 0)
+    await server.start()
+    try:
+        for path in paths:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            await writer.drain()
+            status = (await reader.readline()).decode()
+            writer.close()
+            assert status.split()[1] == "200", f"healthcheck path {path}: {status.strip()}"
+    finally:
+        await server.stop()
 
 
 def test_mounted_paths_exist_and_named_volumes_are_declared(compose: dict[str, Any]) -> None:
