@@ -18,7 +18,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HOME=/home/scorer/.cache/huggingface
 
-RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin scorer
+# The cache directory exists in the image, owned by the user, so a named volume mounted there
+# (compose's hf-cache) starts with the right owner instead of root.
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin scorer \
+    && mkdir -p /home/scorer/.cache/huggingface \
+    && chown -R scorer:scorer /home/scorer/.cache
 
 WORKDIR /opt/kafka-scorer
 
