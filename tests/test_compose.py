@@ -301,6 +301,16 @@ def test_dockerfile_builds_a_non_root_worker_image() -> None:
     )
 
 
+def test_model_cache_volume_is_where_the_image_keeps_it(services: dict[str, dict[str, Any]]) -> None:
+    """A hub model downloaded once must survive a container restart: the volume must cover HF_HOME."""
+    env_lines = [rest for keyword, rest in _dockerfile_instructions() if keyword == "ENV"]
+    (hf_home,) = re.findall(r"HF_HOME=(\S+)", " ".join(env_lines))
+    for name, svc in _worker_services(services).items():
+        targets = [interpolate(v).split(":")[1] for v in svc["volumes"]]
+        assert hf_home in targets, f"{name}: no volume at HF_HOME={hf_home}"
+        assert "/model" in targets and _env(svc)[env_var("model")] == "/model"
+
+
 def test_dockerfile_copies_only_files_that_exist_and_are_not_ignored() -> None:
     ignored = [
         line.strip()
