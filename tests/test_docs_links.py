@@ -1,4 +1,4 @@
-"""Link check over README.md and docs/*.md, offline.
+"""Link check over README.md, docs/*.md (and the notes under compose/), offline.
 
 Relative links must name files that exist and `#anchors` headings that exist (GitHub's slug rules);
 http(s) links are only checked for syntax, since CI has no network. Every docs page must be reachable
@@ -130,7 +130,7 @@ def check_file(path: Path) -> list[str]:
 
 
 def _pages() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    return [README, *sorted(DOCS.glob("*.md")), *sorted((ROOT / "compose").glob("**/*.md"))]
 
 
 # --- the checker itself: it has to catch what it claims to catch -------------------------------
