@@ -1,0 +1,485 @@
+"""`kafka-scorer submit`: a plain Kafka client that sends jobs and waits for their results.
+
+It is what a caller of the service does, in one command: read jobs as JSON Lines, give each a
+`correlation_id` header, produce them to the request topic, read the reply topic and match results by
+that header (SPEC §2, §3). It talks to any cluster through the same settings as the worker, and the
+demo reuses `submit_jobs` so the demo's numbers come from the path a user takes.
+
+Choices where the contract is silent (also in docs/submit.md):
+- The reply topic is read by manual assignment from the end offsets taken *before* the first job is
+  produced: no result can be missed, none from an earlier run is read, and no consumer group is
+  created on the cluster.
+- Every job carries a `reply_topic` header, so `--reply-topic` works whatever the worker's default is.
+- All lines are validated before anything is sent: a file with a bad line sends nothing.
+- A job without an `id` gets its correlation id as `id`; the record key is the job id.
+- Results are written as they arrive (not in input order), one JSON object per line, exactly the
+  worker's Result; the exit status says whether every job got a successful one.
+
+Heavy imports (aiokafka, rich) happen inside functions: `kafka-scorer --help` imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Literal
+
+import msgspec
+
+from kafka_scorer import errors
+from kafka_scorer.protocol import Job, Result, WireFormat, content_type_of, decode_result, encode_job
+
+if TYPE_CHECKING:
+    from kafka_scorer.config import Settings
+
+log = logging.getLogger(__name__)
+
+CORRELATION_HEADER = "correlation_id"
+REPLY_TOPIC_HEADER = "reply_topic"
+METADATA_WAIT_S = 10.0
+"""Longest wait for a topic's partitions; a broker without auto-creation never gives them."""
+MAX_LISTED = 10
+"""Ids listed on stderr for failed or timed-out jobs; the rest are counted."""
+
+EXIT_OK = 0
+EXIT_JOBS_FAILED = 1
+
+# CLI flag -> Settings field; flags override KAFKA_SCORER_* variables, which override defaults.
+CONNECTION_FLAGS: dict[str, str] = {
+    "bootstrap_servers": "Kafka bootstrap servers, comma-separated",
+    "security_protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    "sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "sasl_username": "SASL user name",
+    "sasl_password": "SASL password",
+    "ssl_cafile": "CA bundle for SSL/SASL_SSL",
+    "ssl_certfile": "client certificate for mutual TLS",
+    "ssl_keyfile": "client key for mutual TLS",
+    "client_id": "Kafka client id",
+}
+
+
+@dataclass
+class Submission:
+    """One job on its way: where it came from, its correlation id, and what became of it."""
+
+    line: int
+    job: Job
+    correlation_id: str
+    sent_at: float | None = None
+    result: Result | None = None
+    received_at: float | None = None
+    send_error: str | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.job.id or self.correlation_id
+
+    @property
+    def state(self) -> Literal["ok", "failed", "pending"]:
+        if self.send_error is not None or (self.result is not None and self.result.error is not None):
+            return "failed"
+        return "ok" if self.result is not None else "pending"
+
+    @property
+    def latency_s(self) -> float | None:
+        if self.sent_at is None or self.received_at is None:
+            return None
+        return self.received_at - self.sent_at
+
+
+def new_submission(job: Job, line: int = 0) -> Submission:
+    """Give the job a correlation id, and an `id` if it has none, so results can be matched and read."""
+    correlation_id = str(uuid.uuid4())
+    if job.id is None:
+        job = msgspec.structs.replace(job, id=correlation_id)
+    return Submission(line=line, job=job, correlation_id=correlation_id)
+
+
+def read_jobs(lines: Iterable[bytes | str]) -> tuple[list[Submission], list[str]]:
+    """Parse JSON Lines into submissions; every bad line becomes an error naming its line number."""
+    decoder = msgspec.json.Decoder(Job)
+    submissions: list[Submission] = []
+    problems: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            job = decoder.decode(text)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
+            problems.append(f"line {number}: {exc}")
+            continue
+        submissions.append(new_submission(job, number))
+    return submissions, problems
+
+
+class ProgressBar:
+    """Done/total with live throughput on stderr; a no-op when disabled.
+
+    Rich must not redirect stdout: results may be streaming there.
+    """
+
+    def __init__(self, total: int, description: str, *, enabled: bool = True) -> None:
+        self.total = total
+        self.description = description
+        self.enabled = enabled and total > 0
+        self._progress = None
+        self._task = None
+        self._started = time.monotonic()
+        self._items = 0
+        self._done = 0
+
+    def __enter__(self) -> ProgressBar:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total, rate="")
+        self._started = time.monotonic()
+        return self
+
+    def advance(self, items: int = 0) -> None:
+        self._done += 1
+        self._items += items
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, rate=self.rate_text())
+
+    def rate_text(self) -> str:
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        return f"{self._done / elapsed:,.1f} jobs/s  {self._items / elapsed:,.1f} items/s"
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+async def submit_jobs(
+    settings: Settings,
+    submissions: Sequence[Submission],
+    *,
+    request_topic: str,
+    reply_topic: str,
+    fmt: WireFormat = "json",
+    timeout_s: float = 60.0,
+    on_result: Callable[[Submission], None] | None = None,
+) -> None:
+    """Produce every job and wait until each has a result or `timeout_s` has passed since the first send.
+
+    Fills in `sent_at`, `result`, `received_at` and `send_error` on the submissions. Raises only for a
+    failure of the whole run (broker unreachable, missing topic); a job's own failure is its result.
+    """
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from kafka_scorer.worker.connection import client_options
+
+    options = client_options(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        # Each client is built only once the previous one started: aiokafka complains at exit about
+        # a client that was created and never closed, noise on top of the one-line error.
+        producer = AIOKafkaProducer(**options, acks="all", linger_ms=5)
+        await _start(producer, stack)
+        consumer = AIOKafkaConsumer(
+            **options,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        )
+        await _start(consumer, stack)
+        await _topic_partitions(producer, request_topic, settings.bootstrap_servers)
+        reply_partitions = await _topic_partitions(producer, reply_topic, settings.bootstrap_servers)
+        await _listen_from_end(consumer, reply_topic, reply_partitions)
+
+        pending = {s.correlation_id: s for s in submissions}
+        all_answered = asyncio.Event()
+        if not pending:
+            all_answered.set()
+
+        def settle(submission: Submission) -> None:
+            pending.pop(submission.correlation_id, None)
+            if on_result is not None:
+                on_result(submission)
+            if not pending:
+                all_answered.set()
+
+        reader = asyncio.create_task(_read_replies(consumer, pending, settle))
+        answered = asyncio.create_task(all_answered.wait())
+        try:
+            deadline = time.monotonic() + timeout_s
+            await _send_all(producer, submissions, request_topic, reply_topic, fmt, settle)
+            remaining = max(deadline - time.monotonic(), 0)
+            await asyncio.wait({reader, answered}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done():
+                reader.result()  # the reader only stops by failing: raise its error
+        finally:
+            for task in (reader, answered):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def _start(client, stack: contextlib.AsyncExitStack) -> None:
+    """Start an aiokafka client and make sure it is stopped, also when start itself fails."""
+    stack.push_async_callback(client.stop)
+    await client.start()
+
+
+async def _topic_partitions(producer, topic: str, bootstrap_servers: str) -> set[int]:
+    """The topic's partitions; on a broker that creates topics on demand this creates it."""
+    from aiokafka.errors import UnknownTopicOrPartitionError
+
+    try:
+        return await asyncio.wait_for(producer.partitions_for(topic), METADATA_WAIT_S)
+    except (asyncio.TimeoutError, UnknownTopicOrPartitionError):
+        raise errors.UserFacingError(
+            f"topic {topic!r} does not exist on {bootstrap_servers} and the broker does not create "
+            f"topics on demand: create it (kafka-topics.sh --create --topic {topic}) or name another one"
+        ) from None
+
+
+async def _listen_from_end(consumer, topic: str, partitions: set[int]) -> None:
+    """Assign every partition of the reply topic at its current end, before any job is produced."""
+    from aiokafka import TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    consumer.assign(tps)
+    for tp, offset in (await consumer.end_offsets(tps)).items():
+        consumer.seek(tp, offset)
+
+
+async def _send_all(
+    producer,
+    submissions: Sequence[Submission],
+    request_topic: str,
+    reply_topic: str,
+    fmt: WireFormat,
+    settle: Callable[[Submission], None],
+) -> None:
+    content_type = content_type_of(fmt).encode()
+    in_flight = []
+    for submission in submissions:
+        headers = [
+            (CORRELATION_HEADER, submission.correlation_id.encode()),
+            (REPLY_TOPIC_HEADER, reply_topic.encode()),
+            ("content-type", content_type),
+        ]
+        submission.sent_at = time.monotonic()
+        try:
+            delivery = await producer.send(
+                request_topic,
+                value=encode_job(submission.job, fmt),
+                key=submission.job_id.encode(),
+                headers=headers,
+            )
+        except Exception as exc:  # e.g. a job larger than the producer's request limit
+            submission.send_error = f"{type(exc).__name__}: {exc}"
+            settle(submission)
+            continue
+        in_flight.append((submission, delivery))
+    for submission, delivery in in_flight:
+        try:
+            await delivery
+        except Exception as exc:
+            if submission.result is None:
+                submission.send_error = f"{type(exc).__name__}: {exc}"
+                settle(submission)
+
+
+async def _read_replies(consumer, pending: dict[str, Submission], settle: Callable[[Submission], None]):
+    """Match records of the reply topic to pending jobs by correlation id; ignore everybody else's."""
+    while True:
+        batches = await consumer.getmany(timeout_ms=200)
+        for records in batches.values():
+            for record in records:
+                headers = dict(record.headers or ())
+                correlation = headers.get(CORRELATION_HEADER, b"").decode("utf-8", "replace")
+                submission = pending.get(correlation)
+                if submission is None or record.value is None:
+                    continue
+                content_type = headers.get("content-type")
+                try:
+                    result = decode_result(record.value, content_type.decode() if content_type else None)
+                except msgspec.DecodeError as exc:
+                    log.warning("undecodable result for job %s: %s", submission.job_id, exc)
+                    continue
+                submission.result = result
+                submission.received_at = time.monotonic()
+                settle(submission)
+
+
+# ---------------------------------------------------------------------------------------------------
+# command line
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Produce jobs read as JSON Lines to the request topic, wait for their results on the reply "
+        "topic (matched by correlation_id) and write the results as JSON Lines. Exit status: 0 every "
+        "job scored, 1 a job failed or timed out, 2 bad input or settings."
+    )
+    parser.add_argument(
+        "input", nargs="?", default="-", help="JSON Lines file of jobs, one per line; '-' or none: stdin"
+    )
+    parser.add_argument("-o", "--output", default="-", help="where to write result lines; '-': stdout")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for all results (default: 60)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("json", "msgpack"),
+        default="json",
+        help="wire format of the jobs (results come back in the same); output is always JSON Lines",
+    )
+    parser.add_argument("--request-topic", help="topic to send jobs to (default: first of request_topics)")
+    parser.add_argument("--reply-topic", help="topic to read results from (default: reply_topic)")
+    for field, help_text in CONNECTION_FLAGS.items():
+        parser.add_argument(f"--{field.replace('_', '-')}", dest=field, help=help_text)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and full tracebacks")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Flags given on the command line win over KAFKA_SCORER_* variables and .env."""
+    from kafka_scorer.config import Settings
+
+    overrides: dict[str, object] = {
+        field: getattr(args, field) for field in CONNECTION_FLAGS if getattr(args, field, None) is not None
+    }
+    if getattr(args, "request_topic", None):
+        overrides["request_topics"] = [args.request_topic]
+    if getattr(args, "reply_topic", None):
+        overrides["reply_topic"] = args.reply_topic
+    return Settings(**overrides)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    errors.quiet_client_loggers(verbose)
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.verbose)
+    bootstrap = args.bootstrap_servers
+    try:
+        settings = settings_from_args(args)
+        bootstrap = settings.bootstrap_servers
+        with _open_input(args.input) as lines:
+            submissions, problems = read_jobs(lines)
+        if problems:
+            for problem in problems[:MAX_LISTED]:
+                print(f"kafka-scorer submit: {problem}", file=sys.stderr)
+            more = len(problems) - MAX_LISTED
+            tail = f" (and {more} more)" if more > 0 else ""
+            print(
+                f"kafka-scorer submit: error: {len(problems)} invalid job line(s){tail}; nothing was sent",
+                file=sys.stderr,
+            )
+            return errors.EXIT_USER_ERROR
+        if not settings.request_topics:
+            raise errors.UserFacingError(f"no request topic: set {errors.setting_hint('request_topic')}")
+        with (
+            _open_output(args.output) as out,
+            ProgressBar(len(submissions), "scoring", enabled=not args.no_progress) as bar,
+        ):
+
+            def write(submission: Submission) -> None:
+                if submission.result is not None:
+                    out.write(msgspec.json.encode(submission.result) + b"\n")
+                    out.flush()
+                bar.advance(len(submission.job.items))
+
+            asyncio.run(
+                submit_jobs(
+                    settings,
+                    submissions,
+                    request_topic=settings.request_topics[0],
+                    reply_topic=settings.reply_topic,
+                    fmt=args.format,
+                    timeout_s=args.timeout,
+                    on_result=write,
+                )
+            )
+    except KeyboardInterrupt:
+        print("kafka-scorer submit: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        return errors.report(
+            exc, bootstrap_servers=bootstrap, verbose=args.verbose, prog="kafka-scorer submit"
+        )
+    return summarize(submissions, args.timeout, sys.stderr)
+
+
+def summarize(submissions: Sequence[Submission], timeout_s: float, stream: IO[str]) -> int:
+    """One line of counts, then which jobs failed or timed out; the exit status follows from them."""
+    failed = [s for s in submissions if s.state == "failed"]
+    timed_out = [s for s in submissions if s.state == "pending"]
+    ok = len(submissions) - len(failed) - len(timed_out)
+    print(
+        f"kafka-scorer submit: {len(submissions)} jobs: {ok} ok, {len(failed)} failed, "
+        f"{len(timed_out)} timed out",
+        file=stream,
+    )
+    for submission in failed[:MAX_LISTED]:
+        if submission.send_error is not None:
+            reason = f"not sent: {submission.send_error}"
+        else:
+            error = submission.result.error  # type: ignore[union-attr]
+            reason = f"{error.code.value}: {error.message}"
+        print(f"  failed: {submission.job_id} (line {submission.line}): {reason}", file=stream)
+    if timed_out:
+        ids = ", ".join(s.job_id for s in timed_out[:MAX_LISTED])
+        more = f" and {len(timed_out) - MAX_LISTED} more" if len(timed_out) > MAX_LISTED else ""
+        print(
+            f"  timed out after {timeout_s:g}s with no result: {ids}{more} "
+            "(is a worker consuming the request topic? raise --timeout for slow models)",
+            file=stream,
+        )
+    return EXIT_JOBS_FAILED if failed or timed_out else EXIT_OK
+
+
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[Iterable[bytes]]:
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    with open(path, "rb") as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def _open_output(path: str) -> Iterator[IO[bytes]]:
+    if path == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    with open(path, "wb") as fh:
+        yield fh

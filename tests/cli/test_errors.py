@@ -1,0 +1,118 @@
+"""Errors a person reads (issue 4, item 5): one line that says what is wrong and what to do.
+
+Each case runs the real command as a child process at the default log level and checks that stderr
+holds exactly one line, that it names the culprit and the fix, and that no traceback leaks out. The
+wording itself comes from kafka_scorer.errors, whose mapping is checked directly at the end.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_scorer import errors
+from kafka_scorer.broker import free_port
+from tests.cli.helpers import cli_env, run_cli
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_submit_bad_setting_from_the_environment(tmp_path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"query": [1], "items": [[2]], "label_token_ids": [3]}\n')
+    done = run_cli("submit", str(jobs), env=cli_env(KAFKA_SCORER_FETCH_MAX_WAIT_MS="soon"))
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert "setting fetch_max_wait_ms='soon'" in line
+    assert "KAFKA_SCORER_FETCH_MAX_WAIT_MS" in line and "--fetch-max-wait-ms" in line
+
+
+def test_submit_bad_setting_from_a_flag(tmp_path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"query": [1], "items": [[2]], "label_token_ids": [3]}\n')
+    done = run_cli("submit", str(jobs), "--security-protocol", "TLS")
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert "setting security_protocol='TLS'" in line and "SASL_SSL" in line
+
+
+def test_submit_unreachable_broker(tmp_path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"query": [1], "items": [[2]], "label_token_ids": [3]}\n')
+    port = free_port()  # nothing listens there
+    done = run_cli("submit", str(jobs), "--bootstrap-servers", f"127.0.0.1:{port}", "--no-progress")
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert f"cannot reach the Kafka broker at 127.0.0.1:{port}" in line
+    assert "--bootstrap-servers" in line
+
+
+def test_submit_missing_jobs_file(tmp_path) -> None:
+    done = run_cli("submit", str(tmp_path / "nope.jsonl"))
+    assert done.returncode == 2
+    assert "nope.jsonl: no such file" in _one_line(done.stderr)
+
+
+def test_demo_with_a_missing_model_dir_says_so_and_falls_back(tmp_path) -> None:
+    missing = tmp_path / "no-such-model"
+    done = run_cli("demo", "--model", str(missing), "--jobs", "2", "--no-progress", timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    reasons = [line for line in done.stderr.splitlines() if "cannot load --model" in line]
+    assert len(reasons) == 1, done.stderr
+    assert str(missing) in reasons[0] and "local checkpoint directory" in reasons[0]
+    assert "RANDOM" in done.stdout
+
+
+# ---- the mapping itself ------------------------------------------------------------------------
+
+
+def test_explain_model_load_error() -> None:
+    from kafka_scorer.engine.model import ModelLoadError
+
+    line = errors.explain(ModelLoadError("model: cannot load config of '/m'"))
+    assert line is not None and line.startswith("model: cannot load config of '/m'")
+    assert "--model or KAFKA_SCORER_MODEL" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("KafkaConnectionError", "cannot reach the Kafka broker at b:9092"),
+        ("UnknownTopicOrPartitionError", "does not exist on the Kafka broker at b:9092"),
+        ("SaslAuthenticationFailed", "authentication with the Kafka broker at b:9092 failed"),
+        ("KafkaTimeoutError", "did not answer in time"),
+    ],
+)
+def test_explain_kafka_errors(name: str, expected: str) -> None:
+    from aiokafka import errors as kafka_errors
+
+    line = errors.explain(getattr(kafka_errors, name)(), bootstrap_servers="b:9092")
+    assert line is not None and expected in line
+    assert "\n" not in line
+
+
+def test_explain_settings_error_names_every_bad_field() -> None:
+    from pydantic import ValidationError
+
+    from kafka_scorer.config import Settings
+
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None, max_batch_tokens=0, heartbeat_interval_ms=20000)  # type: ignore[call-arg]
+    line = errors.explain(caught.value)
+    assert line is not None and "\n" not in line
+    assert "setting max_batch_tokens=0" in line and "--max-batch-tokens" in line
+
+
+def test_unknown_errors_keep_their_traceback(capsys) -> None:
+    assert errors.explain(ZeroDivisionError("bug")) is None
+    try:
+        1 / 0  # noqa: B018
+    except ZeroDivisionError as exc:
+        assert errors.report(exc, verbose=False) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "internal error: ZeroDivisionError" in err
