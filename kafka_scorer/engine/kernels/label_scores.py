@@ -134,6 +134,7 @@ def logsumexp_chunked(
         peak = logits.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).min)
         chunk_lse = logits.sub_(peak).exp_().sum(dim=-1).log_().add_(peak.squeeze(-1))
         running = torch.logaddexp(running, chunk_lse)
+        del logits  # else the next chunk is allocated while this one is still referenced: 2× the peak
     return running
 
 
