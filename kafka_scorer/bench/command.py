@@ -1,0 +1,144 @@
+"""`kafka-scorer bench`: engine without and with MIS, the transformers baseline and the worker, one run.
+
+Kept light at import (no torch): `kafka-scorer --help` imports every subcommand module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "all")
+SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
+BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1 ...")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "float16", "bfloat16"),
+        help="auto: bfloat16 on CUDA, float32 on CPU",
+    )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=WORKLOAD_CHOICES,
+        help="repeat to pick several (default: all)",
+    )
+    parser.add_argument(
+        "--model-shape",
+        choices=SHAPE_CHOICES,
+        help="random-initialised model shape "
+        "(default: qwen3-0.6b on CUDA, cpu-small on CPU, tiny with --quick)",
+    )
+    parser.add_argument(
+        "--backend",
+        action="append",
+        choices=BACKEND_CHOICES,
+        help="MIS attention backend(s) for (b); repeat for several (default: all that apply to the device)",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny model and workloads (seconds; for tests)")
+    parser.add_argument("--skip-worker", action="store_true", help="leave out (d), the worker via a broker")
+    parser.add_argument(
+        "--skip-label-kernel", action="store_true", help="leave out the label-kernel micro-benchmark"
+    )
+    parser.add_argument("--jobs", type=int, help="jobs per workload (default: per workload and device)")
+    parser.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget of one forward")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed")
+    parser.add_argument("--model-dir", help="keep generated checkpoints here and reuse them (default: temp)")
+    parser.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.harness import BenchConfig, run_bench
+    from kafka_scorer.bench.workloads import WORKLOADS
+
+    workloads = tuple(args.workload or ["all"])
+    backends = tuple(args.backend or ["all"])
+    config = BenchConfig(
+        device=args.device,
+        dtype=args.dtype,
+        workloads=WORKLOADS if "all" in workloads else tuple(dict.fromkeys(workloads)),
+        model_shape=args.model_shape,
+        backends=None if "all" in backends else tuple(dict.fromkeys(backends)),
+        quick=args.quick,
+        skip_worker=args.skip_worker,
+        skip_label_kernel=args.skip_label_kernel,
+        max_batch_tokens=args.max_batch_tokens,
+        num_jobs=args.jobs,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
+    report = run_bench(config)
+    print()
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+    if not report["ok"]:
+        print("cross-check FAILED: some contender's scores disagree with the baseline", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def format_report(report: dict) -> str:
+    meta = report["meta"]
+    peak = report["matmul_peak"]
+    lines = [
+        f"kafka-scorer bench: {meta['device_name']} ({meta['device']}, {meta['torch_threads']} threads), "
+        f"{meta['dtype']}, model shape {meta['model_shape']['name']}, "
+        f"budget {meta['max_batch_tokens']} tokens",
+        f"matmul peak: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s ({peak['dtype']}, n={peak['n']}); "
+        f"memory: {report['memory_method']}",
+    ]
+    header = (
+        f"{'':11}{'contender':<32}{'items/s':>10}{'tok/s':>10}{'pair tok/s':>12}{'p50 s':>9}{'p99 s':>9}"
+        f"{'peak mem':>11}{'floor':>7}{'max|diff|':>11}"
+    )
+    for name, w in report["workloads"].items():
+        spec = w["spec"]
+        shape = spec["shape"]
+        lines += [
+            "",
+            f"{name}: {w['jobs']} jobs × (query {shape['query_len']}, {shape['num_items']} items × "
+            f"{shape['item_len']}), {w['items']} items, window {w['window']}",
+            header,
+        ]
+        for key, c in w["contenders"].items():
+            diff = c["max_abs_diff_vs_baseline"]
+            lines.append(
+                f"{key:<11}{c['label']:<32}{c['items_per_s']:>10,.1f}{c['tokens_per_s']:>10,.0f}"
+                f"{c['pair_tokens_per_s']:>12,.0f}{c['latency_p50_s']:>9.3f}{c['latency_p99_s']:>9.3f}"
+                f"{_fmt_bytes(c['peak_memory_bytes']):>11}{c['floor_fraction']:>7.2f}"
+                f"{'' if diff is None else f'{diff:.1e}':>11}"
+            )
+            if c["errors"]:
+                lines.append(f"{'':11}{c['errors']} errors, first: {c['first_error']}")
+        r = w["ratios"]
+        parts = [f"token ratio a/b {r['token_ratio_a_over_b']:.2f}"]
+        for b, v in r["b_over_a"].items():
+            parts.append(f"b:{b}/a {v:.2f} ({r['b_over_a_vs_token_ratio'][b]:.2f} of token ratio)")
+        for b, v in r["b_over_c"].items():
+            parts.append(f"b:{b}/c {v:.2f}")
+        if r.get("d_over_b") is not None:
+            parts.append(f"d/b {r['d_over_b']:.2f}")
+        lines.append("ratios (items/s): " + "; ".join(parts))
+        check = w["cross_check"]
+        lines.append(
+            f"cross-check vs (c): max |diff| {check['max_abs_diff']:.2e} "
+            f"(tolerance {check['tolerance']:.0e}), {check['errors']} errors: "
+            + ("ok" if check["ok"] else "FAILED")
+        )
+    kernel = report.get("label_kernel")
+    if kernel:
+        from kafka_scorer.bench.label_kernel import format_report as format_kernel
+
+        lines += ["", format_kernel(kernel)]
+    return "\n".join(lines)

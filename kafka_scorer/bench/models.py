@@ -1,0 +1,119 @@
+"""Random-initialised checkpoints of real model shapes, written to disk like any downloaded model.
+
+No model hub is reachable where the benchmark runs, and speed does not depend on what the weights
+are, only on their shapes. So each shape is a config, the weights are random, and the checkpoint is
+written with `save_pretrained` and loaded back through `Scorer` (and, independently, through plain
+transformers for the baseline) exactly as a real checkpoint would be.
+
+Shapes follow the published configs of the Qwen3 family (hidden size, layers, heads, KV heads, head
+dim, MLP width, vocabulary); `cpu-small` is the 2-core CPU shape the issue names, `tiny` is for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["causal", "classification"]
+
+# Ids below this are never drawn as synthetic tokens: they hold the tokenizer's special tokens (pad
+# among them), so a padded baseline batch can never mistake a real token for padding.
+FIRST_REGULAR_ID = 16
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tie_word_embeddings: bool
+
+    def decoder_params(self) -> int:
+        """Matmul weights one token passes through in the decoder stack (embedding lookup is free)."""
+        q = self.hidden_size * self.num_heads * self.head_dim
+        kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        o = self.num_heads * self.head_dim * self.hidden_size
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        return self.num_layers * (q + kv + o + mlp)
+
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+
+SHAPES: dict[str, ModelShape] = {
+    "tiny": ModelShape("tiny", 512, 64, 128, 2, 4, 2, 16, True),
+    "cpu-small": ModelShape("cpu-small", 32768, 512, 1536, 8, 8, 4, 64, True),
+    "qwen3-0.6b": ModelShape("qwen3-0.6b", 151936, 1024, 3072, 28, 16, 8, 128, True),
+    "qwen3-8b": ModelShape("qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 128, False),
+}
+
+
+def qwen3_config(shape: ModelShape, kind: Kind, *, num_labels: int, pad_token_id: int, bos_token_id: int):
+    from transformers import Qwen3Config
+
+    suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
+    return Qwen3Config(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=shape.tie_word_embeddings,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        num_labels=num_labels,
+        architectures=["Qwen3" + suffix],
+    )
+
+
+def build_shaped_model(
+    directory: str | Path,
+    shape: ModelShape | str,
+    kind: Kind = "causal",
+    *,
+    num_labels: int = 2,
+    dtype: str = "float32",
+    seed: int = 0,
+    init_device: str = "cpu",
+) -> Path:
+    """Write a random model of `shape` (plus a small offline tokenizer) to `directory`.
+
+    `init_device="cuda"` initialises the weights on the GPU: random init of an 8B model on a CPU takes
+    minutes, on a GPU seconds. Saved in `dtype` so loading reads no more bytes than serving needs.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from kafka_scorer.testing.tiny_models import build_tokenizer
+
+    shape = SHAPES[shape] if isinstance(shape, str) else shape
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path)
+    if tokenizer.pad_token_id >= FIRST_REGULAR_ID or tokenizer.bos_token_id >= FIRST_REGULAR_ID:
+        raise RuntimeError("special token ids must lie below FIRST_REGULAR_ID")
+    config = qwen3_config(
+        shape,
+        kind,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    torch.manual_seed(seed)
+    auto = AutoModelForCausalLM if kind == "causal" else AutoModelForSequenceClassification
+    with torch.device(init_device):
+        model = auto.from_config(config, dtype=getattr(torch, dtype))
+    model.save_pretrained(path)
+    del model
+    return path

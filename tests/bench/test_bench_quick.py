@@ -1,0 +1,125 @@
+"""`kafka-scorer bench --quick`: every contender, every metric, every ratio, and a cross-check that bites.
+
+Nothing here times anything: speed belongs to the benchmark's own output, not to pass/fail. What is
+checked is that the harness measures what it says it measures: (a) really runs every item as its own
+pair and (b) really packs (their token counts must give the workload's exact token ratio), every
+contender's scores agree with the baseline, and the baseline itself agrees with a plain transformers
+forward of one pair at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kafka_scorer.bench.workloads import WORKLOADS
+from kafka_scorer.cli import main
+
+METRICS = (
+    "items_per_s",
+    "tokens_per_s",
+    "pair_tokens_per_s",
+    "latency_p50_s",
+    "latency_p99_s",
+    "peak_memory_bytes",
+    "floor_fraction",
+    "wall_s",
+)
+
+
+def _run_bench(tmp_path: Path, *flags: str) -> tuple[int, dict]:
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--quick", "--json", str(out), *flags])
+    return rc, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict]:
+    return _run_bench(tmp_path_factory.mktemp("bench"), "--skip-worker")
+
+
+def test_quick_bench_exits_zero_with_every_workload(quick_report) -> None:
+    rc, report = quick_report
+    assert rc == 0
+    assert report["ok"] is True
+    assert set(report["workloads"]) == set(WORKLOADS)
+    assert report["matmul_peak"]["flops_per_s"] > 0
+    assert report["label_kernel"] is not None and "paths" in report["label_kernel"]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_contender_reports_every_metric(quick_report, workload: str) -> None:
+    _, report = quick_report
+    w = report["workloads"][workload]
+    backends = report["meta"]["backends"]
+    assert {"dense", "cascade"} <= set(backends)
+    assert set(w["contenders"]) == {"a", "c", *(f"b:{b}" for b in backends)}
+    for key, c in w["contenders"].items():
+        assert c["errors"] == 0, (key, c["first_error"])
+        assert c["jobs"] == w["jobs"] and c["items"] == w["items"]
+        for metric in METRICS:
+            assert isinstance(c[metric], (int, float)) and math.isfinite(c[metric]), (key, metric)
+        assert c["items_per_s"] > 0 and c["tokens_per_s"] > 0 and c["wall_s"] > 0
+        assert 0 < c["latency_p50_s"] <= c["latency_p99_s"]
+        assert c["peak_memory_bytes"] >= 0
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_ratios_are_reported(quick_report, workload: str) -> None:
+    _, report = quick_report
+    w = report["workloads"][workload]
+    ratios = w["ratios"]
+    c = w["contenders"]
+    for backend in report["meta"]["backends"]:
+        b = c[f"b:{backend}"]
+        assert ratios["b_over_a"][backend] == pytest.approx(b["items_per_s"] / c["a"]["items_per_s"])
+        assert ratios["b_over_c"][backend] == pytest.approx(b["items_per_s"] / c["c"]["items_per_s"])
+        assert ratios["b_over_a_vs_token_ratio"][backend] == pytest.approx(
+            ratios["b_over_a"][backend] / ratios["token_ratio_a_over_b"]
+        )
+
+
+@pytest.mark.parametrize("workload", ["rerank", "many-items", "short"])
+def test_token_counts_prove_no_mis_and_mis_ran(quick_report, workload: str) -> None:
+    """(a) computes n·(Q+I) tokens per job, (b) Q+n·I: if either path silently took the other's
+    route the ratio would come out 1 (or inverted)."""
+    _, report = quick_report
+    w = report["workloads"][workload]
+    s = w["spec"]["shape"]
+    q, n, i, jobs = s["query_len"], s["num_items"], s["item_len"], w["jobs"]
+    assert w["contenders"]["a"]["forward_tokens"] == jobs * n * (q + i)
+    for backend in report["meta"]["backends"]:
+        assert w["contenders"][f"b:{backend}"]["forward_tokens"] == jobs * (q + n * i)
+    assert w["ratios"]["token_ratio_a_over_b"] == pytest.approx(n * (q + i) / (q + n * i))
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_cross_check_against_the_baseline_is_small(quick_report, workload: str) -> None:
+    _, report = quick_report
+    w = report["workloads"][workload]
+    assert w["cross_check"]["ok"] is True
+    assert w["cross_check"]["max_abs_diff"] <= 1e-4  # float32 on CPU: summation order only
+    for key, c in w["contenders"].items():
+        if key != "c":
+            assert c["max_abs_diff_vs_baseline"] is not None and c["max_abs_diff_vs_baseline"] <= 1e-4
+
+
+def test_cross_check_fails_the_run_when_scores_are_wrong(tmp_path: Path, monkeypatch) -> None:
+    """A harness whose check never fires proves nothing: skew the baseline and the run must fail."""
+    from kafka_scorer.bench import baseline
+
+    real = baseline.BaselineScorer.score_rows
+
+    def skewed(self, jobs, rows):
+        scores, padded = real(self, jobs, rows)
+        return [[v + 0.01 for v in row] for row in scores], padded
+
+    monkeypatch.setattr(baseline.BaselineScorer, "score_rows", skewed)
+    rc, report = _run_bench(tmp_path, "--skip-worker", "--skip-label-kernel", "--workload", "rerank")
+    assert rc == 1
+    assert report["ok"] is False
+    check = report["workloads"]["rerank"]["cross_check"]
+    assert check["ok"] is False and check["max_abs_diff"] == pytest.approx(0.01, abs=1e-4)
