@@ -128,6 +128,7 @@ def _label_dots(
     ids_ptr,
     out_ptr,
     L,
+    V,
     H,
     stride_hr,
     stride_wv,
@@ -136,11 +137,16 @@ def _label_dots(
     BLOCK_L: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """One program per row: the row's own label logits, reading only those rows of the weight."""
+    """One program per row: the row's own label logits, reading only those rows of the weight.
+
+    An id outside [0, V) yields nan instead of a read out of bounds: on CUDA that read could kill the
+    context and the worker with it, while a nan score is visible and harms only its own row.
+    """
     r = tl.program_id(0).to(tl.int64)
     slots = tl.arange(0, BLOCK_L)
-    slot_ok = slots < L
-    ids = tl.load(ids_ptr + r * stride_ir + slots, mask=slot_ok, other=0).to(tl.int64)
+    ids = tl.load(ids_ptr + r * stride_ir + slots, mask=slots < L, other=0).to(tl.int64)
+    id_ok = (ids >= 0) & (ids < V)
+    slot_ok = (slots < L) & id_ok
     acc = tl.zeros([BLOCK_L], tl.float32)
     for k0 in range(0, H, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
@@ -152,7 +158,8 @@ def _label_dots(
         acc += tl.sum(w * h[None, :], axis=1)
     if HAS_BIAS:
         acc += tl.load(b_ptr + ids, mask=slot_ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + r * L + slots, acc, mask=slot_ok)
+    acc = tl.where(id_ok, acc, float("nan"))
+    tl.store(out_ptr + r * L + slots, acc, mask=slots < L)
 
 
 # Under the interpreter autotuning would time Python loops and multiply test time for nothing, so the
@@ -242,6 +249,7 @@ def label_dots(
         ids,
         out,
         n_labels,
+        weight.shape[0],
         hidden.shape[1],
         h.stride(0),
         w.stride(0),

@@ -1,4 +1,4 @@
-"""Runs the Triton label kernel under the interpreter, in a process of its own.
+"""Runs the Triton label kernels under the interpreter, in a process of its own.
 
 Triton 3.x reads TRITON_INTERPRET when `triton` is first imported, so the variable cannot be switched
 on inside the pytest process without leaking into every later test that imports triton. The parent
@@ -20,23 +20,28 @@ def main(in_path: str, out_path: str) -> None:
     from kafka_scorer.engine.kernels.label_scores import label_logits, label_logprobs
     from kafka_scorer.engine.kernels.label_scores_triton import label_logsumexp
 
+    cases = torch.load(in_path)
     results = {}
-    for name, case in torch.load(in_path).items():
+    for name, case in cases.items():
+        args = (case["hidden"], case["weight"], case["bias"], case["label_ids"])
         if case["num_splits"] is None and case["blocks"] is None:
-            args = (case["hidden"], case["weight"], case["bias"], case["label_ids"])
             results[name] = {
                 "logprobs": label_logprobs(*args, backend="triton"),
                 "logits": label_logits(*args, backend="triton"),
             }
         else:
-            lse = label_logsumexp(
-                case["hidden"],
-                case["weight"],
-                case["bias"],
-                num_splits=case["num_splits"],
-                blocks=case["blocks"],
-            )
+            lse = label_logsumexp(*args[:3], num_splits=case["num_splits"], blocks=case["blocks"])
             results[name] = {"logsumexp": lse}
+
+    # Out-of-vocabulary ids (the caller should have rejected them): the label kernel must not read
+    # out of bounds; the parent checks what it returns instead.
+    case = next(iter(cases.values()))
+    bad = case["label_ids"].clone()
+    bad[0, 0], bad[-1, -1] = -1, case["weight"].shape[0]
+    results["out-of-vocab"] = {
+        "label_ids": bad,
+        "logits": label_logits(case["hidden"], case["weight"], case["bias"], bad, backend="triton"),
+    }
     torch.save(results, out_path)
 
 

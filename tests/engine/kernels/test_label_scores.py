@@ -235,6 +235,19 @@ def test_triton_kernel_matches_reference(name: str, interpreted: dict) -> None:
         assert_matches(result["logsumexp"], expected_lse, case.dtype)
 
 
+def test_triton_label_kernel_turns_out_of_vocab_ids_into_nan(interpreted: dict) -> None:
+    """A bad id costs its own slot (nan), not an out-of-bounds read that could take the GPU down."""
+    first = next(iter(KERNEL_CASES))
+    inputs = make_inputs(KERNEL_CASES[first])
+    result = interpreted["out-of-vocab"]
+    bad = result["label_ids"]
+    expected, _, _ = row_reference(**{**inputs, "label_ids": bad.clamp(0, inputs["weight"].shape[0] - 1)})
+    is_bad = (bad < 0) | (bad >= inputs["weight"].shape[0])
+    assert int(is_bad.sum()) == 2
+    assert result["logits"][is_bad].isnan().all()
+    torch.testing.assert_close(result["logits"][~is_bad].double(), expected[~is_bad], rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- Triton kernel (GPU lowering, no GPU)
 
 
@@ -290,7 +303,7 @@ def test_label_dot_kernel_lowers_to_hopper_code() -> None:
         **dict.fromkeys(("h_ptr", "w_ptr", "b_ptr"), "*bf16"),
         "ids_ptr": "*i64",
         "out_ptr": "*fp32",
-        **dict.fromkeys(("L", "H", "stride_hr", "stride_wv", "stride_ir"), "i32"),
+        **dict.fromkeys(("L", "V", "H", "stride_hr", "stride_wv", "stride_ir"), "i32"),
         **dict.fromkeys(("HAS_BIAS", "BLOCK_L", "BLOCK_K"), "constexpr"),
     }
     kernel = _compile_for_hopper(
