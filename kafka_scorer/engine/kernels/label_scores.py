@@ -13,7 +13,9 @@ transformers way (full logits, `log_softmax`, gather) writes and re-reads `rows 
 
 Rows carry their own label ids (`label_ids: [rows, Lmax]`), so jobs with different label sets share one
 call; a caller pads short rows with any valid id and ignores those columns. Ids are not range-checked
-here (that would need a device sync); the protocol layer rejects out-of-vocabulary ids first.
+here (that would need a device sync); the protocol layer rejects out-of-vocabulary ids first. Should
+one slip through, the torch paths raise an IndexError on CPU, and the Triton kernel writes nan in that
+slot rather than read out of bounds.
 
 Every function accumulates in float32 whatever the input dtype and returns float32, and none of them
 reads a device value on the host, so the engine's one sync stays the read of the final scores.
