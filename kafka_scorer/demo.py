@@ -32,6 +32,7 @@ from kafka_scorer.protocol import Job
 from kafka_scorer.submit import ProgressBar, Submission, new_submission, submit_jobs
 
 if TYPE_CHECKING:
+    from kafka_scorer.config import Settings
     from kafka_scorer.engine.scorer import Scorer
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,6 @@ async def run_demo(
 ) -> float:
     """Broker, workers, jobs through Kafka and back; returns the wall time of the scoring phase."""
     from kafka_scorer.broker import EmbeddedBroker
-    from kafka_scorer.config import Settings
     from kafka_scorer.worker.service import Worker
 
     async with EmbeddedBroker() as broker:
@@ -205,7 +205,7 @@ async def run_demo(
         stop = asyncio.Event()
         workers, tasks = [], []
         for model in models:
-            settings = Settings(
+            settings = isolated_settings(
                 model=model.scorer.model_name,
                 bootstrap_servers=broker.bootstrap_servers,
                 request_topics=[model.topic],
@@ -229,12 +229,17 @@ async def run_demo(
                 + ", ".join(f"{m.scorer.model_name} on {m.topic}" for m in models)
                 + f"; results on {REPLY_TOPIC}"
             )
-            client = Settings(bootstrap_servers=broker.bootstrap_servers, fetch_max_wait_ms=20)
-            started = time.monotonic()
+            client = isolated_settings(bootstrap_servers=broker.bootstrap_servers, fetch_max_wait_ms=20)
+            started: list[float] = []
             with ProgressBar(len(jobs), "scoring", enabled=progress) as bar:
 
                 def done(submission: Submission) -> None:
                     bar.advance(len(submission.job.items))
+
+                def sending() -> None:  # throughput counts from the first send, not from connecting
+                    if not started:
+                        started.append(time.monotonic())
+                        bar.restart_clock()
 
                 await asyncio.gather(
                     *(
@@ -245,15 +250,32 @@ async def run_demo(
                             reply_topic=REPLY_TOPIC,
                             timeout_s=timeout_s,
                             on_result=done,
+                            on_sending=sending,
                         )
                         for model in models
                     )
                 )
-            elapsed = time.monotonic() - started
+            elapsed = time.monotonic() - (started[0] if started else time.monotonic())
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
     return elapsed
+
+
+def isolated_settings(**overrides: Any) -> Settings:
+    """Defaults plus `overrides`, whatever KAFKA_SCORER_* or .env say.
+
+    The demo brings its own broker; a SASL protocol or a topic pattern left in the caller's
+    environment for a real cluster must not leak into it. Every field is passed explicitly because
+    init arguments are the one source pydantic-settings ranks above the environment.
+    """
+    from kafka_scorer.config import Settings
+
+    values = {
+        name: info.get_default(call_default_factory=True) for name, info in Settings.model_fields.items()
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
 async def _wait_joined(workers: list[Any], tasks: list[asyncio.Task[int]]) -> None:
@@ -364,7 +386,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--short", action="store_true", help=f"quick run: {SHORT_JOBS} jobs (what the tests run)"
     )
     parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1 ...")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "float16", "bfloat16"),
+        help="auto: bfloat16 on CUDA, float32 on CPU",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all results")
     parser.add_argument("--rows", type=int, default=30, help="most result rows to print (default 30)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -159,8 +159,14 @@ class ProgressBar:
             )
             self._progress.start()
             self._task = self._progress.add_task(self.description, total=self.total, rate="")
-        self._started = time.monotonic()
+        self.restart_clock()
         return self
+
+    def restart_clock(self) -> None:
+        """Throughput counts from here (the first send), not from connecting to the cluster."""
+        self._started = time.monotonic()
+        if self._progress is not None:
+            self._progress.reset(self._task, total=self.total, completed=self._done, rate="")
 
     def advance(self, items: int = 0) -> None:
         self._done += 1
@@ -187,11 +193,14 @@ async def submit_jobs(
     fmt: WireFormat = "json",
     timeout_s: float = 60.0,
     on_result: Callable[[Submission], None] | None = None,
+    on_sending: Callable[[], None] | None = None,
 ) -> None:
     """Produce every job and wait until each has a result or `timeout_s` has passed since the first send.
 
     Fills in `sent_at`, `result`, `received_at` and `send_error` on the submissions. Raises only for a
     failure of the whole run (broker unreachable, missing topic); a job's own failure is its result.
+    `on_sending` runs once, when the clients are connected and the first job is about to go out, so
+    a throughput clock can leave connection set-up out.
     """
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -231,6 +240,8 @@ async def submit_jobs(
         answered = asyncio.create_task(all_answered.wait())
         try:
             deadline = time.monotonic() + timeout_s
+            if on_sending is not None:
+                on_sending()
             await _send_all(producer, submissions, request_topic, reply_topic, fmt, settle)
             remaining = max(deadline - time.monotonic(), 0)
             await asyncio.wait({reader, answered}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -405,7 +416,9 @@ def run(args: argparse.Namespace) -> int:
             )
             return errors.EXIT_USER_ERROR
         if not settings.request_topics:
-            raise errors.UserFacingError(f"no request topic: set {errors.setting_hint('request_topic')}")
+            raise errors.UserFacingError(
+                "no request topic: set --request-topic or KAFKA_SCORER_REQUEST_TOPICS"
+            )
         with (
             _open_output(args.output) as out,
             ProgressBar(len(submissions), "scoring", enabled=not args.no_progress) as bar,
@@ -426,6 +439,7 @@ def run(args: argparse.Namespace) -> int:
                     fmt=args.format,
                     timeout_s=args.timeout,
                     on_result=write,
+                    on_sending=bar.restart_clock,
                 )
             )
     except KeyboardInterrupt:
