@@ -1,13 +1,15 @@
-"""Full-vocabulary log-sum-exp of `h · Wᵀ + b` in Triton, without ever writing `[rows, vocab]` logits.
+"""Label scores in Triton: full-vocabulary log-sum-exp of `h · Wᵀ + b` without `[rows, vocab]` logits,
+and each row's own label logits.
 
 `apply_softmax: false` needs `logprob = label_logit - logsumexp_v(h · W_v + b_v)`. The label logits are
-a cheap gather (`label_scores.label_logits`); the normaliser is the expensive part, a matmul as large as
-the LM head itself. Materialising it as logits costs `rows × vocab × 4` bytes (2.5 GB at 4,096 rows and
-a 151,936 vocabulary) plus two more full passes over it for the upcast and `log_softmax`. Here each
-program owns a block of rows and a contiguous slice of the vocabulary, computes one `[BLOCK_R, BLOCK_V]`
-logits tile at a time in registers with `tl.dot` over hidden chunks, and folds it into a running max and
-sum-exp (online log-sum-exp). Only `[splits, rows]` partial results reach memory; a `torch.logsumexp`
-over the splits finishes the job on the device, with no host sync.
+cheap (`label_dots`: one program per row reads just its label rows of W); the normaliser is the
+expensive part (`label_logsumexp`), a matmul as large as the LM head itself. Materialising it as logits
+costs `rows × vocab × 4` bytes (2.5 GB at 4,096 rows and a 151,936 vocabulary) plus two more full
+passes over it for the upcast and `log_softmax`. Here each program owns a block of rows and a
+contiguous slice of the vocabulary, computes one `[BLOCK_R, BLOCK_V]` logits tile at a time in
+registers with `tl.dot` over hidden chunks, and folds it into a running max and sum-exp (online
+log-sum-exp). Only `[splits, rows]` partial results reach memory; a `torch.logsumexp` over the splits
+finishes the job on the device, with no host sync.
 
 Vocabulary splits exist so that a small batch still fills the GPU: with few row blocks, the grid's
 second axis gives every SM a slice of the vocabulary.
@@ -208,11 +210,8 @@ def label_logsumexp(
     splits = num_splits or default_splits(rows, vocab, hidden.device)
     partials = torch.empty((splits, rows), dtype=torch.float32, device=hidden.device)
 
+    _require_device(hidden)
     interpret = bool(triton.knobs.runtime.interpret)
-    if hidden.device.type != "cuda" and not interpret:
-        raise RuntimeError(
-            "the Triton label kernel needs CUDA tensors, or TRITON_INTERPRET=1 before importing triton"
-        )
     args = (h, w, b, partials, rows, vocab, hidden_size, h.stride(0), w.stride(0))
     # float32 must not drop to tf32. The interpreter (triton 3.9) multiplies bfloat16 tiles as their raw
     # uint16 bits, so there they are widened first: bf16 × bf16 products are exact in float32 either way.
@@ -245,7 +244,7 @@ def label_dots(
     _label_dots[(rows,)](
         h,
         w,
-        bias if bias is not None else h,
+        bias.contiguous() if bias is not None else h,
         ids,
         out,
         n_labels,
