@@ -9,9 +9,10 @@ Kafka-protocol brokers ship as PyPI wheels (see ../shared/BROKERS.md):
   handling is fragile. Used only where exactly-once delivery is under test.
 
 Both launchers pick a free loopback port, wait until the broker answers a real Kafka request (an
-ApiVersions round trip, not just an open socket) and stop the process on exit. They are synchronous
-context managers (start-up is sub-second) and also `async with` friendly, so a pytest session fixture,
-`asyncio` code and the CLI can share them.
+ApiVersions round trip, not just an open socket) and stop the process on exit; on Linux the broker
+also gets SIGTERM if the process that started it dies. They are synchronous context managers (start-up
+takes tens of milliseconds) and also `async with` friendly, so a pytest session fixture, `asyncio` code
+and the CLI can share them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -74,6 +76,18 @@ def _read_exact(sock: socket.socket, n: int) -> bytes | None:
     return data
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the parent dies, so a test run that is
+    killed (timeout, Ctrl-C twice) leaves no broker behind. Elsewhere a no-op."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class _BrokerProcess:
     """A broker child process on a loopback port: start, wait for Kafka, stop (TERM, then KILL)."""
 
@@ -111,6 +125,7 @@ class _BrokerProcess:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, not the broker: we stop it in order
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -159,16 +174,15 @@ class _BrokerProcess:
         self.stop()
 
     async def __aenter__(self) -> _BrokerProcess:
-        import asyncio
-
-        return await asyncio.to_thread(self.start)
+        # Started on the loop's own thread, not via to_thread: the child's parent-death signal is tied
+        # to the thread that forks it, and an executor thread may go away before the broker should.
+        # Start-up blocks for tens of milliseconds.
+        return self.start()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        import asyncio
-
-        await asyncio.to_thread(self.stop)
+        self.stop()
 
 
 class EmbeddedBroker(_BrokerProcess):

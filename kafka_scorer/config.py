@@ -17,7 +17,7 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
-AttentionBackend = Literal["auto", "dense", "cascade"]
+AttentionBackend = Literal["auto", "dense", "cascade", "flex"]
 
 
 class EngineSettings(BaseSettings):
@@ -40,7 +40,9 @@ class EngineSettings(BaseSettings):
     )
     attention_backend: AttentionBackend = Field(
         "auto",
-        description="MIS/varlen attention: dense (SDPA, explicit mask) or cascade (cost follows the mask).",
+        description="MIS/varlen attention. auto: flex on CUDA when it compiles, else cascade; cascade: "
+        "shared-prefix attention whose cost follows the mask; flex: FlexAttention with a block mask; "
+        "dense: SDPA with an explicit mask (the reference).",
     )
     max_batch_tokens: int = Field(8192, gt=0, description="Token budget of one forward pass.")
     max_items_per_job: int = Field(1024, gt=0, description="Jobs with more items are rejected (`too_long`).")
@@ -70,6 +72,11 @@ class Settings(EngineSettings):
         "kafka-scorer", description="Consumer group id; workers in one group share partitions."
     )
     client_id: str = Field("kafka-scorer", description="Kafka client id.")
+    group_instance_id: str | None = Field(
+        None,
+        description="Static group membership: a worker restarted with the same id takes its partitions back "
+        "without a rebalance (unset: dynamic membership).",
+    )
     auto_offset_reset: Literal["earliest", "latest"] = Field(
         "earliest", description="Where a new group starts."
     )

@@ -51,6 +51,7 @@ class JobConsumer:
         self._consumer = AIOKafkaConsumer(
             **options,
             group_id=settings.group_id,
+            group_instance_id=settings.group_instance_id,
             enable_auto_commit=False,
             auto_offset_reset=settings.auto_offset_reset,
             fetch_max_wait_ms=settings.fetch_max_wait_ms,

@@ -9,8 +9,10 @@ through answered tickets, so a commit never passes an unanswered record.
   per-partition watermarks through the consumer, coalescing acknowledgements that arrive while a commit
   is in flight. A crash between acknowledgement and commit repeats those jobs (duplicates, never losses).
 - `ExactlyOnceDelivery`: one Kafka transaction per `deliver` call (one engine batch, or the rejections
-  of one fetch) carrying the results and the offsets they move. A failed transaction is aborted and the
-  consumer rewinds to the last committed offsets, so the work is redone inside a later transaction.
+  of one fetch) carrying the results and the offsets they move. A result that finished before an older
+  record of its partition waits for it, so no transaction carries a result whose offset it does not
+  commit. A failed transaction is aborted and the consumer rewinds to the last committed offsets, so
+  the work is redone inside a later transaction.
 """
 
 from __future__ import annotations
@@ -239,39 +241,56 @@ class ExactlyOnceDelivery(Delivery):
         self._group_id = group_id
         self._txn_lock = asyncio.Lock()
         self._backoff = Backoff()
+        self._held: list[Answer] = []  # answered, waiting for an older record of the same partition
 
     async def deliver(self, answers: Sequence[Answer]) -> None:
+        """Commit, in one transaction, every answer its partition's watermark has now passed.
+
+        An answer that overtook an older record of its partition is held back (not produced) until
+        that record is answered too: a transaction may only carry results whose offsets it commits,
+        or a crash would make the next owner produce them again, visibly, in another transaction.
+        """
         async with self._txn_lock:
-            live = self._drop_closed(answers)
-            if not live:
+            for answer in self._drop_closed(answers):
+                answer.ticket.watermark.answered(answer.ticket.offset)
+                self._held.append(answer)
+            ready: list[Answer] = []
+            held: list[Answer] = []
+            for answer in self._held:
+                mark = answer.ticket.watermark
+                passed = mark.commit_offset()
+                if mark.closed:
+                    self.on_settled(answer.ticket, None)
+                elif passed is not None and answer.ticket.offset < passed:
+                    ready.append(answer)
+                else:
+                    held.append(answer)
+            self._held = held
+            if not ready:
                 return
-            built = [self._records(a) for a in live]
+            built = [self._records(a) for a in ready]
             records = [r for _, recs in built for r in recs]
-
-            def offsets() -> dict[TopicPartition, int]:
-                for answer in live:
-                    answer.ticket.watermark.answered(answer.ticket.offset)
-                return self.tracker.to_commit()
-
+            offsets = self.tracker.to_commit()
             try:
-                committed = await self.producer.send_transaction(records, offsets, self._group_id)
+                await self.producer.send_transaction(records, offsets, self._group_id)
             except FatalProducerError:
                 raise
             except Exception as exc:
                 self.stats.rewinds += 1
                 log.error(
                     "transaction of %d results failed (%r); aborted, rewinding to committed offsets",
-                    len(live),
+                    len(ready),
                     exc,
                 )
                 await self._rewind()
-                for answer in live:
+                for answer in [*ready, *self._held]:
                     self.on_settled(answer.ticket, None)
+                self._held = []
                 await self._backoff.sleep()
                 return
             self._backoff.reset()
-            self.tracker.committed(committed)
-            for answer, (result, _) in zip(live, built, strict=True):
+            self.tracker.committed(offsets)
+            for answer, (result, _) in zip(ready, built, strict=True):
                 self.on_settled(answer.ticket, result)
 
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:

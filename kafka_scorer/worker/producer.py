@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -148,14 +148,13 @@ class ResultProducer:
     async def send_transaction(
         self,
         records: Sequence[OutRecord],
-        offsets: Callable[[], dict[TopicPartition, int]],
+        offsets: dict[TopicPartition, int],
         group_id: str,
-    ) -> dict[TopicPartition, int]:
-        """Produce `records` and commit the consumer offsets `offsets()` gives, atomically.
+    ) -> None:
+        """Produce `records` and commit the consumer `offsets`, atomically.
 
-        `offsets` is called after every record is acknowledged and before the commit, so it can move
-        the watermarks of exactly the records this transaction answers. Any failure aborts the
-        transaction and is raised: the caller must rewind to the last committed offsets.
+        Any failure aborts the transaction and is raised: the caller must rewind to the last
+        committed offsets.
         """
         producer = self._client
         try:
@@ -167,11 +166,9 @@ class ResultProducer:
                 await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers) for r in records
             ]
             await asyncio.gather(*futures)
-            committed = offsets()
-            if committed:
-                await producer.send_offsets_to_transaction(committed, group_id)
+            if offsets:
+                await producer.send_offsets_to_transaction(offsets, group_id)
             await producer.commit_transaction()
-            return committed
         except ProducerFenced as exc:
             raise FatalProducerError(str(exc)) from exc
         except BaseException:

@@ -1,0 +1,279 @@
+"""Plain aiokafka helpers for the integration tests: topics, producing, reading back, offsets, workers.
+
+Reading back uses a group-less consumer that assigns every partition and starts at the beginning, so
+what a test sees is what the broker holds, independent of the worker's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from kafka_scorer.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    bootstrap: str
+    name: str
+    transactions: bool
+    min_session_timeout_ms: int  # real Kafka and noida-db refuse sessions under 6 s
+
+    def session_settings(self) -> dict[str, int]:
+        """Fast group settings (BROKERS.md): a rebalance takes about half the session timeout."""
+        session = max(1500, self.min_session_timeout_ms)
+        return {"session_timeout_ms": session, "heartbeat_interval_ms": min(300, session // 5)}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 3) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+@dataclass
+class Out:
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    partition: int | None = None
+
+
+async def produce(bootstrap: str, records: Sequence[Out], max_request_size: int = 1 << 20) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=max_request_size)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(r.topic, r.value, key=r.key, headers=r.headers, partition=r.partition)
+            for r in records
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def read_topic(
+    bootstrap: str,
+    topic: str,
+    until: Callable[[list[ConsumerRecord]], bool],
+    timeout_s: float,
+    isolation_level: str = "read_uncommitted",
+    settle_s: float = 0.0,
+) -> list[ConsumerRecord]:
+    """Every record of `topic` from the start, until `until(records)` holds (then `settle_s` more, to
+    catch duplicates that would arrive late) or the timeout passes."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+        isolation_level=isolation_level,
+        max_partition_fetch_bytes=32 << 20,
+    )
+    await consumer.start()
+    try:
+        partitions = await _partitions(consumer, topic)
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + timeout_s
+        settled_at: float | None = None
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=100)
+            for recs in batch.values():
+                records.extend(recs)
+            if settled_at is None and until(records):
+                settled_at = time.monotonic()
+            if settled_at is not None and time.monotonic() - settled_at >= settle_s:
+                break
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    for _ in range(100):
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return [TopicPartition(topic, p) for p in sorted(parts)]
+        await consumer._client.force_metadata_update()
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"topic {topic} has no partitions")
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int, count: int) -> dict[int, int]:
+    """One past the last offset of each partition, read from the records themselves (`count` of them).
+
+    Not ListOffsets: the embedded tansu 0.6.0 answers it with a smaller number once a partition holds
+    multi-record batches (measured here: 144 for a partition whose last record has offset 166).
+    """
+    records = await read_topic(bootstrap, topic, lambda rs: len(rs) >= count, timeout_s=30)
+    ends = dict.fromkeys(range(partitions), 0)
+    for record in records:
+        ends[record.partition] = max(ends[record.partition], record.offset + 1)
+    return ends
+
+
+async def wait_for_commits(
+    bootstrap: str, group: str, topic: str, partitions: int, count: int, timeout_s: float = 15.0
+) -> tuple[dict[int, int | None], dict[int, int]]:
+    """Poll until the group's committed offsets reach the end offsets (commits trail acknowledgements)."""
+    ends = await end_offsets(bootstrap, topic, partitions, count)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        committed = await committed_offsets(bootstrap, group, topic, partitions)
+        if committed == ends or time.monotonic() > deadline:
+            return committed, ends
+        await asyncio.sleep(0.2)
+
+
+def worker_settings(broker: BrokerInfo, model: Path, **overrides: object) -> Settings:
+    base: dict[str, object] = {
+        "model": str(model),
+        "dtype": "float32",
+        "device": "cpu",
+        "bootstrap_servers": broker.bootstrap,
+        "fetch_max_wait_ms": 10,
+        "max_batch_wait_ms": 5,
+        "metrics_port": 0,
+        "shutdown_grace_s": 20.0,
+        "rebalance_grace_s": 5.0,
+        **broker.session_settings(),
+    }
+    base.update(overrides)
+    return Settings(_env_file=None, **base)  # type: ignore[arg-type]
+
+
+class InProcessWorker:
+    """`Worker.run` as a task of the test's event loop; `stop()` is the SIGTERM path without a signal."""
+
+    def __init__(self, settings: Settings, scorer) -> None:
+        from kafka_scorer.worker.service import Worker
+
+        self.worker = Worker(settings, scorer)
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[int] | None = None
+
+    async def __aenter__(self) -> InProcessWorker:
+        self._task = asyncio.create_task(self.worker.run(self._stop))
+        await self.wait_ready()
+        return self
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.worker.ready:
+            assert self._task is not None
+            if self._task.done():
+                raise AssertionError(f"worker exited at start: rc={self._task.result()}")
+            if time.monotonic() > deadline:
+                raise AssertionError("worker not ready in time")
+            await asyncio.sleep(0.02)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self, timeout_s: float = 60.0) -> int:
+        self._stop.set()
+        assert self._task is not None
+        return await asyncio.wait_for(self._task, timeout_s)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.running:
+            await self.stop()
+
+
+WORKER_COMMAND = [sys.executable, "-m", "kafka_scorer", "worker"]
+
+
+def settings_flags(settings: Settings) -> list[str]:
+    """The settings as `kafka-scorer worker` flags (only those that differ from the defaults)."""
+    defaults = Settings.model_construct()
+    flags: list[str] = []
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if value == getattr(defaults, name, None):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            flags += [flag, ",".join(value)]
+        elif value is not None:
+            flags += [flag, str(value)]
+    return flags
+
+
+class WorkerProcess:
+    """`kafka-scorer worker` as a real child process, for tests about signals and crashes."""
+
+    def __init__(self, settings: Settings, name: str = "worker") -> None:
+        self.args = [*WORKER_COMMAND, *settings_flags(settings)]
+        self._log = tempfile.NamedTemporaryFile(prefix=f"{name}-", suffix=".log", delete=False)  # noqa: SIM115
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_SCORER_")}
+        env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            self.args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    async def wait_for_log(self, needle: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while needle not in self.output():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited (rc={self.proc.returncode}):\n{self.output()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {needle!r} in the worker log:\n{self.output()[-4000:]}")
+            await asyncio.sleep(0.05)
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    async def wait(self, timeout_s: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker did not exit in {timeout_s}s:\n{self.output()[-4000:]}")
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self._log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._log.name)
