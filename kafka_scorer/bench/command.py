@@ -47,6 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--jobs", type=int, help="jobs per workload (default: per workload and device)")
     parser.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget of one forward")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="timed runs per contender; the fastest is reported"
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload seed")
     parser.add_argument("--model-dir", help="keep generated checkpoints here and reuse them (default: temp)")
     parser.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         skip_label_kernel=args.skip_label_kernel,
         max_batch_tokens=args.max_batch_tokens,
         num_jobs=args.jobs,
+        repeats=max(1, args.repeats),
         seed=args.seed,
         model_dir=args.model_dir,
     )
@@ -88,6 +92,10 @@ def _fmt_bytes(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
+def _fmt_load(load: float | None) -> str:
+    return "?" if load is None else f"{load:.0%}"
+
+
 def format_report(report: dict) -> str:
     meta = report["meta"]
     peak = report["matmul_peak"]
@@ -97,10 +105,12 @@ def format_report(report: dict) -> str:
         f"budget {meta['max_batch_tokens']} tokens",
         f"matmul peak: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s ({peak['dtype']}, n={peak['n']}); "
         f"memory: {report['memory_method']}",
+        "floor: compute floor / measured time; others: CPU share other processes used during the run "
+        "(figures taken above a few % are disturbed)",
     ]
     header = (
         f"{'':11}{'contender':<32}{'items/s':>10}{'tok/s':>10}{'pair tok/s':>12}{'p50 s':>9}{'p99 s':>9}"
-        f"{'peak mem':>11}{'floor':>7}{'max|diff|':>11}"
+        f"{'peak mem':>11}{'floor':>7}{'max|diff|':>11}{'others':>8}"
     )
     for name, w in report["workloads"].items():
         spec = w["spec"]
@@ -117,7 +127,7 @@ def format_report(report: dict) -> str:
                 f"{key:<11}{c['label']:<32}{c['items_per_s']:>10,.1f}{c['tokens_per_s']:>10,.0f}"
                 f"{c['pair_tokens_per_s']:>12,.0f}{c['latency_p50_s']:>9.3f}{c['latency_p99_s']:>9.3f}"
                 f"{_fmt_bytes(c['peak_memory_bytes']):>11}{c['floor_fraction']:>7.2f}"
-                f"{'' if diff is None else f'{diff:.1e}':>11}"
+                f"{'' if diff is None else f'{diff:.1e}':>11}{_fmt_load(c['foreign_cpu_load']):>8}"
             )
             if c["errors"]:
                 lines.append(f"{'':11}{c['errors']} errors, first: {c['first_error']}")

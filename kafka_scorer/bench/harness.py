@@ -58,6 +58,8 @@ class BenchConfig:
     skip_label_kernel: bool = False
     max_batch_tokens: int = 8192
     num_jobs: int | None = None
+    repeats: int = 1
+    """Timed runs per contender; the fastest is reported (noise on a shared machine only slows)."""
     seed: int = 0
     model_dir: str | None = None
     """Where to keep the generated checkpoints between runs; None: a temp dir removed at the end."""
@@ -80,10 +82,22 @@ class RunRecord:
     lm_head_rows: int
     """Rows that went through the full-vocabulary LM head."""
     peak_bytes: int
+    foreign_cpu_load: float | None = None
+    runs: int = 1
 
 
-class MemoryProbe:
-    """Peak memory a block adds above where it started, on CUDA or (Linux) CPU."""
+@dataclass
+class Measured:
+    """Filled in when a `RunProbe.measure()` block ends."""
+
+    peak_bytes: int = 0
+    foreign_cpu_load: float | None = None
+    """Share of all CPUs that *other* processes used meanwhile (Linux): a figure taken on a busy
+    machine is marked as such instead of passing for the code's speed."""
+
+
+class RunProbe:
+    """Peak memory a block adds above where it started (CUDA or Linux CPU), and the CPU others used."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -96,23 +110,67 @@ class MemoryProbe:
                 self.method = "ru_maxrss delta (lower bound: peak RSS cannot be reset here)"
 
     @contextlib.contextmanager
-    def measure(self) -> Iterator[list[int]]:
-        out = [0]
+    def measure(self) -> Iterator[Measured]:
+        out = Measured()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             before = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            cpu = _cpu_snapshot()
             yield out
             torch.cuda.synchronize(self.device)
-            out[0] = torch.cuda.max_memory_allocated(self.device) - before
+            out.foreign_cpu_load = _foreign_load(cpu, _cpu_snapshot())
+            out.peak_bytes = torch.cuda.max_memory_allocated(self.device) - before
             return
         if self._libc is not None:
             self._libc.malloc_trim(0)  # hand freed heap back, so reuse of old pages does not hide a peak
         reset = _reset_peak_rss()
         before = _proc_status_bytes("VmRSS") if reset else _ru_maxrss_bytes()
+        cpu = _cpu_snapshot()
         yield out
+        out.foreign_cpu_load = _foreign_load(cpu, _cpu_snapshot())
         after = _proc_status_bytes("VmHWM") if reset else _ru_maxrss_bytes()
-        out[0] = max(0, after - before)
+        out.peak_bytes = max(0, after - before)
+
+
+def _cpu_snapshot() -> tuple[float, int, int] | None:
+    """(wall, busy ticks of the whole machine, ticks of this process and its children) from /proc.
+
+    Children count as ours: (d)'s broker is a child process and its work is part of (d)'s cost.
+    """
+    try:
+        with open("/proc/stat") as fh:
+            ticks = [int(v) for v in fh.readline().split()[1:]]
+        own = _process_ticks("self")
+    except (OSError, ValueError, IndexError):
+        return None
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != me:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = _stat_fields(entry)
+                if fields[1] == me:
+                    own += int(fields[11]) + int(fields[12])
+    return time.perf_counter(), sum(ticks) - ticks[3] - ticks[4], own
+
+
+def _stat_fields(pid: str) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, ... (utime and stime at 11 and 12)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
+def _process_ticks(pid: str) -> int:
+    fields = _stat_fields(pid)
+    return int(fields[11]) + int(fields[12])
+
+
+def _foreign_load(start: tuple[float, int, int] | None, end: tuple[float, int, int] | None) -> float | None:
+    """None for runs under a second: /proc counts in 10 ms ticks, too coarse to say anything."""
+    if start is None or end is None or end[0] - start[0] < 1.0:
+        return None
+    others = (end[1] - start[1]) - (end[2] - start[2])
+    return max(0.0, others / os.sysconf("SC_CLK_TCK") / ((end[0] - start[0]) * (os.cpu_count() or 1)))
 
 
 def _reset_peak_rss() -> bool:
@@ -263,7 +321,13 @@ class BaselineContender(Contender):
         return done
 
 
-def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: MemoryProbe) -> RunRecord:
+def fastest(records: Sequence[RunRecord]) -> RunRecord:
+    best = min(records, key=lambda r: r.wall_s)
+    best.runs = len(records)
+    return best
+
+
+def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: RunProbe) -> RunRecord:
     """The closed-loop client: `window` jobs outstanding, the next submitted as soon as one is answered."""
     n = len(jobs)
     scores: list[Scores | None] = [None] * n
@@ -302,22 +366,25 @@ def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: MemoryP
         wall_s=wall,
         forward_tokens=contender.forward_tokens,
         lm_head_rows=contender.lm_head_rows,
-        peak_bytes=peak[0],
+        peak_bytes=peak.peak_bytes,
+        foreign_cpu_load=peak.foreign_cpu_load,
     )
 
 
 # --------------------------------------------------------------------------------------- (d) the worker
 
 
-def run_worker_contender(scorer, jobs: Sequence[Job], window: int, probe: MemoryProbe) -> RunRecord:
+def run_worker_contender(
+    scorer, jobs: Sequence[Job], window: int, probe: RunProbe, repeats: int = 1
+) -> RunRecord:
     """(d): an embedded tansu broker, the real `Worker` in this process on the same `Scorer`, and a
     closed-loop aiokafka client with the same window as the in-process contenders."""
     import asyncio
 
-    return asyncio.run(_worker_run(scorer, list(jobs), window, probe))
+    return asyncio.run(_worker_run(scorer, list(jobs), window, probe, repeats))
 
 
-async def _worker_run(scorer, jobs: list[Job], window: int, probe: MemoryProbe) -> RunRecord:
+async def _worker_run(scorer, jobs: list[Job], window: int, probe: RunProbe, repeats: int) -> RunRecord:
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -376,7 +443,7 @@ async def _worker_run(scorer, jobs: list[Job], window: int, probe: MemoryProbe) 
             await consumer.seek_to_end(*reply_parts)
             client = _KafkaClient(producer, consumer, requests)
             await client.run("warmup", warmup_jobs(jobs), window, None)
-            return await client.run("timed", jobs, window, probe)
+            return fastest([await client.run(f"timed{i}", jobs, window, probe) for i in range(repeats)])
         finally:
             await consumer.stop()
             await producer.stop()
@@ -392,7 +459,7 @@ class _KafkaClient:
         self.consumer = consumer
         self.topic = topic
 
-    async def run(self, tag: str, jobs: list[Job], window: int, probe: MemoryProbe | None) -> RunRecord:
+    async def run(self, tag: str, jobs: list[Job], window: int, probe: RunProbe | None) -> RunRecord:
         from kafka_scorer.protocol import CONTENT_TYPE_JSON, decode_result, encode_job
 
         n = len(jobs)
@@ -402,7 +469,7 @@ class _KafkaClient:
         latencies = [0.0] * n
         tokens = rows = 0
         sent = answered = 0
-        with probe.measure() if probe is not None else contextlib.nullcontext([0]) as peak:
+        with probe.measure() if probe is not None else contextlib.nullcontext(Measured()) as peak:
             start = time.perf_counter()
 
             async def fill() -> None:
@@ -456,7 +523,8 @@ class _KafkaClient:
             wall_s=wall,
             forward_tokens=tokens,
             lm_head_rows=rows,
-            peak_bytes=peak[0],
+            peak_bytes=peak.peak_bytes,
+            foreign_cpu_load=peak.foreign_cpu_load,
         )
 
 
@@ -481,6 +549,9 @@ class ContenderSummary:
     peak_memory_bytes: int
     floor_s: float
     floor_fraction: float
+    foreign_cpu_load: float | None = None
+    runs: int = 1
+    """Timed runs made; the figures are those of the fastest (the one least disturbed)."""
     max_abs_diff_vs_baseline: float | None = None
     first_error: str | None = None
 
@@ -517,6 +588,8 @@ def summarise(
         peak_memory_bytes=record.peak_bytes,
         floor_s=floor,
         floor_fraction=floor / wall,
+        foreign_cpu_load=record.foreign_cpu_load,
+        runs=record.runs,
         first_error=errors[0] if errors else None,
     )
 
@@ -593,7 +666,7 @@ class Environment:
     shape: ModelShape
     model_root: Path
     peak: dict
-    probe: MemoryProbe
+    probe: RunProbe
     scorers: dict[str, object] = field(default_factory=dict)
     baselines: dict[str, BaselineScorer] = field(default_factory=dict)
 
@@ -639,7 +712,7 @@ def run_workload(
 
     def timed(make: Callable[[], Contender], jobs: list[Job]) -> RunRecord:
         drive(make(), warmup_jobs(jobs), window, env.probe)
-        return drive(make(), jobs, window, env.probe)
+        return fastest([drive(make(), jobs, window, env.probe) for _ in range(config.repeats)])
 
     runs: dict[str, tuple[str, RunRecord]] = {}
     default_backend = scorer.attention_backend
@@ -663,7 +736,7 @@ def run_workload(
         log(f"  (d) worker through the broker [{default_backend}] ...")
         runs["d"] = (
             f"worker via broker [{default_backend}]",
-            run_worker_contender(scorer, mis, window, env.probe),
+            run_worker_contender(scorer, mis, window, env.probe, config.repeats),
         )
 
     reference = runs["c"][1].scores
@@ -744,7 +817,7 @@ def run_bench(config: BenchConfig) -> dict:
             shape=shape,
             model_root=root,
             peak=measure_matmul_peak(device, dtype, config.quick),
-            probe=MemoryProbe(device),
+            probe=RunProbe(device),
         )
         log(f"  {env.peak['flops_per_s'] / 1e9:.1f} GFLOP/s")
         results = {}
