@@ -234,3 +234,24 @@ def test_msgpack_example_bytes_match_the_snippet() -> None:
     shown = re.search(r"decode to `(\{.*?\})`", text).group(1)
     assert msgspec.msgpack.decode(result_bytes) == msgspec.json.decode(shown)
     assert decode_result(result_bytes).scores == msgspec.json.decode(shown)["scores"]
+
+
+def test_operations_lists_exactly_the_metrics_the_worker_exports() -> None:
+    """The metrics table is what people build dashboards from: no stale names, none missing."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from kafka_scorer.worker.metrics import WorkerMetrics
+
+    exported = {}
+    for metric in vars(WorkerMetrics()).values():
+        if isinstance(metric, MetricWrapperBase):
+            name = metric._name + ("_total" if metric._type == "counter" else "")
+            exported[name] = (metric._type, set(metric._labelnames))
+    assert len(exported) >= 10
+    table = (DOCS / "operations.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(kafka_scorer_\w+)(?:\{([\w,]+)\})?` \| (\w+) \|", table, re.MULTILINE)
+    documented = {name: (kind, set(labels.split(",")) if labels else set()) for name, labels, kind in rows}
+    assert set(documented) == set(exported)
+    for name, (kind, labels) in documented.items():
+        assert kind == exported[name][0], name
+        assert labels == exported[name][1], f"{name}: its labels are {exported[name][1]}"
