@@ -134,6 +134,9 @@ class Delivery:
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
         """Commit what is committable now (at-least-once); transactions commit as they go."""
 
+    def discard_closed(self) -> None:
+        """Settle, as dropped, answers still held for partitions that were just revoked."""
+
     async def run(self) -> None:
         """Background work (the committer); returns only when cancelled."""
         await asyncio.Event().wait()
@@ -296,3 +299,12 @@ class ExactlyOnceDelivery(Delivery):
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
         async with self._txn_lock:  # wait for a transaction in flight: its offsets are the commit
             return
+
+    def discard_closed(self) -> None:
+        keep = []
+        for answer in self._held:
+            if answer.ticket.watermark.closed:
+                self.on_settled(answer.ticket, None)
+            else:
+                keep.append(answer)
+        self._held = keep

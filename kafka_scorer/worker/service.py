@@ -116,9 +116,12 @@ class Worker:
             await probe.start()
         background: list[asyncio.Task[None]] = []
         try:
-            await self.producer.start()
+            # Both retry while the cluster is unreachable; a signal meanwhile ends the start-up cleanly.
+            if not await _unless_stopped(self.producer.start(), stop):
+                return 0
             self.delivery = self._make_delivery()
-            await self.consumer.start()
+            if not await _unless_stopped(self.consumer.start(), stop):
+                return 0
             background = [
                 asyncio.create_task(self.batcher.run(), name="batcher"),
                 asyncio.create_task(self.delivery.run(), name="committer"),
@@ -236,6 +239,8 @@ class Worker:
             for (ticket, _), item in zip(jobs, prepared, strict=True):
                 if isinstance(item, Result):
                     answers.append(Answer(ticket, item))
+                elif ticket.watermark.closed:  # revoked while it was being prepared
+                    self._on_settled(ticket, None)
                 else:
                     ticket.tokens = item.num_tokens
                     ticket.enqueued_at = time.monotonic()
@@ -342,7 +347,7 @@ class Worker:
             self.resumes += 1
             if not self._draining:
                 self.consumer.resume()
-            log.debug("backpressure: resumed (%d tokens in flight)", self.inflight_tokens)
+            log.info("backpressure: resumed (%d tokens in flight)", self.inflight_tokens)
         self.metrics.inflight_tokens.set(self.inflight_tokens)
         self.metrics.inflight_jobs.set(self.inflight_jobs)
         self.metrics.paused_partitions.set(len(self.consumer.paused()) if self._started else 0)
@@ -381,6 +386,8 @@ class Worker:
                 self.batcher.drain(False)
         left = self.tracker.unanswered(revoked)
         self.tracker.revoke(revoked)
+        if self.delivery is not None:
+            self.delivery.discard_closed()
         log.info("partitions revoked: %s (%d in-flight jobs left to the next owner)", _names(revoked), left)
 
     async def _rewind(self) -> None:
@@ -389,6 +396,21 @@ class Worker:
         self.tracker.revoke_all()
         self.tracker.assign(partitions)
         await self.consumer.rewind(partitions)
+
+
+async def _unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run `start` unless `stop` is set first (then cancel it): False when stopped."""
+    task = asyncio.ensure_future(start)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    log.info("stopped during start-up")
+    return False
 
 
 def _names(partitions: set[TopicPartition]) -> str:

@@ -1,0 +1,135 @@
+"""When batches close and where they run: the batcher against a stand-in engine that records calls.
+
+The stand-in only stands for the model (scores are not under test here); what is checked is the
+batching contract of issue 3: close at the token budget or after max_batch_wait_ms, at once when
+draining, forward passes on one thread off the event loop, every job answered even if the engine raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from kafka_scorer.protocol import ErrorCode, Result
+from kafka_scorer.worker.batcher import BatchDone, Batcher
+
+
+@dataclass
+class FakePrepared:
+    job_id: str
+    num_tokens: int
+
+
+class RecordingEngine:
+    model_name = "stand-in"
+
+    def __init__(self, compute_s: float = 0.0, fail: bool = False) -> None:
+        self.calls: list[list[str]] = []
+        self.threads: set[str] = set()
+        self.compute_s = compute_s
+        self.fail = fail
+        self._active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    def run_batch(self, jobs):
+        with self._lock:
+            self._active += 1
+            self.max_active = max(self.max_active, self._active)
+        try:
+            self.threads.add(threading.current_thread().name)
+            self.calls.append([j.job_id for j in jobs])
+            if self.compute_s:
+                time.sleep(self.compute_s)
+            if self.fail:
+                raise RuntimeError("device on fire")
+            return [Result(id=j.job_id, scores=[[1.0]], prompt_tokens=j.num_tokens) for j in jobs]
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+@pytest.fixture
+def done() -> list[BatchDone[str]]:
+    return []
+
+
+async def _run(batcher: Batcher, until, timeout_s: float = 5.0) -> None:
+    task = asyncio.create_task(batcher.run())
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            assert time.monotonic() < deadline, "batcher did not deliver in time"
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        batcher.close()
+
+
+async def test_batch_closes_at_the_token_budget_without_waiting(done) -> None:
+    engine = RecordingEngine()
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=60_000)
+    for i in range(7):
+        batcher.add(FakePrepared(f"j{i}", 10), f"ctx{i}")
+    await _run(batcher, lambda: sum(len(d.contexts) for d in done) >= 6)
+    assert engine.calls[:2] == [["j0", "j1", "j2"], ["j3", "j4", "j5"]]
+    assert done[0].contexts == ["ctx0", "ctx1", "ctx2"]  # contexts come back with their results, in order
+    assert [r.id for r in done[0].results] == ["j0", "j1", "j2"]
+    assert done[0].tokens == 30
+    assert batcher.queued_jobs == 1  # j6 alone is under budget: it waits for more jobs or the timer
+
+
+async def test_a_partial_batch_closes_after_max_batch_wait(done) -> None:
+    engine = RecordingEngine()
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=80)
+    batcher.add(FakePrepared("lonely", 5), "ctx")
+    await _run(batcher, lambda: bool(done))
+    assert engine.calls == [["lonely"]]
+    assert done[0].queue_s[0] >= 0.08  # it did wait for company first
+
+
+async def test_draining_closes_batches_at_once(done) -> None:
+    engine = RecordingEngine()
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000)
+    batcher.add(FakePrepared("a", 5), "ctx")
+    batcher.drain()
+    await _run(batcher, lambda: bool(done), timeout_s=5)
+    assert engine.calls == [["a"]]
+
+
+async def test_forward_passes_run_on_one_thread_off_the_event_loop(done) -> None:
+    engine = RecordingEngine(compute_s=0.2)
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=10, max_batch_wait_ms=0)
+    for i in range(4):
+        batcher.add(FakePrepared(f"j{i}", 10), "ctx")
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    tick_task = asyncio.create_task(ticker())
+    await _run(batcher, lambda: len(done) == 4)
+    tick_task.cancel()
+    assert ticks >= 20, "the event loop must keep running while the model computes"
+    assert len(engine.threads) == 1 and threading.current_thread().name not in engine.threads
+    assert engine.max_active == 1, "one thread owns the device: never two forward passes at once"
+
+
+async def test_an_engine_that_raises_still_answers_every_job(done) -> None:
+    engine = RecordingEngine(fail=True)
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=100, max_batch_wait_ms=0)
+    batcher.add(FakePrepared("x", 5), "ctx-x")
+    batcher.add(FakePrepared("y", 5), "ctx-y")
+    await _run(batcher, lambda: sum(len(d.results) for d in done) == 2)
+    results = [r for d in done for r in d.results]
+    assert {r.id for r in results} == {"x", "y"}
+    assert all(r.error is not None and r.error.code is ErrorCode.INTERNAL for r in results)
+    assert "device on fire" in results[0].error.message
