@@ -146,6 +146,13 @@ def format_report(report: dict) -> str:
             f"(tolerance {check['tolerance']:.0e}), {check['errors']} errors: "
             + ("ok" if check["ok"] else "FAILED")
         )
+    if report.get("targets"):
+        lines += ["", "targets (issue 5):"]
+        for t in report["targets"]:
+            verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
+            value = "?" if t["value"] is None else f"{t['value']:.2f}"
+            note = f"  ({t['note']})" if t["note"] else ""
+            lines.append(f"  {t['target']}: {value} (goal >= {t['goal']:g}): {verdict}{note}")
     kernel = report.get("label_kernel")
     if kernel:
         from kafka_scorer.bench.label_kernel import format_report as format_kernel
