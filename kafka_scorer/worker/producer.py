@@ -24,7 +24,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
 from kafka_scorer.worker.connection import client_options
-from kafka_scorer.worker.retry import UNREACHABLE, Backoff, is_retriable
+from kafka_scorer.worker.retry import Backoff, is_retriable
 from kafka_scorer.worker.wire import OutRecord
 
 log = logging.getLogger(__name__)
@@ -75,35 +75,45 @@ class ResultProducer:
             producer = self._make(idempotent=idempotent, transactional=transactional)
             try:
                 await producer.start()
-            except UNREACHABLE as exc:
+            except Exception as exc:
                 await _quiet_stop(producer)
-                log.warning(
-                    "producer: broker %s unreachable (%r); retrying", self._settings.bootstrap_servers, exc
-                )
-                await backoff.sleep()
-                continue
-            except KafkaError as exc:
-                await _quiet_stop(producer)
-                refused = "transactions" if transactional else "idempotent producing"
-                fallback = "an idempotent producer" if attempts[index + 1][0] else "a plain acks=all producer"
-                if transactional:
-                    log.error(
-                        "producer: broker refused %s (%r); delivery degrades to at-least-once with %s — "
-                        "results may be duplicated after a crash",
-                        refused,
-                        exc,
-                        fallback,
-                    )
-                else:
+                if is_retriable(exc):
+                    # Unreachable, or busy (a coordinator loading, an earlier transaction still
+                    # aborting): passing trouble, not a refusal, so the same producer is tried again.
                     log.warning(
-                        "producer: broker refused %s (%r); falling back to %s", refused, exc, fallback
+                        "producer: broker %s unreachable or busy (%r); retrying in %.1fs",
+                        self._settings.bootstrap_servers,
+                        exc,
+                        backoff.next_s,
                     )
-                index += 1
+                    await backoff.sleep()
+                    continue
+                if not isinstance(exc, KafkaError) or index == len(attempts) - 1:
+                    raise  # nothing weaker left to try (e.g. authentication failed): fatal
+                index = self._refused(exc, attempts, index)
                 continue
             self._producer = producer
             self.mode = "transactional" if transactional else "idempotent" if idempotent else "plain"
             log.info("producer started (%s, acks=all, compression=%s)", self.mode, self._settings.compression)
             return
+
+    @staticmethod
+    def _refused(exc: KafkaError, attempts: list[tuple[bool, bool]], index: int) -> int:
+        """Log the broker's refusal of the producer `attempts[index]`; the index of the next to try."""
+        transactional = attempts[index][1]
+        refused = "transactions" if transactional else "idempotent producing"
+        fallback = "an idempotent producer" if attempts[index + 1][0] else "a plain acks=all producer"
+        if transactional:
+            log.error(
+                "producer: broker refused %s (%r); delivery degrades to at-least-once with %s — "
+                "results may be duplicated after a crash",
+                refused,
+                exc,
+                fallback,
+            )
+        else:
+            log.warning("producer: broker refused %s (%r); falling back to %s", refused, exc, fallback)
+        return index + 1
 
     async def stop(self) -> None:
         producer, self._producer = self._producer, None

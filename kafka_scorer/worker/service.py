@@ -97,7 +97,6 @@ class Worker:
         self._closing = False
         self._started = False
         self._fatal: BaseException | None = None
-        self._stop: asyncio.Event | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -107,7 +106,6 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
-        self._stop = stop
         probe = None
         if self.settings.metrics_port:
             probe = ProbeServer(

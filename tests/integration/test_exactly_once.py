@@ -78,24 +78,28 @@ async def test_read_committed_reader_sees_each_result_once_across_a_crash(
         first.signal(signal.SIGKILL)
         await first.wait()
     finally:
+        first_log = first.output()
         first.close()
 
     second = WorkerProcess(settings, "eos-restarted")
     try:
         await second.wait_for_log("worker ready")
+        assert "producer started (transactional" in second.output(), second.output()[-3000:]
         got = await _committed_results(kafka.bootstrap, replies, len(sent), timeout_s=120, settle_s=1.0)
         committed, ends = await wait_for_commits(kafka.bootstrap, group, requests, 3, len(sent))
         second.signal(signal.SIGTERM)
         assert await second.wait() == 0, second.output()[-4000:]
     finally:
+        second_log = second.output()
         second.close()
 
     everything = await read_topic(kafka.bootstrap, replies, lambda rs: False, timeout_s=2.0)
     counts = Counter(_ids(got))
     print(f"exactly-once on {kafka.name}: {len(got)} committed results, {len(everything)} records in the log")
     by_id = {expected_id(s): s for s in sent}
-    assert set(counts) == set(by_id)
-    assert max(counts.values()) == 1, f"seen twice: {[k for k, v in counts.items() if v > 1][:10]}"
+    logs = f"killed worker:\n{first_log[-3000:]}\nrestarted worker:\n{second_log[-3000:]}"
+    assert set(counts) == set(by_id), f"missing {sorted(set(by_id) - set(counts))[:10]}\n{logs}"
+    assert max(counts.values()) == 1, f"seen twice: {[k for k, v in counts.items() if v > 1][:10]}\n{logs}"
     reference = Reference(causal_model)
     for record in got:
         result = decode_result(record.value, dict(record.headers)["content-type"].decode())
