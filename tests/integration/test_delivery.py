@@ -90,3 +90,35 @@ async def test_every_job_answered_once_with_reference_scores_and_offsets_committ
     assert _metric(metrics, "kafka_scorer_jobs_total") == N_JOBS
     assert _metric(metrics, "kafka_scorer_batches_total") >= 1
     assert _metric(metrics, "kafka_scorer_inflight_tokens") == 0
+
+
+async def test_exactly_once_degrades_with_a_clear_log_line_where_the_broker_refuses_transactions(
+    kafka, causal_model, causal_scorer, caplog
+) -> None:
+    if kafka.transactions:
+        pytest.skip(f"the session broker ({kafka.name}) grants transactions; nothing degrades there")
+    requests, replies, group = unique("req"), unique("res"), unique("group")
+    await create_topics(kafka.bootstrap, [requests, replies], partitions=1)
+    settings = worker_settings(
+        kafka,
+        causal_model,
+        request_topics=[requests],
+        reply_topic=replies,
+        group_id=group,
+        delivery="exactly_once",
+    )
+    sent = mixed_jobs(5, seed=9, model_name=causal_scorer.model_name, prefix="degraded")
+    with caplog.at_level("INFO", logger="kafka_scorer"):
+        async with InProcessWorker(settings, causal_scorer) as worker:
+            assert worker.worker.producer.mode == "plain"
+            await produce(kafka.bootstrap, [to_record(s, requests, 0, True) for s in sent])
+            got = await read_topic(kafka.bootstrap, replies, lambda rs: len(rs) >= len(sent), timeout_s=30)
+    refusals = [r for r in caplog.records if "refused transactions" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].levelname == "ERROR"
+    assert "degrades to at-least-once" in refusals[0].getMessage()
+    reference = Reference(causal_model)
+    by_id = {expected_id(s): s for s in sent}
+    for record in got:
+        result = decode_result(record.value)
+        assert_matches_reference(result, by_id[result.id], reference)
+    assert {decode_result(r.value).id for r in got} == set(by_id)
