@@ -26,6 +26,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker, Watermark
 from kafka_scorer.worker.producer import FatalProducerError, ResultProducer
 from kafka_scorer.worker.retry import Backoff
@@ -59,16 +60,6 @@ class Answer:
     dead_letter: OutRecord | None = None
 
 
-@dataclass
-class DeliveryStats:
-    """Counts the service exports as metrics."""
-
-    undeliverable: int = 0
-    rewinds: int = 0
-    commit_failures: int = 0
-    dead_letters: int = 0
-
-
 Settled = Callable[[Ticket, Result | None], None]  # result None: dropped, not answered
 
 
@@ -80,6 +71,7 @@ class Delivery:
         producer: ResultProducer,
         tracker: OffsetTracker[TopicPartition],
         on_settled: Settled,
+        metrics: WorkerMetrics,
         *,
         default_reply_topic: str,
         model_name: str,
@@ -87,9 +79,9 @@ class Delivery:
         self.producer = producer
         self.tracker = tracker
         self.on_settled = on_settled
+        self.metrics = metrics
         self.default_reply_topic = default_reply_topic
         self.model_name = model_name
-        self.stats = DeliveryStats()
 
     def _records(self, answer: Answer) -> tuple[Result, list[OutRecord]]:
         """The answer's records; a result too large to produce becomes a `too_long` error result."""
@@ -110,7 +102,6 @@ class Delivery:
         if dead is not None:
             if self.producer.fits(dead):
                 records.insert(0, dead)
-                self.stats.dead_letters += 1
             else:
                 log.error(
                     "dead-letter copy of %s:%d is too large to produce; skipped",
@@ -148,13 +139,19 @@ class AtLeastOnceDelivery(Delivery):
         producer: ResultProducer,
         tracker: OffsetTracker[TopicPartition],
         on_settled: Settled,
+        metrics: WorkerMetrics,
         commit_offsets: Callable[[dict[TopicPartition, int]], Awaitable[None]],
         *,
         default_reply_topic: str,
         model_name: str,
     ) -> None:
         super().__init__(
-            producer, tracker, on_settled, default_reply_topic=default_reply_topic, model_name=model_name
+            producer,
+            tracker,
+            on_settled,
+            metrics,
+            default_reply_topic=default_reply_topic,
+            model_name=model_name,
         )
         self._commit_offsets = commit_offsets
         self._commit_lock = asyncio.Lock()
@@ -172,6 +169,9 @@ class AtLeastOnceDelivery(Delivery):
                 raise
             except KafkaError as exc:
                 await self._undeliverable(answer, record, exc)
+            else:
+                if record is answer.dead_letter:
+                    self.metrics.dead_letters.inc()
         if answer.ticket.watermark.answered(answer.ticket.offset):
             self.on_settled(answer.ticket, result)
             self._poke.set()
@@ -184,7 +184,6 @@ class AtLeastOnceDelivery(Delivery):
         Moving on (rather than retrying forever) keeps one unanswerable record from blocking every
         later commit of its partition; the failure is logged and counted.
         """
-        self.stats.undeliverable += 1
         if record.topic != self.default_reply_topic and record is not answer.dead_letter:
             fallback = error_result(
                 answer.result.id,
@@ -219,7 +218,7 @@ class AtLeastOnceDelivery(Delivery):
                 await self.commit()
                 backoff.reset()
             except KafkaError as exc:
-                self.stats.commit_failures += 1
+                self.metrics.commit_failures.inc()
                 log.warning("commit failed (%r); retrying in %.1fs", exc, backoff.next_s)
                 await backoff.sleep()
                 self._poke.set()
@@ -231,6 +230,7 @@ class ExactlyOnceDelivery(Delivery):
         producer: ResultProducer,
         tracker: OffsetTracker[TopicPartition],
         on_settled: Settled,
+        metrics: WorkerMetrics,
         rewind: Callable[[], Awaitable[None]],
         *,
         group_id: str,
@@ -238,7 +238,12 @@ class ExactlyOnceDelivery(Delivery):
         model_name: str,
     ) -> None:
         super().__init__(
-            producer, tracker, on_settled, default_reply_topic=default_reply_topic, model_name=model_name
+            producer,
+            tracker,
+            on_settled,
+            metrics,
+            default_reply_topic=default_reply_topic,
+            model_name=model_name,
         )
         self._rewind = rewind
         self._group_id = group_id
@@ -279,7 +284,6 @@ class ExactlyOnceDelivery(Delivery):
             except FatalProducerError:
                 raise
             except Exception as exc:
-                self.stats.rewinds += 1
                 log.error(
                     "transaction of %d results failed (%r); aborted, rewinding to committed offsets",
                     len(ready),
@@ -293,7 +297,9 @@ class ExactlyOnceDelivery(Delivery):
                 return
             self._backoff.reset()
             self.tracker.committed(offsets)
-            for answer, (result, _) in zip(ready, built, strict=True):
+            for answer, (result, records) in zip(ready, built, strict=True):
+                if answer.dead_letter is not None and answer.dead_letter in records:
+                    self.metrics.dead_letters.inc()
                 self.on_settled(answer.ticket, result)
 
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:

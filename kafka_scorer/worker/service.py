@@ -168,12 +168,13 @@ class Worker:
                 self.producer,
                 self.tracker,
                 self._on_settled,
+                self.metrics,
                 self._rewind,
                 group_id=self.settings.group_id,
                 **common,
             )
         return AtLeastOnceDelivery(
-            self.producer, self.tracker, self._on_settled, self.consumer.commit, **common
+            self.producer, self.tracker, self._on_settled, self.metrics, self.consumer.commit, **common
         )
 
     def _check(self, background: list[asyncio.Task[None]]) -> None:

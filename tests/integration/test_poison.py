@@ -4,6 +4,7 @@ jobs after them are scored normally, and the worker stays up."""
 from __future__ import annotations
 
 import struct
+from collections import Counter
 
 import msgspec
 import pytest
@@ -120,6 +121,9 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
         )
         committed, ends = await wait_for_commits(kafka.bootstrap, group, requests, 2, total)
         assert worker.running, "the worker must survive poison records"
+        metrics = worker.worker.metrics
+        dead_lettered = metrics.dead_letters._value.get()
+        errors_by_code = {code: metrics.errors.labels(code=code)._value.get() for _, _, code, _ in poison}
         assert await worker.stop() == 0
 
     results = [decode_result(r.value) for r in got]
@@ -135,6 +139,8 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
         assert result.scores is None
     assert sorted(r.error.code.value for r in errors) == sorted(code for *_, code, _ in poison)
 
+    assert dead_lettered == sum(1 for *_, dlt in poison if dlt)
+    assert errors_by_code == dict(Counter(code for _, _, code, _ in poison))
     # The dead-letter topic holds exactly the undecodable records, untouched, with where-from headers.
     sent_dead = {r.key: r for r, *_, dlt in poison if dlt}
     assert sorted(d.key for d in dead) == sorted(sent_dead)
