@@ -108,9 +108,11 @@ async def serve(settings: Settings) -> int:
     log.info("loading model %s", settings.model)
     try:
         scorer = await asyncio.to_thread(Scorer.from_settings, settings)
-    except Exception:
-        log.exception("cannot load model %s", settings.model)
-        return 1
+    except Exception as exc:
+        from kafka_scorer.errors import report
+
+        # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
+        return report(exc, prog="kafka-scorer worker")
     if stop.is_set():
         return 0
     return await Worker(settings, scorer).run(stop)

@@ -116,3 +116,13 @@ def test_unknown_errors_keep_their_traceback(capsys) -> None:
         assert errors.report(exc, verbose=False) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "internal error: ZeroDivisionError" in err
+
+
+def test_worker_with_a_missing_model_says_so_in_one_line(tmp_path) -> None:
+    done = run_cli(
+        "worker", "--model", str(tmp_path / "no-such-model"), "--metrics-port", "0", "--log-level", "WARNING"
+    )
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert line.startswith("kafka-scorer worker: error: model: cannot load config")
+    assert "--model or KAFKA_SCORER_MODEL" in line
