@@ -103,7 +103,8 @@ def format_report(report: dict) -> str:
         f"kafka-scorer bench: {meta['device_name']} ({meta['device']}, {meta['torch_threads']} threads), "
         f"{meta['dtype']}, model shape {meta['model_shape']['name']}, "
         f"budget {meta['max_batch_tokens']} tokens",
-        f"matmul peak: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s ({peak['dtype']}, n={peak['n']}); "
+        f"matmul peak: {peak['flops_per_s'] / 1e9:,.1f} GFLOP/s ({peak['dtype']}, best mm of "
+        f"{' x '.join(map(str, peak['shape']))}); "
         f"memory: {report['memory_method']}",
         "floor: compute floor / measured time; others: CPU share other processes used during the run "
         "(figures taken above a few % are disturbed)",

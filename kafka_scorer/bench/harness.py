@@ -196,21 +196,37 @@ def _ru_maxrss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure_matmul_peak(device: torch.device, dtype: torch.dtype, quick: bool) -> dict:
-    """Best of a few square matmuls: the FLOP rate the compute floors are measured against."""
-    n = 256 if quick else (8192 if device.type == "cuda" else 2048)
-    repeats = 2 if quick else (20 if device.type == "cuda" else 5)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    best = math.inf
-    for i in range(repeats + 2):
-        _sync(device)
-        start = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        if i >= 2:
-            best = min(best, time.perf_counter() - start)
-    return {"n": n, "dtype": str(dtype).removeprefix("torch."), "flops_per_s": 2 * n**3 / best}
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelShape, quick: bool) -> dict:
+    """The best FLOP rate of a few matmuls: a square one and the model's own MLP shape.
+
+    Best-of-many, not the mean: on a shared machine a disturbed repeat only ever reads slower, and a
+    peak read too low would make every compute floor look better than it is.
+    """
+    gpu = device.type == "cuda"
+    if quick:
+        shapes, repeats = [(256, 256, 256)], 2
+    else:
+        n, rows = (8192, 16384) if gpu else (2048, 4096)
+        shapes = [(n, n, n), (rows, shape.hidden_size, shape.intermediate_size)]
+        repeats = 30 if gpu else 10
+    best: dict = {"flops_per_s": 0.0}
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        fastest_s = math.inf
+        for i in range(repeats + 2):
+            _sync(device)
+            start = time.perf_counter()
+            torch.mm(a, b)
+            _sync(device)
+            if i >= 2:
+                fastest_s = min(fastest_s, time.perf_counter() - start)
+        rate = 2 * m * k * n / fastest_s
+        if rate > best["flops_per_s"]:
+            best = {"shape": [m, k, n], "flops_per_s": rate}
+    best["dtype"] = str(dtype).removeprefix("torch.")
+    best["repeats"] = repeats
+    return best
 
 
 def _sync(device: torch.device) -> None:
@@ -816,7 +832,7 @@ def run_bench(config: BenchConfig) -> dict:
             dtype=dtype,
             shape=shape,
             model_root=root,
-            peak=measure_matmul_peak(device, dtype, config.quick),
+            peak=measure_matmul_peak(device, dtype, shape, config.quick),
             probe=RunProbe(device),
         )
         log(f"  {env.peak['flops_per_s'] / 1e9:.1f} GFLOP/s")

@@ -75,7 +75,7 @@ FULL: dict[str, WorkloadSpec] = {
 """GPU-sized job counts; `CPU_JOBS` cuts them so a 2-core run of everything stays under ~10 minutes
 (no-MIS and the baseline compute every pair in full: one many-items job is ~100k tokens for them)."""
 
-CPU_JOBS = {"rerank": 3, "many-items": 1, "short": 48, "mixed": 8}
+CPU_JOBS = {"rerank": 4, "many-items": 2, "short": 64, "mixed": 16}
 
 QUICK: dict[str, WorkloadSpec] = {
     "rerank": WorkloadSpec("rerank", "causal", 3, Shape(24, 4, 6), apply_softmax=True),
