@@ -48,7 +48,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, help="jobs per workload (default: per workload and device)")
     parser.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget of one forward")
     parser.add_argument(
-        "--repeats", type=int, default=1, help="timed runs per contender; the fastest is reported"
+        "--repeats",
+        type=int,
+        default=3,
+        help="most timed runs per contender, the fastest reported (default 3)",
+    )
+    parser.add_argument(
+        "--repeat-budget",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="no further timed run once a contender's runs took this long (default 15)",
     )
     parser.add_argument("--seed", type=int, default=0, help="workload seed")
     parser.add_argument("--model-dir", help="keep generated checkpoints here and reuse them (default: temp)")
@@ -73,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_tokens=args.max_batch_tokens,
         num_jobs=args.jobs,
         repeats=max(1, args.repeats),
+        repeat_budget_s=args.repeat_budget,
         seed=args.seed,
         model_dir=args.model_dir,
     )
@@ -107,11 +118,11 @@ def format_report(report: dict) -> str:
         f"{' x '.join(map(str, peak['shape']))}); "
         f"memory: {report['memory_method']}",
         "floor: compute floor / measured time; others: CPU share other processes used during the run "
-        "(figures taken above a few % are disturbed)",
+        "(figures taken above a few % are disturbed); runs: timed runs, the fastest shown",
     ]
     header = (
         f"{'':11}{'contender':<32}{'items/s':>10}{'tok/s':>10}{'pair tok/s':>12}{'p50 s':>9}{'p99 s':>9}"
-        f"{'peak mem':>11}{'floor':>7}{'max|diff|':>11}{'others':>8}"
+        f"{'peak mem':>11}{'floor':>7}{'max|diff|':>11}{'others':>8}{'runs':>6}"
     )
     for name, w in report["workloads"].items():
         spec = w["spec"]
@@ -129,6 +140,7 @@ def format_report(report: dict) -> str:
                 f"{c['pair_tokens_per_s']:>12,.0f}{c['latency_p50_s']:>9.3f}{c['latency_p99_s']:>9.3f}"
                 f"{_fmt_bytes(c['peak_memory_bytes']):>11}{c['floor_fraction']:>7.2f}"
                 f"{'' if diff is None else f'{diff:.1e}':>11}{_fmt_load(c['foreign_cpu_load']):>8}"
+                f"{c['runs']:>6}"
             )
             if c["errors"]:
                 lines.append(f"{'':11}{c['errors']} errors, first: {c['first_error']}")

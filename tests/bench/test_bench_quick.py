@@ -65,6 +65,7 @@ def test_every_contender_reports_every_metric(quick_report, workload: str) -> No
         assert c["items_per_s"] > 0 and c["tokens_per_s"] > 0 and c["wall_s"] > 0
         assert 0 < c["latency_p50_s"] <= c["latency_p99_s"]
         assert c["peak_memory_bytes"] >= 0
+        assert 1 <= c["runs"] <= 3
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
