@@ -414,7 +414,24 @@ def run_worker_contender(
     closed-loop aiokafka client with the same window as the in-process contenders."""
     import asyncio
 
-    return asyncio.run(_worker_run(scorer, list(jobs), window, probe, repeats, budget_s))
+    with _quiet_loggers("aiokafka", "kafka_scorer.worker"):
+        return asyncio.run(_worker_run(scorer, list(jobs), window, probe, repeats, budget_s))
+
+
+@contextlib.contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    """Expected warnings (tansu refusing the idempotent producer) would break up the table; errors stay."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 async def _worker_run(

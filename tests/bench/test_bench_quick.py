@@ -48,6 +48,11 @@ def test_quick_bench_exits_zero_with_every_workload(quick_report) -> None:
     assert set(report["workloads"]) == set(WORKLOADS)
     assert report["matmul_peak"]["flops_per_s"] > 0
     assert report["label_kernel"] is not None and "paths" in report["label_kernel"]
+    targets = {t["target"]: t for t in report["targets"]}
+    assert any(name.startswith("rerank: (b)/(c)") for name in targets)
+    assert any(name.startswith("many-items: (b)/(a)") for name in targets)
+    for t in targets.values():
+        assert t["met"] == (t["value"] >= t["goal"])
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
