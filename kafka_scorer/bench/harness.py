@@ -886,6 +886,8 @@ def run_bench(config: BenchConfig) -> dict:
         if not config.skip_label_kernel:
             label_kernel = _label_kernel(device, config.quick, log)
         default_backend = env.scorers[next(iter(env.scorers))].attention_backend if env.scorers else None
+    if default_backend not in backends:  # targets are judged on a backend that was measured
+        default_backend = backends[0] if backends else None
     return {
         "meta": _meta(device, dtype, shape, backends, config, started),
         "matmul_peak": env.peak,
