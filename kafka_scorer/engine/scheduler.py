@@ -7,6 +7,7 @@ when records arrive; this class only decides what goes together.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 from kafka_scorer.engine.inputs import PreparedJob
 
@@ -44,3 +45,43 @@ class TokenBudgetScheduler:
             tokens += job.num_tokens
         self.queued_tokens -= tokens
         return batch
+
+
+ForwardPlan = list[list[tuple[int, PreparedJob]]]
+
+
+def plan_forwards(jobs: list[PreparedJob], max_batch_tokens: int) -> ForwardPlan:
+    """Split a batch into forward passes that each stay within the token budget.
+
+    A job scored as single pairs can be far larger than the budget (200 pairs of 528 tokens is 13
+    budgets); one giant forward is slower per token and peaks memory. Such a job is cut between pairs
+    into pieces (the same `PreparedJob` with a slice of its pairs); a packed MIS sequence cannot be cut
+    and runs whole. Returns groups of (index of the job in `jobs`, piece), pieces of a job in item order.
+    """
+    pieces: list[tuple[int, PreparedJob]] = []
+    for index, job in enumerate(jobs):
+        if job.packed or job.num_tokens <= max_batch_tokens:
+            pieces.append((index, job))
+            continue
+        chunk: list[list[int]] = []
+        tokens = 0
+        for pair in job.items:
+            if chunk and tokens + len(pair) > max_batch_tokens:
+                pieces.append((index, replace(job, items=chunk, num_tokens=tokens)))
+                chunk, tokens = [], 0
+            chunk.append(pair)
+            tokens += len(pair)
+        pieces.append((index, replace(job, items=chunk, num_tokens=tokens)))
+
+    groups: ForwardPlan = []
+    group: list[tuple[int, PreparedJob]] = []
+    tokens = 0
+    for piece in pieces:
+        if group and tokens + piece[1].num_tokens > max_batch_tokens:
+            groups.append(group)
+            group, tokens = [], 0
+        group.append(piece)
+        tokens += piece[1].num_tokens
+    if group:
+        groups.append(group)
+    return groups

@@ -20,7 +20,7 @@ from kafka_scorer.engine.batch import build_forward_batch
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
-from kafka_scorer.engine.scheduler import TokenBudgetScheduler
+from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
 
@@ -90,48 +90,55 @@ class Scorer:
         return self._preparer.prepare(job, job_id)
 
     def run_batch(self, jobs: Sequence[PreparedJob]) -> list[Result]:
+        """One forward pass per token budget's worth (usually one); results in the jobs' order."""
         if not jobs:
             return []
+        rows: list[list[list[float]]] = [[] for _ in jobs]
+        hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
         try:
-            batch = build_forward_batch(
-                jobs,
-                device=self.loaded.device,
-                attention_backend=self.attention_backend,
-                sliding_window=self.loaded.sliding_window,
-            )
-            output = self._runner.forward(batch)
+            for group in plan_forwards(list(jobs), self.max_batch_tokens):
+                self._run_forward(group, rows, hidden)
         except Exception as exc:  # a failed batch must still answer every job
             log.exception("forward pass failed for %d jobs", len(jobs))
             message = f"forward pass failed: {type(exc).__name__}: {exc}"
             return [
                 error_result(job.job_id, ErrorCode.INTERNAL, message, model=self.model_name) for job in jobs
             ]
-        return self._split(jobs, batch.job_rows, output)
-
-    def _split(
-        self, jobs: Sequence[PreparedJob], job_rows: list[tuple[int, int]], output: BatchOutput
-    ) -> list[Result]:
-        scores = output.scores.tolist()
-        results = []
-        hidden_offset = 0
-        for job, (start, end) in zip(jobs, job_rows):
-            width = len(job.label_ids) if self.kind is ModelKind.CAUSAL_LM else output.scores.shape[1]
-            pooled = None
-            if job.job.return_pooled_hidden_states:
-                count = end - start
-                pooled = to_wire(output.hidden[hidden_offset : hidden_offset + count])
-                hidden_offset += count
-            results.append(
-                Result(
-                    id=job.job_id,
-                    scores=[row[:width] for row in scores[start:end]],
-                    prompt_tokens=job.num_tokens,
-                    model=self.model_name,
-                    pooled_hidden_states=pooled,
-                    warnings=job.warnings,
-                )
+        return [
+            Result(
+                id=job.job_id,
+                scores=job_rows,
+                prompt_tokens=job.num_tokens,
+                model=self.model_name,
+                pooled_hidden_states=to_wire(torch.cat(job_hidden)) if job_hidden else None,
+                warnings=job.warnings,
             )
-        return results
+            for job, job_rows, job_hidden in zip(jobs, rows, hidden)
+        ]
+
+    def _run_forward(
+        self,
+        group: list[tuple[int, PreparedJob]],
+        rows: list[list[list[float]]],
+        hidden: list[list[torch.Tensor]],
+    ) -> None:
+        """Run one forward over `group` and append each piece's rows to its job's lists."""
+        pieces = [piece for _, piece in group]
+        batch = build_forward_batch(
+            pieces,
+            device=self.loaded.device,
+            attention_backend=self.attention_backend,
+            sliding_window=self.loaded.sliding_window,
+        )
+        output: BatchOutput = self._runner.forward(batch)
+        scores = output.scores.tolist()
+        hidden_offset = 0
+        for (index, piece), (start, end) in zip(group, batch.job_rows):
+            width = len(piece.label_ids) if self.kind is ModelKind.CAUSAL_LM else len(scores[0])
+            rows[index].extend(row[:width] for row in scores[start:end])
+            if piece.job.return_pooled_hidden_states:
+                hidden[index].append(output.hidden[hidden_offset : hidden_offset + end - start])
+                hidden_offset += end - start
 
     def score_jobs(self, jobs: Sequence[Job]) -> list[Result]:
         """Prepare, batch by the token budget and run; results in the jobs' order."""

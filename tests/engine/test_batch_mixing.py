@@ -81,3 +81,33 @@ def test_mixed_batch_really_is_one_forward(scorer_for):
     assert len(batch.layout.seq_lens) == 1 + 1 + 1 + 2 + 2
     assert batch.layout.item_lens[0] == tuple(len(i) for i in a.items + b.items)
     assert batch.num_tokens == sum(batch.layout.seq_lens) < sum(job.num_tokens for job in prepared)
+
+
+def test_a_job_larger_than_the_budget_is_split_across_forwards_without_changing_scores(
+    tiny_models, monkeypatch
+):
+    from kafka_scorer.engine.scorer import Scorer
+
+    job = Job(
+        id="wide",
+        query=JOBS[0].query,
+        items=[f"item number {i}" for i in range(12)],
+        label_token_ids=[5, 6],
+        multi_item=False,
+        return_pooled_hidden_states=True,
+    )
+    roomy = Scorer(str(tiny_models.get()), dtype="float32", device="cpu")
+    tight = Scorer(str(tiny_models.get()), dtype="float32", device="cpu", max_batch_tokens=64)
+    forwards = []
+    original = tight._runner.forward
+    monkeypatch.setattr(
+        tight._runner, "forward", lambda batch: forwards.append(batch.num_tokens) or original(batch)
+    )
+    whole, split = roomy.score_jobs([job])[0], tight.score_jobs([job])[0]
+    assert len(forwards) > 2 and max(forwards) <= 64 and sum(forwards) == split.prompt_tokens
+    for split_row, whole_row in zip(split.scores, whole.scores, strict=True):
+        assert split_row == pytest.approx(whole_row, abs=1e-6)
+    assert split.pooled_hidden_states.shape == [12, 64]
+    want = reference_scores(tiny_models.get(), job.query, job.items, [5, 6])
+    for got_row, want_row in zip(split.scores, want):
+        assert got_row == pytest.approx(want_row, abs=1e-5)

@@ -34,3 +34,34 @@ def test_a_job_over_the_budget_runs_alone():
     sched.add(job(10, "small"))
     assert [j.job_id for j in sched.next_batch()] == ["big"]
     assert [j.job_id for j in sched.next_batch()] == ["small"]
+
+
+def test_plan_cuts_oversized_single_pair_jobs_between_pairs_and_keeps_packed_ones_whole():
+    from kafka_scorer.engine.scheduler import plan_forwards
+
+    big = PreparedJob(
+        job_id="big",
+        job=Job(query=[], items=[]),
+        query=[],
+        items=[[0] * 30] * 7,
+        packed=False,
+        label_ids=[0],
+        num_tokens=210,
+    )
+    packed = PreparedJob(
+        job_id="mis",
+        job=Job(query=[], items=[]),
+        query=[0] * 50,
+        items=[[0] * 40] * 2,
+        packed=True,
+        label_ids=[0],
+        num_tokens=130,
+    )
+    plan = plan_forwards([job(20, "small"), big, packed], 100)
+    assert [[(i, len(p.items), p.num_tokens) for i, p in group] for group in plan] == [
+        [(0, 1, 20)],
+        [(1, 3, 90)],
+        [(1, 3, 90)],
+        [(1, 1, 30)],
+        [(2, 2, 130)],
+    ]
