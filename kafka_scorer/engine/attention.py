@@ -12,7 +12,7 @@ Backends, chosen per batch:
 - `dense`: SDPA per sequence with an explicit boolean mask — the portable reference.
 - `flex`: FlexAttention with a block mask built once per batch (compiled on CUDA).
 - `cascade`: cost follows the mask. Prefix causal attention once per sequence; every item attends to
-  the prefix in one rectangular product and to itself in a small causal block; the two partial
+  the prefix in one rectangular attention and to itself in a small causal block; the two partial
   results merge by log-sum-exp. Work is about n·I·(Q+I) instead of (Q+n·I)².
 """
 
@@ -180,10 +180,6 @@ def _cascade_index(layout: AttentionLayout) -> _CascadeIndex:
     return _CascadeIndex(prefix_groups=prefix_groups, mis=mis)
 
 
-def _softmax_rows(scores: torch.Tensor, value_dtype: torch.dtype) -> torch.Tensor:
-    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(value_dtype)
-
-
 def cascade_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: AttentionLayout, scale: float
 ) -> torch.Tensor:
@@ -191,9 +187,10 @@ def cascade_attention(
 
     1. Every prefix (a query, or a whole plain pair) attends causally to itself: similar lengths are
        batched into one SDPA call; right padding is harmless under a causal mask.
-    2. The items of a MIS sequence attend to their prefix in one rectangular product [n·I, Q] and to
-       their own item in a block-diagonal [n, I, I] product; one softmax spans both, so no merge step
-       is needed and nothing of size (Q + n·I)² is ever formed.
+    2. The items of a MIS sequence attend to their prefix in one rectangular attention [n·I, Q] (on
+       the CPU the fused flash kernel, which never materialises the scores) and to their own item in
+       block-diagonal [n, I, I] products; the two partial results merge by log-sum-exp, so nothing of
+       size (Q + n·I)² is ever formed.
     """
     if layout.sliding_window is not None and max(layout.seq_lens) > layout.sliding_window:
         return dense_attention(q, k, v, layout, scale)
@@ -216,33 +213,54 @@ def cascade_attention(
     for start, prefix, gather, key_mask, valid_rows, positions in index.mis:
         n, longest = gather.shape
         q_items = qg[:, :, gather]  # [Hkv, g, n, I, d]
-        k_items = k[:, gather]  # [Hkv, n, I, d]
-        v_items = v[:, gather]
-        # Own-item block: per (kv head, item) a [g*I, I] product.
-        q_by_item = q_items.permute(0, 2, 1, 3, 4).reshape(kv_heads * n, groups * longest, dim)
-        s_own = torch.bmm(q_by_item, k_items.reshape(kv_heads * n, longest, dim).transpose(1, 2))
-        s_own = s_own.view(kv_heads, n, groups, longest, longest) * scale
-        s_own = s_own.masked_fill(~key_mask[None, :, None], float("-inf"))
+        o_own, lse_own = _own_item_attention(q_items, k[:, gather], v[:, gather], key_mask, scale)
         if prefix > 0:
-            k_prefix = k[:, start : start + prefix]  # [Hkv, Q, d]
-            v_prefix = v[:, start : start + prefix]
-            q_flat = q_by_item.view(kv_heads, n * groups * longest, dim)
-            s_prefix = torch.bmm(q_flat, k_prefix.transpose(1, 2)).view(kv_heads, n, groups, longest, prefix)
-            probs = _softmax_rows(torch.cat([s_prefix * scale, s_own], dim=-1), v.dtype)
-            p_prefix, p_own = probs.split([prefix, longest], dim=-1)
-            o = torch.bmm(p_prefix.reshape(kv_heads, -1, prefix), v_prefix).view(
-                kv_heads, n, groups, longest, dim
+            k_prefix = k[:, None, start : start + prefix].expand(kv_heads, groups, prefix, dim)
+            v_prefix = v[:, None, start : start + prefix].expand(kv_heads, groups, prefix, dim)
+            o_pre, lse_pre = _attention_with_lse(
+                q_items.reshape(kv_heads, groups, n * longest, dim), k_prefix, v_prefix, scale
             )
+            o = _merge(o_pre.view_as(o_own), lse_pre.view_as(lse_own), o_own, lse_own)
         else:
-            p_own = _softmax_rows(s_own, v.dtype)
-            o = torch.zeros(kv_heads, n, groups, longest, dim, dtype=q.dtype, device=q.device)
-        o = o + torch.bmm(
-            p_own.reshape(kv_heads * n, groups * longest, longest),
-            v_items.reshape(kv_heads * n, longest, dim),
-        ).view(kv_heads, n, groups, longest, dim)
-        rows = o.permute(0, 2, 1, 3, 4).reshape(heads, n * longest, dim)
-        out[:, positions] = rows[:, valid_rows]
+            o = o_own
+        rows = o.reshape(heads, n * longest, dim)
+        out[:, positions] = rows[:, valid_rows].to(out.dtype)
     return out
+
+
+def _attention_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unmasked attention returning the log-sum-exp too, so partial results can be merged.
+
+    On the CPU, PyTorch's fused flash kernel already returns it and never materialises the scores;
+    elsewhere the scores are formed explicitly (the CUDA default is the flex backend anyway).
+    """
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, scale=scale
+        )
+        return out, lse
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]).to(v.dtype), v), lse
+
+
+def _own_item_attention(
+    q_items: torch.Tensor, k_items: torch.Tensor, v_items: torch.Tensor, key_mask: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each item's tokens against the earlier tokens of the same item: [Hkv, g, n, I, I] scores."""
+    scores = torch.einsum("hgnid,hnjd->hgnij", q_items, k_items).float() * scale
+    scores = scores.masked_fill(~key_mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse[..., None]).to(v_items.dtype)
+    return torch.einsum("hgnij,hnjd->hgnid", probs, v_items), lse
+
+
+def _merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
+    """Softmax over the union of two disjoint key sets, from each part's output and log-sum-exp."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    return o_a.float() * torch.exp(lse_a - lse)[..., None] + o_b.float() * torch.exp(lse_b - lse)[..., None]
 
 
 def _flex_block_mask(layout: AttentionLayout) -> object:
