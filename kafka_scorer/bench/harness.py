@@ -670,18 +670,6 @@ def tolerance(dtype: torch.dtype) -> float:
 # --------------------------------------------------------------------------------------- the run
 
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, dtype)
-
-
 def default_backends(device: torch.device) -> tuple[str, ...]:
     """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender)."""
     from kafka_scorer.engine.attention import BACKENDS
@@ -852,6 +840,8 @@ def run_bench(config: BenchConfig) -> dict:
 
     hf_logging.disable_progress_bar()  # per-checkpoint bars would bury the benchmark's own lines
     log = print if config.verbose else (lambda *a, **k: None)
+    from kafka_scorer.engine.model import resolve_device, resolve_dtype
+
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     shape_name = config.model_shape or (
