@@ -51,7 +51,6 @@ class LoadedModel:
     mis_block_reason: str | None
     """Why packing would change results for this model (None: MIS is exact)."""
     sliding_window: int | None
-    final_logit_softcapping: float | None
 
     @property
     def hidden_size(self) -> int:
@@ -107,6 +106,16 @@ def _sliding_window(config) -> int | None:
     return int(window)
 
 
+def _refuse_unsupported_math(config) -> None:
+    """Logit soft-capping (Gemma 2 style) changes attention and head maths that our attention backends
+    and label heads do not reproduce; serving such a model would return wrong scores silently."""
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, name, None):
+            raise ModelLoadError(
+                f"config.{name}={getattr(config, name)}: logit soft-capping is not supported yet"
+            )
+
+
 def _classification_head(model: nn.Module) -> nn.Module:
     for name in _CLASSIFICATION_HEAD_NAMES:
         head = getattr(model, name, None)
@@ -143,6 +152,7 @@ def load_model(
         )
         raise ModelLoadError(f"model: cannot load config of {model_path!r}{hint}: {exc}") from exc
     kind = detect_kind(getattr(config, "architectures", None))
+    _refuse_unsupported_math(config)
     auto = AutoModelForCausalLM if kind is ModelKind.CAUSAL_LM else AutoModelForSequenceClassification
     try:
         model = auto.from_pretrained(
@@ -190,5 +200,4 @@ def load_model(
         max_positions=getattr(config, "max_position_embeddings", None),
         mis_block_reason=_mis_block_reason(config),
         sliding_window=_sliding_window(config),
-        final_logit_softcapping=getattr(config, "final_logit_softcapping", None),
     )
