@@ -331,6 +331,10 @@ def scorer_attention(
             f"attention {ATTENTION_IMPLEMENTATION!r} needs the `{LAYOUT_KWARG}` forward kwarg; "
             "this model's forward does not pass attention kwargs through"
         )
+    for unsupported in ("softcap", "s_aux"):
+        if kwargs.get(unsupported) is not None:
+            # Soft-capped or sink attention would need its own maths; refusing beats a wrong score.
+            raise NotImplementedError(f"attention with `{unsupported}` is not supported")
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     out = BACKENDS[layout.backend](query[0], key[0], value[0], layout, scale)
     return out.transpose(0, 1).unsqueeze(0), None
