@@ -14,8 +14,9 @@ What this module decides:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -74,7 +75,8 @@ class ResultProducer:
             idempotent, transactional = attempts[index]
             producer = self._make(idempotent=idempotent, transactional=transactional)
             try:
-                await producer.start()
+                with _sender_errors_muted(idempotent):
+                    await producer.start()
             except Exception as exc:
                 await _quiet_stop(producer)
                 if is_retriable(exc):
@@ -196,3 +198,17 @@ async def _quiet_stop(producer: AIOKafkaProducer) -> None:
         await producer.stop()
     except Exception as exc:  # stopping a half-started client can fail in many ways; none matter here
         log.debug("producer stop: %r", exc)
+
+
+@contextlib.contextmanager
+def _sender_errors_muted(muted: bool) -> Iterator[None]:
+    """aiokafka logs a broker's refusal of InitProducerId at ERROR before raising it; `start` says it
+    better in one line (refusal and fallback), so the client's own line is held back during the attempt."""
+    sender_log = logging.getLogger("aiokafka.producer.sender")
+    level = sender_log.level
+    if muted:
+        sender_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        sender_log.setLevel(level)
