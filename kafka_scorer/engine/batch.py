@@ -46,10 +46,6 @@ class ForwardBatch:
         return int(self.input_ids.numel())
 
     @property
-    def num_rows(self) -> int:
-        return int(self.score_index.numel())
-
-    @property
     def any_logprob_rows(self) -> bool:
         return any(not job.job.apply_softmax for job in self.jobs)
 

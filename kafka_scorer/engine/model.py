@@ -52,10 +52,6 @@ class LoadedModel:
     """Why packing would change results for this model (None: MIS is exact)."""
     sliding_window: int | None
 
-    @property
-    def hidden_size(self) -> int:
-        return int(self.model.config.hidden_size)
-
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
