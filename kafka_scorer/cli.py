@@ -18,6 +18,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device/--dtype for commands that load a model themselves (the worker reads them from Settings)."""
+    parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1 ...")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "float16", "bfloat16"),
+        help="auto: bfloat16 on CUDA, float32 on CPU",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafka-scorer",

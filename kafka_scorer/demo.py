@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafka_scorer import errors
+from kafka_scorer.cli import add_device_arguments
 from kafka_scorer.protocol import Job
 from kafka_scorer.submit import ProgressBar, Submission, new_submission, submit_jobs
 
@@ -385,13 +386,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--short", action="store_true", help=f"quick run: {SHORT_JOBS} jobs (what the tests run)"
     )
-    parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1 ...")
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", "float32", "float16", "bfloat16"),
-        help="auto: bfloat16 on CUDA, float32 on CPU",
-    )
+    add_device_arguments(parser)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all results")
     parser.add_argument("--rows", type=int, default=30, help="most result rows to print (default 30)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -9,19 +9,15 @@ import argparse
 import json
 import sys
 
+from kafka_scorer.cli import add_device_arguments
+
 WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "all")
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1 ...")
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", "float32", "float16", "bfloat16"),
-        help="auto: bfloat16 on CUDA, float32 on CPU",
-    )
+    add_device_arguments(parser)
     parser.add_argument(
         "--workload",
         action="append",
