@@ -18,6 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
+import msgspec
+
 from kafka_scorer.bench.models import FIRST_REGULAR_ID
 from kafka_scorer.protocol import Job
 
@@ -158,14 +160,5 @@ def with_multi_item(jobs: list[Job], multi_item: bool) -> list[Job]:
     out = []
     for job in jobs:
         value: bool | None = False if not multi_item else (True if len(job.items) >= 2 else None)
-        out.append(
-            Job(
-                id=job.id,
-                query=job.query,
-                items=job.items,
-                label_token_ids=job.label_token_ids,
-                apply_softmax=job.apply_softmax,
-                multi_item=value,
-            )
-        )
+        out.append(msgspec.structs.replace(job, multi_item=value))
     return out

@@ -1,0 +1,57 @@
+"""What every workload of one run shares: the device, the measuring tools, and models loaded once.
+
+A checkpoint is written once per model kind (causal or classification) and loaded once into a `Scorer`
+and once into the `BaselineScorer`, so no workload pays another's loading time and (a), (b) and (d)
+really run on the same `Scorer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kafka_scorer.bench.baseline import BaselineScorer
+from kafka_scorer.bench.models import ModelShape, build_shaped_model
+from kafka_scorer.bench.probes import RunProbe
+
+
+@dataclass
+class Environment:
+    device: torch.device
+    dtype: torch.dtype
+    shape: ModelShape
+    model_root: Path
+    peak: dict
+    probe: RunProbe
+    scorers: dict[str, object] = field(default_factory=dict)
+    baselines: dict[str, BaselineScorer] = field(default_factory=dict)
+
+    def checkpoint(self, kind: str) -> Path:
+        dtype = str(self.dtype).removeprefix("torch.")
+        path = self.model_root / f"{self.shape.name}-{kind}-{dtype}"
+        if not (path / "config.json").exists():
+            init_device = "cuda" if self.device.type == "cuda" else "cpu"
+            build_shaped_model(path, self.shape, kind, dtype=dtype, init_device=init_device)  # type: ignore[arg-type]
+        return path
+
+    def scorer(self, kind: str, max_batch_tokens: int):
+        from kafka_scorer.engine.scorer import Scorer
+
+        if kind not in self.scorers:
+            self.scorers[kind] = Scorer(
+                str(self.checkpoint(kind)),
+                served_model_name=f"bench-{self.shape.name}-{kind}",
+                dtype=str(self.dtype).removeprefix("torch."),
+                device=str(self.device),
+                max_batch_tokens=max_batch_tokens,
+            )
+        return self.scorers[kind]
+
+    def baseline(self, kind: str) -> BaselineScorer:
+        if kind not in self.baselines:
+            self.baselines[kind] = BaselineScorer(
+                str(self.checkpoint(kind)), dtype=self.dtype, device=self.device
+            )
+        return self.baselines[kind]

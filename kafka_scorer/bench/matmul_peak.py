@@ -1,0 +1,49 @@
+"""The matmul peak a run's compute floor is measured against, taken in the same process and dtype.
+
+The compute floor of a run is 2 × matmul parameters × tokens FLOPs over this peak (attention FLOPs
+excluded): floor fraction = floor time / measured time. Measuring the peak here, rather than quoting a
+datasheet, keeps the fraction honest about this machine, this dtype and this torch build.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from kafka_scorer.bench.models import ModelShape
+from kafka_scorer.bench.probes import sync
+
+
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelShape, quick: bool) -> dict:
+    """The best FLOP rate of a few matmuls: a square one and the model's own MLP shape.
+
+    Best-of-many, not the mean: on a shared machine a disturbed repeat only ever reads slower, and a
+    peak read too low would make every compute floor look better than it is.
+    """
+    gpu = device.type == "cuda"
+    if quick:
+        shapes, repeats = [(256, 256, 256)], 2
+    else:
+        n, rows = (8192, 16384) if gpu else (2048, 4096)
+        shapes = [(n, n, n), (rows, shape.hidden_size, shape.intermediate_size)]
+        repeats = 30 if gpu else 10
+    best: dict = {"flops_per_s": 0.0}
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        fastest_s = math.inf
+        for i in range(repeats + 2):
+            sync(device)
+            start = time.perf_counter()
+            torch.mm(a, b)
+            sync(device)
+            if i >= 2:
+                fastest_s = min(fastest_s, time.perf_counter() - start)
+        rate = 2 * m * k * n / fastest_s
+        if rate > best["flops_per_s"]:
+            best = {"shape": [m, k, n], "flops_per_s": rate}
+    best["dtype"] = str(dtype).removeprefix("torch.")
+    best["repeats"] = repeats
+    return best

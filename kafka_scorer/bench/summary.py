@@ -1,0 +1,147 @@
+"""From a contender's raw `RunRecord` to the figures the report prints, and the cross-check of its scores.
+
+Every contender is summarised by the same arithmetic, so the columns compare like with like. Scores of
+(a), (b) and (d) are compared with (c) on every job: a benchmark that silently measured a broken path
+would show it here, and the run exits non-zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kafka_scorer.bench.models import ModelShape
+from kafka_scorer.bench.records import RunRecord, Scores
+from kafka_scorer.bench.workloads import Workload
+
+
+@dataclass
+class ContenderSummary:
+    label: str
+    jobs: int
+    items: int
+    errors: int
+    wall_s: float
+    items_per_s: float
+    tokens_per_s: float
+    """Tokens the contender itself ran through the model, per second."""
+    pair_tokens_per_s: float
+    """Tokens of the `query + item` pairs scored, per second: the same numerator for every contender."""
+    forward_tokens: int
+    latency_p50_s: float
+    latency_p99_s: float
+    peak_memory_bytes: int
+    floor_s: float
+    floor_fraction: float
+    foreign_cpu_load: float | None = None
+    runs: int = 1
+    """Timed runs made; the figures are those of the fastest (the one least disturbed)."""
+    max_abs_diff_vs_baseline: float | None = None
+    first_error: str | None = None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: with few jobs p99 is simply the slowest)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarise(
+    label: str, record: RunRecord, workload: Workload, shape: ModelShape, peak_flops: float
+) -> ContenderSummary:
+    """The compute floor is 2 × matmul parameters × tokens FLOPs over the measured matmul peak
+    (attention FLOPs excluded): floor fraction = floor time / measured time."""
+    wall = max(record.wall_s, 1e-9)
+    flops = 2 * shape.decoder_params() * record.forward_tokens
+    flops += 2 * shape.lm_head_params() * record.lm_head_rows
+    floor = flops / peak_flops
+    errors = [e for e in record.errors if e]
+    return ContenderSummary(
+        label=label,
+        jobs=len(workload.jobs),
+        items=workload.num_items,
+        errors=len(errors),
+        wall_s=record.wall_s,
+        items_per_s=workload.num_items / wall,
+        tokens_per_s=record.forward_tokens / wall,
+        pair_tokens_per_s=workload.pair_tokens / wall,
+        forward_tokens=record.forward_tokens,
+        latency_p50_s=percentile(record.latencies, 50),
+        latency_p99_s=percentile(record.latencies, 99),
+        peak_memory_bytes=record.peak_bytes,
+        floor_s=floor,
+        floor_fraction=floor / wall,
+        foreign_cpu_load=record.foreign_cpu_load,
+        runs=record.runs,
+        first_error=errors[0] if errors else None,
+    )
+
+
+def max_abs_diff(got: Sequence[Scores | None], want: Sequence[Scores | None]) -> float:
+    """Largest |difference| over all score cells; inf when a job is missing or shaped differently."""
+    worst = 0.0
+    for g, w in zip(got, want):
+        if g is None or w is None or len(g) != len(w):
+            return math.inf
+        for row_g, row_w in zip(g, w):
+            if len(row_g) != len(row_w):
+                return math.inf
+            for a, b in zip(row_g, row_w):
+                worst = max(worst, abs(a - b))
+    return worst
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """Scores are probabilities (or small logits): float32 differs only by summation order."""
+    return 2e-3 if dtype == torch.float32 else 6e-2
+
+
+def cross_check(contenders: dict[str, dict], dtype: torch.dtype) -> dict:
+    """One workload's verdict: every contender answered every job, within `tolerance` of (c)."""
+    diffs = [
+        c["max_abs_diff_vs_baseline"]
+        for c in contenders.values()
+        if c["max_abs_diff_vs_baseline"] is not None
+    ]
+    errors = sum(c["errors"] for c in contenders.values())
+    tol = tolerance(dtype)
+    return {
+        "max_abs_diff": max(diffs, default=0.0),
+        "tolerance": tol,
+        "errors": errors,
+        "ok": errors == 0 and max(diffs, default=0.0) <= tol,
+    }
+
+
+def ratios(contenders: dict[str, dict], backends: Sequence[str], default_backend: str) -> dict:
+    """Items/s of one contender over another, and the share of MIS's token saving that became speed.
+
+    (a) runs n·(Q+I) tokens per job, (b) Q+n·I: their ratio is what MIS could at best gain, so
+    `b_over_a_vs_token_ratio` near 1 means (b) turned all of the saving into throughput.
+    """
+
+    def ratio(top: str, bottom: str) -> float | None:
+        if top not in contenders or bottom not in contenders:
+            return None
+        return contenders[top]["items_per_s"] / max(contenders[bottom]["items_per_s"], 1e-12)
+
+    token_ratio = contenders["a"]["forward_tokens"] / max(
+        1, min(contenders[f"b:{b}"]["forward_tokens"] for b in backends)
+    )
+    out = {
+        "token_ratio_a_over_b": token_ratio,
+        "b_over_a": {b: ratio(f"b:{b}", "a") for b in backends},
+        "b_over_c": {b: ratio(f"b:{b}", "c") for b in backends},
+        "a_over_c": ratio("a", "c"),
+    }
+    default_key = f"b:{default_backend}" if f"b:{default_backend}" in contenders else f"b:{backends[0]}"
+    out["b_over_a_vs_token_ratio"] = {b: (out["b_over_a"][b] or 0.0) / token_ratio for b in backends}
+    if "d" in contenders:
+        out["d_over_b"] = ratio("d", default_key)
+    return out
