@@ -53,24 +53,28 @@ ForwardPlan = list[list[tuple[int, PreparedJob]]]
 def plan_forwards(jobs: list[PreparedJob], max_batch_tokens: int) -> ForwardPlan:
     """Split a batch into forward passes that each stay within the token budget.
 
-    A job scored as single pairs can be far larger than the budget (200 pairs of 528 tokens is 13
-    budgets); one giant forward is slower per token and peaks memory. Such a job is cut between pairs
-    into pieces (the same `PreparedJob` with a slice of its pairs); a packed MIS sequence cannot be cut
-    and runs whole. Returns groups of (index of the job in `jobs`, piece), pieces of a job in item order.
+    A job can be far larger than the budget (200 pairs of 528 tokens is 13 budgets; a packed query with
+    2,000 items is several); one giant forward is slower per token and peaks memory past what the
+    budget was sized for. Such a job is cut between items into pieces (the same `PreparedJob` with a
+    slice of its items): pairs are simply split; a packed MIS sequence becomes several packed sequences,
+    each repeating the query (it costs the query once more per piece, and every item still sees exactly
+    the query and itself). Returns groups of (index of the job in `jobs`, piece), pieces of a job in
+    item order.
     """
     pieces: list[tuple[int, PreparedJob]] = []
     for index, job in enumerate(jobs):
-        if job.packed or job.num_tokens <= max_batch_tokens:
+        if job.num_tokens <= max_batch_tokens or len(job.items) < 2:
             pieces.append((index, job))
             continue
+        prefix = len(job.query) if job.packed else 0
         chunk: list[list[int]] = []
-        tokens = 0
-        for pair in job.items:
-            if chunk and tokens + len(pair) > max_batch_tokens:
+        tokens = prefix
+        for item in job.items:
+            if chunk and tokens + len(item) > max_batch_tokens:
                 pieces.append((index, replace(job, items=chunk, num_tokens=tokens)))
-                chunk, tokens = [], 0
-            chunk.append(pair)
-            tokens += len(pair)
+                chunk, tokens = [], prefix
+            chunk.append(item)
+            tokens += len(item)
         pieces.append((index, replace(job, items=chunk, num_tokens=tokens)))
 
     groups: ForwardPlan = []

@@ -1,9 +1,10 @@
 """The in-process API: the seam between the Kafka worker and the model.
 
-`prepare` (CPU, any thread) validates and tokenizes; `run_batch` (the one thread that owns the
-device) packs prepared jobs into a ForwardBatch, runs one forward pass and splits the scores back into
-one `Result` per job. Neither raises for a bad job: errors are values, so one poison job never takes
-a batch, a partition or the worker down.
+`prepare` (CPU, any thread) validates and tokenizes; `pack` (CPU, any thread) cuts a batch into
+budget-sized forwards and builds each ForwardBatch; `run_packed` (the one thread that owns the device)
+runs the forwards and splits the scores back into one `Result` per job; `run_batch` is both in one
+call. None of them raises for a bad job: errors are values, so one poison job never takes a batch, a
+partition or the worker down.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
 from kafka_scorer.config import EngineSettings
-from kafka_scorer.engine.batch import build_forward_batch
+from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
@@ -27,6 +29,15 @@ from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
 log = logging.getLogger(__name__)
 
 _DEFAULT_PAIR_LIMIT = 32768
+
+
+@dataclass
+class PackedBatch:
+    """A batch ready for the device: its forwards, or why packing failed (answered per job)."""
+
+    jobs: list[PreparedJob]
+    forwards: list[tuple[list[tuple[int, PreparedJob]], ForwardBatch]]
+    failure: str | None = None
 
 
 class Scorer:
@@ -91,19 +102,53 @@ class Scorer:
 
     def run_batch(self, jobs: Sequence[PreparedJob]) -> list[Result]:
         """One forward pass per token budget's worth (usually one); results in the jobs' order."""
+        return self.run_packed(self.pack(jobs))
+
+    def pack(self, jobs: Sequence[PreparedJob]) -> PackedBatch:
+        """CPU work of a batch (any thread): cut it into budget-sized forwards and build their inputs.
+
+        The worker calls this on its own thread while the device runs the previous batch, so the device
+        thread goes straight from one forward to the next. Never raises: a failure is kept and answered
+        by `run_packed`.
+        """
+        jobs = list(jobs)
+        try:
+            plan = plan_forwards(jobs, self.max_batch_tokens)
+            forwards = [
+                (
+                    group,
+                    build_forward_batch(
+                        [piece for _, piece in group],
+                        device=self.loaded.device,
+                        attention_backend=self.attention_backend,
+                        sliding_window=self.loaded.sliding_window,
+                    ),
+                )
+                for group in plan
+            ]
+        except Exception as exc:
+            log.exception("packing failed for %d jobs", len(jobs))
+            return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
+        return PackedBatch(jobs, forwards)
+
+    def run_packed(self, packed: PackedBatch) -> list[Result]:
+        """On the device thread: the forwards of one packed batch; results in the jobs' order."""
+        jobs = packed.jobs
         if not jobs:
             return []
         rows: list[list[list[float]]] = [[] for _ in jobs]
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
-        try:
-            for group in plan_forwards(list(jobs), self.max_batch_tokens):
-                self._run_forward(group, rows, hidden)
-        except Exception as exc:  # a failed batch must still answer every job
-            log.exception("forward pass failed for %d jobs", len(jobs))
-            message = f"forward pass failed: {type(exc).__name__}: {exc}"
-            return [
-                error_result(job.job_id, ErrorCode.INTERNAL, message, model=self.model_name) for job in jobs
-            ]
+        failure = packed.failure
+        if failure is None:
+            try:
+                for group, batch in packed.forwards:
+                    self._run_forward(group, batch, rows, hidden)
+            except Exception as exc:  # a failed batch must still answer every job
+                log.exception("forward pass failed for %d jobs", len(jobs))
+                failure = f"forward pass failed: {type(exc).__name__}: {exc}"
+        if failure is not None:
+            name = self.model_name
+            return [error_result(job.job_id, ErrorCode.INTERNAL, failure, model=name) for job in jobs]
         return [
             Result(
                 id=job.job_id,
@@ -119,17 +164,11 @@ class Scorer:
     def _run_forward(
         self,
         group: list[tuple[int, PreparedJob]],
+        batch: ForwardBatch,
         rows: list[list[list[float]]],
         hidden: list[list[torch.Tensor]],
     ) -> None:
         """Run one forward over `group` and append each piece's rows to its job's lists."""
-        pieces = [piece for _, piece in group]
-        batch = build_forward_batch(
-            pieces,
-            device=self.loaded.device,
-            attention_backend=self.attention_backend,
-            sliding_window=self.loaded.sliding_window,
-        )
         output: BatchOutput = self._runner.forward(batch)
         scores = output.scores.tolist()
         hidden_offset = 0

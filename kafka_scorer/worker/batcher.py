@@ -5,9 +5,10 @@ closes as soon as the queue holds `max_batch_tokens`, or when its oldest job has
 `max_batch_wait_ms`, or at once while draining. The forward pass runs on one executor thread that owns
 the device, so the event loop keeps fetching, heartbeating and producing while the model computes.
 
-Up to two batches are out at a time: one computing and the next one already closed and queued behind
-it on the device thread, so the device goes from one batch to the next without waiting for the event
-loop. A third batch waits here, where it can keep growing until a slot frees.
+Up to two batches are out at a time: one computing and the next one already closed, packed (on a CPU
+thread of its own, while the first computes) and queued behind it on the device thread, so the device
+goes from one forward to the next without waiting for the event loop or for packing. A third batch
+waits here, where it can keep growing until a slot frees.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler
 from kafka_scorer.protocol import ErrorCode, Result, error_result
@@ -36,11 +37,13 @@ class PreparedLike(Protocol):
 
 
 class BatchRunner(Protocol):
-    """What the batcher needs from the engine's `Scorer`."""
+    """What the batcher needs from the engine's `Scorer`: CPU packing, then the device's forwards."""
 
     model_name: str
 
-    def run_batch(self, jobs: Sequence) -> list[Result]: ...
+    def pack(self, jobs: Sequence) -> Any: ...
+
+    def run_packed(self, packed: Any) -> list[Result]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class Batcher(Generic[T]):
         self._running: set[asyncio.Future[None]] = set()
         self._draining = False
         self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-device")
+        self._packer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-pack")
 
     @property
     def queued_jobs(self) -> int:
@@ -112,7 +116,7 @@ class Batcher(Generic[T]):
                 context, at = self._waiting.pop(id(prepared))
                 contexts.append(context)
                 enqueued.append(at)
-            future = loop.run_in_executor(self._device, self._compute, batch)
+            future = asyncio.ensure_future(self._pack_and_compute(loop, batch))
             self._running.add(future)
             future.add_done_callback(lambda f, c=contexts, e=enqueued: self._finished(f, c, e))
 
@@ -134,16 +138,32 @@ class Batcher(Generic[T]):
             except TimeoutError:
                 return self._scheduler.next_batch()
 
-    def _compute(self, batch: list) -> tuple[list[Result], float, float, int]:
+    async def _pack_and_compute(
+        self, loop: asyncio.AbstractEventLoop, batch: list
+    ) -> tuple[list[Result], float, float, int]:
+        """Packing runs while the device still computes the previous batch; both threads are FIFO, so
+        batches reach the device in the order they closed."""
+        packed = await loop.run_in_executor(self._packer, self._pack, batch)
+        return await loop.run_in_executor(self._device, self._compute, batch, packed)
+
+    def _pack(self, batch: list) -> Any:
+        try:
+            return self._scorer.pack(batch)
+        except Exception as exc:  # answered as a failed batch by `_compute`, which logs it
+            return exc
+
+    def _compute(self, batch: list, packed: Any) -> tuple[list[Result], float, float, int]:
         """On the device thread. The engine answers a failed batch with `internal` results; this also
         covers the engine itself raising, so every job is always answered."""
         started = time.monotonic()
         try:
-            results = self._scorer.run_batch(batch)
+            if isinstance(packed, Exception):
+                raise packed
+            results = self._scorer.run_packed(packed)
             if len(results) != len(batch):
-                raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} jobs")
+                raise RuntimeError(f"run_packed returned {len(results)} results for {len(batch)} jobs")
         except Exception as exc:
-            log.exception("run_batch raised for %d jobs", len(batch))
+            log.exception("batch of %d jobs failed", len(batch))
             message = f"forward pass failed: {type(exc).__name__}: {exc}"
             name = getattr(self._scorer, "model_name", "")
             results = [error_result(p.job_id, ErrorCode.INTERNAL, message, model=name) for p in batch]
@@ -171,4 +191,5 @@ class Batcher(Generic[T]):
                 await asyncio.sleep(0.005)
 
     def close(self) -> None:
+        self._packer.shutdown(wait=False, cancel_futures=True)
         self._device.shutdown(wait=False, cancel_futures=True)

@@ -111,3 +111,42 @@ def test_a_job_larger_than_the_budget_is_split_across_forwards_without_changing_
     want = reference_scores(tiny_models.get(), job.query, job.items, [5, 6])
     for got_row, want_row in zip(split.scores, want):
         assert got_row == pytest.approx(want_row, abs=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["dense", "cascade"])
+def test_a_packed_job_larger_than_the_budget_becomes_several_packed_sequences(
+    tiny_models, monkeypatch, backend
+):
+    """Each piece repeats the query, so every item still sees exactly the query and itself."""
+    from kafka_scorer.engine.scorer import Scorer
+
+    job = Job(
+        id="many",
+        query=JOBS[0].query,
+        items=[f"passage {i} about rivers" for i in range(16)],
+        label_token_ids=[5, 6, 7],
+        multi_item=True,
+        return_pooled_hidden_states=True,
+    )
+    tight = Scorer(
+        str(tiny_models.get()), dtype="float32", device="cpu", max_batch_tokens=48, attention_backend=backend
+    )
+    forwards = []
+    original = tight._runner.forward
+
+    def record(batch):
+        forwards.append((batch.num_tokens, batch.layout.prefix_lens, batch.layout.item_lens))
+        return original(batch)
+
+    monkeypatch.setattr(tight._runner, "forward", record)
+    (result,) = tight.score_jobs([job])
+    assert result.error is None and len(result.scores) == 16
+    assert len(forwards) > 1 and all(tokens <= 48 for tokens, _, _ in forwards)
+    query_len = forwards[0][1][0]
+    assert all(prefixes == [query_len] for _, prefixes, _ in forwards), "one packed sequence per forward"
+    assert all(len(items) > 1 for _, _, (items,) in forwards[:-1])
+    assert sum(len(items) for _, _, (items,) in forwards) == 16
+    assert result.pooled_hidden_states.shape == [16, 64]
+    want = reference_scores(tiny_models.get(), job.query, job.items, [5, 6, 7])
+    for got_row, want_row in zip(result.scores, want, strict=True):
+        assert got_row == pytest.approx(want_row, abs=1e-5)

@@ -36,7 +36,7 @@ def test_a_job_over_the_budget_runs_alone():
     assert [j.job_id for j in sched.next_batch()] == ["small"]
 
 
-def test_plan_cuts_oversized_single_pair_jobs_between_pairs_and_keeps_packed_ones_whole():
+def test_plan_cuts_oversized_jobs_between_items_and_repeats_the_query_of_packed_ones():
     from kafka_scorer.engine.scheduler import plan_forwards
 
     big = PreparedJob(
@@ -57,11 +57,22 @@ def test_plan_cuts_oversized_single_pair_jobs_between_pairs_and_keeps_packed_one
         label_ids=[0],
         num_tokens=130,
     )
-    plan = plan_forwards([job(20, "small"), big, packed], 100)
+    lone = PreparedJob(
+        job_id="lone",
+        job=Job(query=[], items=[]),
+        query=[0] * 90,
+        items=[[0] * 40],
+        packed=False,
+        label_ids=[0],
+        num_tokens=130,
+    )
+    plan = plan_forwards([job(20, "small"), big, packed, lone], 100)
     assert [[(i, len(p.items), p.num_tokens) for i, p in group] for group in plan] == [
         [(0, 1, 20)],
         [(1, 3, 90)],
         [(1, 3, 90)],
         [(1, 1, 30)],
-        [(2, 2, 130)],
+        [(2, 1, 90)],  # query 50 + one item 40, twice: the query is repeated in each piece
+        [(2, 1, 90)],
+        [(3, 1, 130)],  # one item cannot be cut: it runs whole, alone
     ]

@@ -27,16 +27,24 @@ class FakePrepared:
 class RecordingEngine:
     model_name = "stand-in"
 
-    def __init__(self, compute_s: float = 0.0, fail: bool = False) -> None:
+    def __init__(self, compute_s: float = 0.0, fail: bool = False, fail_pack: bool = False) -> None:
         self.calls: list[list[str]] = []
         self.threads: set[str] = set()
+        self.pack_threads: set[str] = set()
         self.compute_s = compute_s
         self.fail = fail
+        self.fail_pack = fail_pack
         self._active = 0
         self.max_active = 0
         self._lock = threading.Lock()
 
-    def run_batch(self, jobs):
+    def pack(self, jobs):
+        self.pack_threads.add(threading.current_thread().name)
+        if self.fail_pack:
+            raise RuntimeError("packing on fire")
+        return list(jobs)
+
+    def run_packed(self, jobs):
         with self._lock:
             self._active += 1
             self.max_active = max(self.max_active, self._active)
@@ -121,6 +129,39 @@ async def test_forward_passes_run_on_one_thread_off_the_event_loop(done) -> None
     assert ticks >= 20, "the event loop must keep running while the model computes"
     assert len(engine.threads) == 1 and threading.current_thread().name not in engine.threads
     assert engine.max_active == 1, "one thread owns the device: never two forward passes at once"
+    assert engine.pack_threads.isdisjoint(engine.threads | {threading.current_thread().name})
+
+
+class OverlapProbe(RecordingEngine):
+    """The first forward blocks until the second batch has been packed: if packing waited for the
+    device thread (or ran on it), the second pack could never happen while the first forward runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second_packed = threading.Event()
+        self.packs = 0
+        self.overlapped = False
+
+    def pack(self, jobs):
+        self.packs += 1
+        if self.packs == 2:
+            self.second_packed.set()
+        return super().pack(jobs)
+
+    def run_packed(self, jobs):
+        if not self.calls:
+            self.overlapped = self.second_packed.wait(timeout=3)
+        return super().run_packed(jobs)
+
+
+async def test_the_next_batch_is_packed_while_the_device_computes(done) -> None:
+    engine = OverlapProbe()
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=10, max_batch_wait_ms=0)
+    for i in range(2):
+        batcher.add(FakePrepared(f"j{i}", 10), "ctx")
+    await _run(batcher, lambda: len(done) == 2, timeout_s=10)
+    assert engine.overlapped, "batch 2 was not packed while batch 1 was on the device"
+    assert engine.calls == [["j0"], ["j1"]], "batches reach the device in the order they closed"
 
 
 async def test_an_engine_that_raises_still_answers_every_job(done) -> None:
@@ -133,3 +174,14 @@ async def test_an_engine_that_raises_still_answers_every_job(done) -> None:
     assert {r.id for r in results} == {"x", "y"}
     assert all(r.error is not None and r.error.code is ErrorCode.INTERNAL for r in results)
     assert "device on fire" in results[0].error.message
+
+
+async def test_a_packing_failure_still_answers_every_job(done) -> None:
+    engine = RecordingEngine(fail_pack=True)
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=100, max_batch_wait_ms=0)
+    batcher.add(FakePrepared("x", 5), "ctx-x")
+    await _run(batcher, lambda: bool(done))
+    (result,) = done[0].results
+    assert result.error is not None and result.error.code is ErrorCode.INTERNAL
+    assert "packing on fire" in result.error.message
+    assert engine.calls == [], "nothing reaches the device for a batch that could not be packed"

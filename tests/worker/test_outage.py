@@ -21,7 +21,10 @@ class _NeverCalledScorer:
     def prepare(self, job, job_id):  # pragma: no cover - must not be reached
         raise AssertionError("no job can arrive without a broker")
 
-    def run_batch(self, jobs):  # pragma: no cover - must not be reached
+    def pack(self, jobs):  # pragma: no cover - must not be reached
+        raise AssertionError("no job can arrive without a broker")
+
+    def run_packed(self, packed):  # pragma: no cover - must not be reached
         raise AssertionError("no job can arrive without a broker")
 
 
