@@ -14,10 +14,16 @@ Backends, chosen per batch:
 - `cascade`: cost follows the mask. Prefix causal attention once per sequence; every item attends to
   the prefix in one rectangular attention and to itself in a small causal block; the two partial
   results merge by log-sum-exp. Work is about n·I·(Q+I) instead of (Q+n·I)².
+
+Two things vary per layer, not per batch, so they arrive with each call rather than on the layout:
+logit soft-capping (Gemma 2: `cap · tanh(q·kᵀ·scale / cap)` before the mask) and the sliding window
+(Gemma 2 alternates windowed and full layers). Without a cap every backend runs exactly its uncapped
+code; with one, the steps that use a fused kernel which cannot cap form their scores explicitly.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +34,10 @@ import torch.nn.functional as F
 ATTENTION_IMPLEMENTATION = "kafka_scorer"
 LAYOUT_KWARG = "scorer_layout"
 
-Backend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "AttentionLayout", float], torch.Tensor]
+Backend = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, "AttentionLayout", float, "float | None", "int | None"],
+    torch.Tensor,
+]
 
 
 @dataclass
@@ -42,6 +51,7 @@ class AttentionLayout:
     device: torch.device
     backend: str = "dense"
     sliding_window: int | None = None
+    """The model's window, for layers whose call does not name their own (see `scorer_attention`)."""
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
     @property
@@ -77,25 +87,42 @@ def sequence_mask(prefix_len: int, item_lens: tuple[int, ...], window: int | Non
 
 
 def dense_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: AttentionLayout, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: AttentionLayout,
+    scale: float,
+    softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]; one SDPA call per sequence with its own mask."""
+    """q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]; one SDPA call per sequence with its own mask.
+
+    SDPA cannot soft-cap, so a capped layer forms each sequence's scores explicitly instead.
+    """
 
     def build_masks() -> list[torch.Tensor | None]:
         masks: list[torch.Tensor | None] = []
         for prefix, items, length in zip(layout.prefix_lens, layout.item_lens, layout.seq_lens):
-            plain = not items and (layout.sliding_window is None or length <= layout.sliding_window)
+            plain = not items and (window is None or length <= window)
             if plain:
                 masks.append(None)
             else:
-                masks.append(sequence_mask(prefix, items, layout.sliding_window).to(layout.device))
+                masks.append(sequence_mask(prefix, items, window).to(layout.device))
         return masks
 
-    masks = layout.cached("dense_masks", build_masks)
+    masks = layout.cached(f"dense_masks:{window}", build_masks)
     gqa = q.shape[0] != k.shape[0]
     outputs = []
     for start, length, mask in zip(layout.seq_starts, layout.seq_lens, masks):
         end = start + length
+        if softcap is not None:
+            if mask is None:
+                mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril_()
+            out = _capped_attention(
+                q[None, :, start:end], k[None, :, start:end], v[None, :, start:end], mask, scale, softcap
+            )
+            outputs.append(out[0].to(q.dtype))
+            continue
         outputs.append(
             F.scaled_dot_product_attention(
                 q[:, start:end],
@@ -108,6 +135,37 @@ def dense_attention(
             )
         )
     return torch.cat(outputs, dim=1)
+
+
+def soft_cap(scores: torch.Tensor, cap: float) -> torch.Tensor:
+    """`cap · tanh(scores / cap)`: Gemma 2's bound on attention scores and final logits."""
+    return torch.tanh(scores / cap) * cap
+
+
+# float32 scores formed at once by the explicit soft-capped path (256 MiB); longer inputs go by query rows.
+_SCORES_BUDGET = 1 << 26
+
+
+def _capped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, softcap: float
+) -> torch.Tensor:
+    """Soft-capped masked attention with explicit scores: q [B, H, Lq, d] -> float32 [B, H, Lq, d].
+
+    k/v are [B, Hkv, Lk, d] (GQA by a view, no copy); `mask` (True = may attend) is [Lq, Lk], shared by
+    the batch, and applies after the cap, as in Gemma 2.
+    """
+    batch, heads, q_len, dim = q.shape
+    kv_heads, k_len = k.shape[1], k.shape[2]
+    qg = q.view(batch, kv_heads, heads // kv_heads, q_len, dim)
+    kt, vg = k[:, :, None].transpose(-1, -2), v[:, :, None]
+    out = torch.empty(qg.shape, dtype=torch.float32, device=q.device)
+    step = max(1, _SCORES_BUDGET // max(1, batch * heads * k_len))
+    for row in range(0, q_len, step):
+        rows = slice(row, row + step)
+        scores = soft_cap(torch.matmul(qg[..., rows, :], kt).float() * scale, softcap)
+        probs = torch.softmax(scores.masked_fill_(~mask[rows], float("-inf")), dim=-1).to(v.dtype)
+        out[..., rows, :] = torch.matmul(probs, vg)
+    return out.view(batch, heads, q_len, dim)
 
 
 @dataclass
@@ -181,7 +239,13 @@ def _cascade_index(layout: AttentionLayout) -> _CascadeIndex:
 
 
 def cascade_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: AttentionLayout, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: AttentionLayout,
+    scale: float,
+    softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Shared-prefix attention whose work follows the mask.
 
@@ -191,9 +255,12 @@ def cascade_attention(
        the CPU the fused flash kernel, which never materialises the scores) and to their own item in
        block-diagonal [n, I, I] products; the two partial results merge by log-sum-exp, so nothing of
        size (Q + n·I)² is ever formed.
+
+    With a soft-cap, the steps that use fused kernels (1 and the item-vs-prefix part of 2) form their
+    scores explicitly, since neither kernel can cap; the block structure stays the same.
     """
-    if layout.sliding_window is not None and max(layout.seq_lens) > layout.sliding_window:
-        return dense_attention(q, k, v, layout, scale)
+    if window is not None and max(layout.seq_lens) > window:
+        return dense_attention(q, k, v, layout, scale, softcap, window)
     index = layout.cached("cascade_index", lambda: _cascade_index(layout))
     assert isinstance(index, _CascadeIndex)
     heads, _, dim = q.shape
@@ -205,7 +272,14 @@ def cascade_attention(
         qp = q[:, gather].transpose(0, 1)  # [S, H, L, d]
         kp = k[:, gather].transpose(0, 1)
         vp = v[:, gather].transpose(0, 1)
-        op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale, enable_gqa=groups > 1)
+        if softcap is None:
+            op = F.scaled_dot_product_attention(
+                qp, kp, vp, is_causal=True, scale=scale, enable_gqa=groups > 1
+            )
+        else:
+            length = gather.shape[1]
+            causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril_()
+            op = _capped_attention(qp, kp, vp, causal, scale, softcap).to(q.dtype)
         rows = op.transpose(0, 1).reshape(heads, -1, dim)  # [H, S*L, d]
         out[:, positions] = rows[:, flat_valid]
 
@@ -213,12 +287,12 @@ def cascade_attention(
     for start, prefix, gather, key_mask, valid_rows, positions in index.mis:
         n, longest = gather.shape
         q_items = qg[:, :, gather]  # [Hkv, g, n, I, d]
-        o_own, lse_own = _own_item_attention(q_items, k[:, gather], v[:, gather], key_mask, scale)
+        o_own, lse_own = _own_item_attention(q_items, k[:, gather], v[:, gather], key_mask, scale, softcap)
         if prefix > 0:
             k_prefix = k[:, None, start : start + prefix].expand(kv_heads, groups, prefix, dim)
             v_prefix = v[:, None, start : start + prefix].expand(kv_heads, groups, prefix, dim)
             o_pre, lse_pre = _attention_with_lse(
-                q_items.reshape(kv_heads, groups, n * longest, dim), k_prefix, v_prefix, scale
+                q_items.reshape(kv_heads, groups, n * longest, dim), k_prefix, v_prefix, scale, softcap
             )
             o = _merge(o_pre.view_as(o_own), lse_pre.view_as(lse_own), o_own, lse_own)
         else:
@@ -229,28 +303,38 @@ def cascade_attention(
 
 
 def _attention_with_lse(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, softcap: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unmasked attention returning the log-sum-exp too, so partial results can be merged.
 
     On the CPU, PyTorch's fused flash kernel already returns it and never materialises the scores;
-    elsewhere the scores are formed explicitly (the CUDA default is the flex backend anyway).
+    elsewhere, or with a soft-cap (which that kernel cannot apply), the scores are formed explicitly
+    (the CUDA default is the flex backend anyway).
     """
-    if q.device.type == "cpu":
+    if q.device.type == "cpu" and softcap is None:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, scale=scale
         )
         return out, lse
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     lse = torch.logsumexp(scores, dim=-1)
     return torch.matmul(torch.exp(scores - lse[..., None]).to(v.dtype), v), lse
 
 
 def _own_item_attention(
-    q_items: torch.Tensor, k_items: torch.Tensor, v_items: torch.Tensor, key_mask: torch.Tensor, scale: float
+    q_items: torch.Tensor,
+    k_items: torch.Tensor,
+    v_items: torch.Tensor,
+    key_mask: torch.Tensor,
+    scale: float,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each item's tokens against the earlier tokens of the same item: [Hkv, g, n, I, I] scores."""
     scores = torch.einsum("hgnid,hnjd->hgnij", q_items, k_items).float() * scale
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     scores = scores.masked_fill(~key_mask, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse[..., None]).to(v_items.dtype)
@@ -294,15 +378,40 @@ def _flex_kernel() -> Callable:
     return _compiled_flex
 
 
+@functools.cache
+def _soft_cap_score_mod(cap: float) -> Callable:
+    """One score_mod per cap value, so the compiled kernel is reused instead of retraced per layer."""
+
+    def capped(score, batch, head, q_idx, kv_idx):
+        return torch.tanh(score / cap) * cap
+
+    return capped
+
+
 def flex_attention_backend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: AttentionLayout, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: AttentionLayout,
+    scale: float,
+    softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """FlexAttention with a block-sparse mask: the CUDA path whose cost follows the mask."""
-    if layout.sliding_window is not None and max(layout.seq_lens) > layout.sliding_window:
-        return dense_attention(q, k, v, layout, scale)
+    """FlexAttention with a block-sparse mask: the CUDA path whose cost follows the mask.
+
+    Flex applies `scale` before the score_mod, so the cap sees the same scores as Gemma 2's eager code.
+    """
+    if window is not None and max(layout.seq_lens) > window:
+        return dense_attention(q, k, v, layout, scale, softcap, window)
     block_mask = layout.cached("flex_block_mask", lambda: _flex_block_mask(layout))
     out = _flex_kernel()(
-        q[None], k[None], v[None], block_mask=block_mask, scale=scale, enable_gqa=q.shape[0] != k.shape[0]
+        q[None],
+        k[None],
+        v[None],
+        score_mod=None if softcap is None else _soft_cap_score_mod(softcap),
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=q.shape[0] != k.shape[0],
     )
     return out[0]
 
@@ -331,12 +440,23 @@ def scorer_attention(
             f"attention {ATTENTION_IMPLEMENTATION!r} needs the `{LAYOUT_KWARG}` forward kwarg; "
             "this model's forward does not pass attention kwargs through"
         )
-    for unsupported in ("softcap", "s_aux"):
-        if kwargs.get(unsupported) is not None:
-            # Soft-capped or sink attention would need its own maths; refusing beats a wrong score.
-            raise NotImplementedError(f"attention with `{unsupported}` is not supported")
+    if kwargs.get("s_aux") is not None:
+        # Attention sinks would need their own maths; refusing beats a wrong score.
+        raise NotImplementedError("attention with `s_aux` (attention sinks) is not supported")
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-    out = BACKENDS[layout.backend](query[0], key[0], value[0], layout, scale)
+    softcap = kwargs.get("softcap")
+    # A layer that names its window (Gemma 2, Qwen 2/3: None on full-attention layers) is believed over
+    # the model-wide one, which only serves layers that say nothing.
+    window = kwargs.get("sliding_window", layout.sliding_window)
+    out = BACKENDS[layout.backend](
+        query[0],
+        key[0],
+        value[0],
+        layout,
+        scale,
+        float(softcap) if softcap else None,
+        int(window) if window else None,
+    )
     return out.transpose(0, 1).unsqueeze(0), None
 
 

@@ -2,7 +2,8 @@
 
 CausalLM (SPEC §4): `apply_softmax` rows need only their label logits, `h · W[labels]ᵀ`; the other rows
 need full-vocabulary log-probabilities, i.e. a log-sum-exp over the vocabulary, which the kernels in
-`engine/kernels` compute without materialising `[rows, vocab]` logits.
+`engine/kernels` compute without materialising `[rows, vocab]` logits. A soft-capped head (Gemma 2) caps
+every logit before either use, as transformers' CausalLM forward does.
 Classification: the model's own head on the rows, optional softmax over classes.
 """
 
@@ -23,16 +24,18 @@ def causal_label_scores(
     *,
     need_softmax: bool,
     need_logprob: bool,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """[R, hidden] -> [R, L] float32: probabilities per label, padded columns are 0."""
     weight = lm_head.weight
     bias = getattr(lm_head, "bias", None)
     scores = torch.zeros(label_ids.shape, dtype=torch.float32, device=rows.device)
     if need_softmax:
-        logits = label_logits(rows, weight, bias, label_ids).masked_fill(~label_mask, float("-inf"))
+        logits = label_logits(rows, weight, bias, label_ids, softcap=softcap)
+        logits = logits.masked_fill(~label_mask, float("-inf"))
         scores = torch.where(softmax_rows[:, None], torch.softmax(logits, dim=-1), scores)
     if need_logprob:
-        probs = label_logprobs(rows, weight, bias, label_ids).exp()
+        probs = label_logprobs(rows, weight, bias, label_ids, softcap=softcap).exp()
         scores = torch.where(softmax_rows[:, None], scores, probs)
     return scores.masked_fill(~label_mask, 0.0)
 

@@ -51,6 +51,9 @@ class LoadedModel:
     mis_block_reason: str | None
     """Why packing would change results for this model (None: MIS is exact)."""
     sliding_window: int | None
+    final_logit_softcap: float | None = None
+    """Gemma 2's `cap · tanh(logit / cap)` on LM-head logits; CausalLM only, since transformers' score
+    heads (e.g. Gemma2ForSequenceClassification) do not apply it."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -102,14 +105,10 @@ def _sliding_window(config) -> int | None:
     return int(window)
 
 
-def _refuse_unsupported_math(config) -> None:
-    """Logit soft-capping (Gemma 2 style) changes attention and head maths that our attention backends
-    and label heads do not reproduce; serving such a model would return wrong scores silently."""
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if getattr(config, name, None):
-            raise ModelLoadError(
-                f"config.{name}={getattr(config, name)}: logit soft-capping is not supported yet"
-            )
+def _final_logit_softcap(config, kind: ModelKind) -> float | None:
+    """Attention soft-capping needs nothing here: each layer hands its cap to our attention function."""
+    cap = getattr(config, "final_logit_softcapping", None)
+    return float(cap) if cap and kind is ModelKind.CAUSAL_LM else None
 
 
 def _classification_head(model: nn.Module) -> nn.Module:
@@ -148,7 +147,6 @@ def load_model(
         )
         raise ModelLoadError(f"model: cannot load config of {model_path!r}{hint}: {exc}") from exc
     kind = detect_kind(getattr(config, "architectures", None))
-    _refuse_unsupported_math(config)
     auto = AutoModelForCausalLM if kind is ModelKind.CAUSAL_LM else AutoModelForSequenceClassification
     try:
         model = auto.from_pretrained(
@@ -196,4 +194,5 @@ def load_model(
         max_positions=getattr(config, "max_position_embeddings", None),
         mis_block_reason=_mis_block_reason(config),
         sliding_window=_sliding_window(config),
+        final_logit_softcap=_final_logit_softcap(config, kind),
     )

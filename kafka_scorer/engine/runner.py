@@ -55,6 +55,7 @@ class ModelRunner:
                 softmax_rows,
                 need_softmax=batch.any_softmax_rows,
                 need_logprob=batch.any_logprob_rows,
+                softcap=model.final_logit_softcap,
             )
         else:
             scores = classification_scores(rows, model.head, softmax_rows)

@@ -9,9 +9,9 @@ text tokenizes and the result is a genuine `PreparedTokenizerFast` on disk.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-Arch = Literal["qwen3", "qwen2", "llama"]
+Arch = Literal["qwen3", "qwen2", "llama", "gemma2"]
 Kind = Literal["causal", "classification"]
 
 _CORPUS = [
@@ -70,13 +70,15 @@ def tiny_config(
     pad_token_id: int | None = None,
     bos_token_id: int | None = None,
     initializer_range: float = 0.2,
+    overrides: dict[str, Any] | None = None,
 ):
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    """`overrides` sets config fields after the defaults here (soft-caps, windows, layer types...)."""
+    import transformers
 
-    config_cls = {"qwen3": Qwen3Config, "qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
-    arch_name = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama"}[arch]
+    arch_name = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "gemma2": "Gemma2"}[arch]
+    config_cls = getattr(transformers, arch_name + "Config")
     suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
-    extra = {"head_dim": hidden_size // num_heads} if arch in ("qwen3", "llama") else {}
+    extra = {"head_dim": hidden_size // num_heads} if arch in ("qwen3", "llama", "gemma2") else {}
     config = config_cls(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -95,6 +97,8 @@ def tiny_config(
         architectures=[arch_name + suffix],
         **extra,
     )
+    for name, value in (overrides or {}).items():
+        setattr(config, name, value)
     return config
 
 
@@ -108,11 +112,13 @@ def build_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     extra_vocab: int = 16,
+    overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny random model and its tokenizer to `directory` and return the path.
 
     The model's vocabulary is `extra_vocab` ids larger than the tokenizer's, as in real checkpoints
     whose embedding matrix is padded: label ids up to the model's output vocabulary must be accepted.
+    `overrides` is passed to `tiny_config`.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -129,6 +135,7 @@ def build_tiny_model(
         num_layers=num_layers,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
+        overrides=overrides,
     )
     torch.manual_seed(seed)
     auto = AutoModelForCausalLM if kind == "causal" else AutoModelForSequenceClassification

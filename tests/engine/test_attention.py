@@ -17,7 +17,9 @@ LAYOUTS = [
 ]
 
 
-def naive_attention(q, k, v, seqs, scale):
+def naive_attention(q, k, v, seqs, scale, cap=None, window=None):
+    """float64, one query row at a time; `cap` soft-caps the scores before the mask (Gemma 2), `window`
+    keeps the last `window` keys."""
     heads, kv_heads = q.shape[0], k.shape[0]
     k = k.repeat_interleave(heads // kv_heads, dim=0).double()
     v = v.repeat_interleave(heads // kv_heads, dim=0).double()
@@ -28,8 +30,11 @@ def naive_attention(q, k, v, seqs, scale):
         length = len(owner)
         for i in range(length):
             keys = [j for j in range(i + 1) if owner[j] == 0 or owner[j] == owner[i]]
+            keys = [j for j in keys if window is None or i - j < window]
             idx = torch.tensor([start + j for j in keys])
             scores = (q[:, start + i].double()[:, None, :] * k[:, idx]).sum(-1) * scale
+            if cap is not None:
+                scores = cap * torch.tanh(scores / cap)
             out[:, start + i] = (torch.softmax(scores, -1)[:, :, None] * v[:, idx]).sum(1)
         start += length
     return out

@@ -97,14 +97,3 @@ def test_score_async_runs_off_the_event_loop(scorer_for):
     sync = scorer.score(Q, ITEMS, label_token_ids=[1, 2])
     assert all(r.scores == sync.scores for r in results)
     assert ticks > 0
-
-
-@pytest.mark.parametrize("field", ["attn_logit_softcapping", "final_logit_softcapping"])
-def test_soft_capped_models_are_refused_instead_of_scored_wrongly(tiny_models, tmp_path, field):
-    capped = tmp_path / "capped"
-    shutil.copytree(tiny_models.get(), capped)
-    config = json.loads((capped / "config.json").read_text())
-    config[field] = 30.0
-    (capped / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match=f"{field}=30.0: logit soft-capping is not supported"):
-        Scorer(str(capped), device="cpu")

@@ -11,6 +11,10 @@ transformers way (full logits, `log_softmax`, gather) writes and re-reads `rows 
   CUDA (`label_scores_triton`), chunks of `vocab_chunk` columns in torch elsewhere. Memory stays
   `O(rows × chunk)` instead of `O(rows × vocab)`.
 
+`softcap` (Gemma 2's `final_logit_softcapping`) replaces every logit by `cap · tanh(logit / cap)`
+before anything else reads it: the label logits and each streamed chunk of the normaliser alike.
+None (or 0) leaves the uncapped code untouched.
+
 Rows carry their own label ids (`label_ids: [rows, Lmax]`), so jobs with different label sets share one
 call; a caller pads short rows with any valid id and ignores those columns. Ids are not range-checked
 here (that would need a device sync); the protocol layer rejects out-of-vocabulary ids first. Should
@@ -46,8 +50,10 @@ def label_logits(
     label_ids: torch.Tensor,
     *,
     backend: Backend = "auto",
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """`[rows, Lmax]` float32 logits of each row's own labels: `h_r · W[ids_r]ᵀ + b[ids_r]`.
+    """`[rows, Lmax]` float32 logits of each row's own labels: `h_r · W[ids_r]ᵀ + b[ids_r]`, soft-capped
+    when `softcap` is set.
 
     `backend` as for `label_logprobs`; "triton" reads the label rows in place, "torch" gathers them in
     bounded row chunks (at most `_GATHER_BUDGET` float32 elements at a time).
@@ -57,11 +63,19 @@ def label_logits(
     if backend == "triton":
         from kafka_scorer.engine.kernels.label_scores_triton import label_dots
 
-        return label_dots(hidden, weight, bias, label_ids)
-    if backend == "reference":
+        logits = label_dots(hidden, weight, bias, label_ids)
+    elif backend == "reference":
         logits = hidden.float() @ weight.float().T + (bias.float() if bias is not None else 0.0)
-        return logits.gather(1, label_ids)
-    return _label_logits_torch(hidden, weight, bias, label_ids)
+        logits = logits.gather(1, label_ids)
+    else:
+        logits = _label_logits_torch(hidden, weight, bias, label_ids)
+    # [rows, labels] only: capping after the dot costs nothing next to it.
+    return soft_cap_(logits, softcap) if softcap else logits
+
+
+def soft_cap_(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """In place `cap · tanh(logits / cap)` on a float32 tensor this module owns; returns it."""
+    return logits.div_(cap).tanh_().mul_(cap)
 
 
 def _label_logits_torch(
@@ -89,8 +103,10 @@ def label_logprobs(
     *,
     backend: Backend = "auto",
     vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """`[rows, Lmax]` float32 log-probabilities of each row's labels over the whole vocabulary.
+    """`[rows, Lmax]` float32 log-probabilities of each row's labels over the whole vocabulary (of the
+    soft-capped logits when `softcap` is set).
 
     `backend`: "auto" (Triton on CUDA when triton is installed, chunked torch otherwise), "triton"
     (also on CPU tensors when TRITON_INTERPRET=1 was set before triton was imported), "torch" (chunked),
@@ -99,14 +115,15 @@ def label_logprobs(
     _check_shapes(hidden, weight, bias, label_ids)
     backend = _resolve(backend, hidden)
     if backend == "reference":
-        return reference_label_logprobs(hidden, weight, bias, label_ids)
+        return reference_label_logprobs(hidden, weight, bias, label_ids, softcap=softcap)
     if backend == "triton":
         from kafka_scorer.engine.kernels.label_scores_triton import label_logsumexp
 
-        lse = label_logsumexp(hidden, weight, bias)
+        lse = label_logsumexp(hidden, weight, bias, softcap=softcap)
     else:
-        lse = logsumexp_chunked(hidden, weight, bias, vocab_chunk=vocab_chunk)
-    return label_logits(hidden, weight, bias, label_ids, backend=backend) - lse.unsqueeze(-1)
+        lse = logsumexp_chunked(hidden, weight, bias, vocab_chunk=vocab_chunk, softcap=softcap)
+    logits = label_logits(hidden, weight, bias, label_ids, backend=backend, softcap=softcap)
+    return logits - lse.unsqueeze(-1)
 
 
 def logsumexp_chunked(
@@ -115,8 +132,10 @@ def logsumexp_chunked(
     bias: torch.Tensor | None,
     *,
     vocab_chunk: int = DEFAULT_VOCAB_CHUNK,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """`logsumexp(h @ Wᵀ + b, -1)` as float32 `[rows]`, `vocab_chunk` columns of logits at a time.
+    """`logsumexp(h @ Wᵀ + b, -1)` as float32 `[rows]`, `vocab_chunk` columns of logits at a time
+    (each chunk soft-capped first when `softcap` is set).
 
     The portable twin of the Triton kernel: the same matmul, but no `[rows, vocab]` tensor, and each
     chunk's log-sum-exp folded into a running one with `logaddexp`.
@@ -131,6 +150,8 @@ def logsumexp_chunked(
             logits = h @ w.T
         else:
             logits = torch.addmm(bias[start : start + vocab_chunk].float(), h, w.T)
+        if softcap:
+            soft_cap_(logits, softcap)
         # In place on the fresh chunk: a third cheaper than torch.logsumexp's extra passes on CPU. The
         # clamp keeps an all -inf row at -inf instead of nan.
         peak = logits.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).min)
@@ -141,12 +162,20 @@ def logsumexp_chunked(
 
 
 def reference_label_logprobs(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, label_ids: torch.Tensor
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    label_ids: torch.Tensor,
+    *,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """The baseline the fast paths replace: full float32 logits, `log_softmax`, gather."""
+    """The baseline the fast paths replace: full float32 logits (soft-capped as in Gemma 2's
+    CausalLM when `softcap` is set), `log_softmax`, gather."""
     logits = hidden.float() @ weight.float().T
     if bias is not None:
         logits = logits + bias.float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
     return torch.log_softmax(logits, dim=-1).gather(1, label_ids)
 
 

@@ -11,6 +11,9 @@ registers with `tl.dot` over hidden chunks, and folds it into a running max and 
 log-sum-exp). Only `[splits, rows]` partial results reach memory; a `torch.logsumexp` over the splits
 finishes the job on the device, with no host sync.
 
+A soft-capped head (Gemma 2's `final_logit_softcapping`) caps each tile in registers before it is
+folded in; `HAS_SOFTCAP` is a constexpr, so the uncapped kernel compiles exactly as before.
+
 Vocabulary splits exist so that a small batch still fills the GPU: with few row blocks, the grid's
 second axis gives every SM a slice of the vocabulary.
 
@@ -63,7 +66,9 @@ def _lse_partials(
     H,
     stride_hr,
     stride_wv,
+    softcap,
     HAS_BIAS: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     F32_DOT: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -108,6 +113,8 @@ def _lse_partials(
         if HAS_BIAS:
             bias = tl.load(b_ptr + c0 + offs_v, mask=col_ok, other=0.0).to(tl.float32)
             acc = acc + bias[None, :]
+        if HAS_SOFTCAP:
+            acc = _soft_cap(acc, softcap)
         acc = tl.where(col_ok[None, :], acc, float("-inf"))
         new_max = tl.maximum(run_max, tl.max(acc, axis=1))
         # Shift by 0 while a row has seen only -inf (a -inf bias masking whole tiles): -inf - -inf is nan.
@@ -120,6 +127,16 @@ def _lse_partials(
     # without evaluating log(0).
     partial = run_max + tl.log(tl.maximum(run_sum, 1.0))
     tl.store(out_ptr + pid_s * R + r0 + offs_r, partial, mask=row_ok)
+
+
+@triton.jit
+def _soft_cap(x, cap):
+    """`cap · tanh(x / cap)` from one exp (triton.language has no tanh; libdevice's does not run under
+    the interpreter). exp(-2|y|) <= 1 never overflows, and -inf maps to -cap as torch.tanh gives."""
+    y = x / cap
+    e = tl.exp(-2.0 * tl.abs(y))
+    t = (1.0 - e) / (1.0 + e)
+    return cap * tl.where(y < 0, -t, t)
 
 
 @triton.jit
@@ -166,9 +183,9 @@ def _label_dots(
 
 # Under the interpreter autotuning would time Python loops and multiply test time for nothing, so the
 # plain kernel is launched with _INTERPRET_BLOCKS instead.
-_lse_partials_tuned = triton.autotune(configs=_GPU_CONFIGS, key=["V", "H", "HAS_BIAS", "F32_DOT"])(
-    _lse_partials
-)
+_lse_partials_tuned = triton.autotune(
+    configs=_GPU_CONFIGS, key=["V", "H", "HAS_BIAS", "HAS_SOFTCAP", "F32_DOT"]
+)(_lse_partials)
 
 
 @functools.cache
@@ -192,8 +209,10 @@ def label_logsumexp(
     *,
     num_splits: int | None = None,
     blocks: dict[str, int] | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """`logsumexp(hidden @ weight.T + bias, -1)` as float32 `[rows]`, streaming vocabulary tiles.
+    """`logsumexp(hidden @ weight.T + bias, -1)` as float32 `[rows]`, streaming vocabulary tiles; each
+    logit soft-capped first when `softcap` is set (None or 0: off).
 
     `blocks` pins BLOCK_R/BLOCK_V/BLOCK_K (skipping autotune); tests use it with `num_splits` to cover
     several tile and split layouts.
@@ -212,11 +231,11 @@ def label_logsumexp(
 
     _require_device(hidden)
     interpret = bool(triton.knobs.runtime.interpret)
-    args = (h, w, b, partials, rows, vocab, hidden_size, h.stride(0), w.stride(0))
+    args = (h, w, b, partials, rows, vocab, hidden_size, h.stride(0), w.stride(0), float(softcap or 1.0))
     # float32 must not drop to tf32. The interpreter (triton 3.9) multiplies bfloat16 tiles as their raw
     # uint16 bits, so there they are widened first: bf16 × bf16 products are exact in float32 either way.
     f32_dot = dtype == torch.float32 or (interpret and dtype == torch.bfloat16)
-    flags = {"HAS_BIAS": bias is not None, "F32_DOT": f32_dot}
+    flags = {"HAS_BIAS": bias is not None, "HAS_SOFTCAP": bool(softcap), "F32_DOT": f32_dot}
     if interpret or blocks is not None:
         meta = blocks or _INTERPRET_BLOCKS
         grid = (triton.cdiv(rows, meta["BLOCK_R"]), splits)

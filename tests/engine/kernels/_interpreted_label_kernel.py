@@ -24,13 +24,16 @@ def main(in_path: str, out_path: str) -> None:
     results = {}
     for name, case in cases.items():
         args = (case["hidden"], case["weight"], case["bias"], case["label_ids"])
+        softcap = case["softcap"]
         if case["num_splits"] is None and case["blocks"] is None:
             results[name] = {
-                "logprobs": label_logprobs(*args, backend="triton"),
-                "logits": label_logits(*args, backend="triton"),
+                "logprobs": label_logprobs(*args, backend="triton", softcap=softcap),
+                "logits": label_logits(*args, backend="triton", softcap=softcap),
             }
         else:
-            lse = label_logsumexp(*args[:3], num_splits=case["num_splits"], blocks=case["blocks"])
+            lse = label_logsumexp(
+                *args[:3], num_splits=case["num_splits"], blocks=case["blocks"], softcap=softcap
+            )
             results[name] = {"logsumexp": lse}
 
     # Out-of-vocabulary ids (the caller should have rejected them): the label kernel must not read

@@ -43,6 +43,7 @@ class Case:
     max_labels: int = 4  # label slots per row; rows use 1..max_labels of them, the rest is padding
     num_splits: int | None = None  # set: call the kernel's logsumexp directly with this layout
     blocks: tuple[int, int, int] | None = None  # (BLOCK_R, BLOCK_V, BLOCK_K)
+    softcap: float | None = None  # Gemma 2's final_logit_softcapping; well below the logits' range
 
 
 def make_inputs(case: Case, seed: int = 0) -> dict:
@@ -61,17 +62,22 @@ def make_inputs(case: Case, seed: int = 0) -> dict:
     label_ids = torch.zeros(case.rows, case.max_labels, dtype=torch.int64)
     for r, n in enumerate(counts.tolist()):
         label_ids[r, :n] = case.masked + torch.randperm(case.vocab - case.masked, generator=gen)[:n]
-    return {"hidden": hidden, "weight": weight, "bias": bias, "label_ids": label_ids}
+    return {"hidden": hidden, "weight": weight, "bias": bias, "label_ids": label_ids, "softcap": case.softcap}
 
 
-def row_reference(hidden, weight, bias, label_ids) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(label logits, label log-probs, log-sum-exp), float64, computed row by row."""
+def row_reference(
+    hidden, weight, bias, label_ids, softcap=None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(label logits, label log-probs, log-sum-exp), float64, computed row by row; with `softcap`
+    every logit is `cap · tanh(logit / cap)` first, as in transformers' Gemma 2 CausalLM."""
     logits_out, logprobs_out, lse_out = [], [], []
     w = weight.double()
     for r in range(hidden.shape[0]):
         logits = w @ hidden[r].double()
         if bias is not None:
             logits = logits + bias.double()
+        if softcap is not None:
+            logits = softcap * torch.tanh(logits / softcap)
         logits_out.append(logits[label_ids[r]])
         logprobs_out.append(torch.log_softmax(logits, dim=0)[label_ids[r]])
         lse_out.append(torch.logsumexp(logits, dim=0))
@@ -93,7 +99,20 @@ TORCH_CASES = {
     "f32-large-logits": Case(rows=9, vocab=700, hidden=24, scale=60.0),
     "f32-masked-vocab": Case(rows=9, vocab=700, hidden=24, masked=300),
     "mixed-f32-hidden-bf16-head": Case(rows=9, vocab=300, hidden=24, weight_dtype=torch.bfloat16),
+    "f32-softcap": Case(rows=29, vocab=1000, hidden=72, softcap=3.0),
+    "bf16-softcap-nobias": Case(rows=17, vocab=515, hidden=40, dtype=torch.bfloat16, bias=False, softcap=2.0),
+    "f32-softcap-masked-vocab": Case(rows=9, vocab=700, hidden=24, masked=300, softcap=3.0),
 }
+
+
+def test_softcap_cases_really_cap() -> None:
+    """The cap bends these logits by far more than the tolerance, so ignoring it fails the tests."""
+    for name, case in TORCH_CASES.items():
+        if case.softcap is not None:
+            inputs = make_inputs(case)
+            _, capped, _ = row_reference(**inputs)
+            _, uncapped, _ = row_reference(**{**inputs, "softcap": None})
+            assert (capped - uncapped).abs().max() > 0.5, name
 
 
 @pytest.mark.parametrize("name", list(TORCH_CASES))
@@ -121,9 +140,10 @@ def test_auto_backend_on_cpu_matches_reference() -> None:
     assert_matches(label_logprobs(**inputs), expected, torch.float32)
 
 
-def test_full_logits_baseline_matches_row_reference() -> None:
+@pytest.mark.parametrize("name", ["f32-bias", "f32-softcap"])
+def test_full_logits_baseline_matches_row_reference(name: str) -> None:
     """The baseline the benchmark races against must itself be right, or the race means nothing."""
-    inputs = make_inputs(TORCH_CASES["f32-bias"])
+    inputs = make_inputs(TORCH_CASES[name])
     _, expected, _ = row_reference(**inputs)
     assert_matches(reference_label_logprobs(**inputs), expected, torch.float32)
 
@@ -192,6 +212,11 @@ KERNEL_CASES = {
     "f32-more-splits-than-tiles": Case(rows=37, vocab=1000, hidden=72, num_splits=40),
     "bf16-5-splits": Case(rows=21, vocab=515, hidden=40, dtype=torch.bfloat16, bias=False, num_splits=5),
     "f32-wide-tiles": Case(rows=5, vocab=257, hidden=48, num_splits=2, blocks=(32, 128, 16)),
+    "f32-softcap": Case(rows=37, vocab=1000, hidden=72, softcap=3.0),
+    "bf16-softcap-nobias": Case(rows=21, vocab=515, hidden=40, dtype=torch.bfloat16, bias=False, softcap=2.0),
+    "f32-softcap-large-logits": Case(rows=9, vocab=700, hidden=24, scale=60.0, softcap=30.0),
+    "f32-softcap-masked-vocab": Case(rows=9, vocab=700, hidden=24, masked=300, softcap=3.0),
+    "f32-softcap-3-splits": Case(rows=37, vocab=1000, hidden=72, num_splits=3, softcap=3.0),
 }
 
 
@@ -270,8 +295,10 @@ def _compile_for_hopper(fn, signature: dict[str, str], constexprs: dict[str, obj
     )
 
 
-@pytest.mark.parametrize(("dtype", "f32_dot"), [("bf16", False), ("fp32", True)])
-def test_lse_kernel_lowers_to_hopper_code(dtype: str, f32_dot: bool) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "f32_dot", "softcap"), [("bf16", False, False), ("fp32", True, False), ("bf16", False, True)]
+)
+def test_lse_kernel_lowers_to_hopper_code(dtype: str, f32_dot: bool, softcap: bool) -> None:
     """The interpreter cannot catch what only the compiler rejects; lower the real kernel for an H100.
 
     bf16 must reach the tensor cores (wgmma) through pipelined async copies; float32 must not (its
@@ -284,9 +311,10 @@ def test_lse_kernel_lowers_to_hopper_code(dtype: str, f32_dot: bool) -> None:
         **dict.fromkeys(("h_ptr", "w_ptr", "b_ptr"), f"*{dtype}"),
         "out_ptr": "*fp32",
         **dict.fromkeys(("R", "V", "H", "stride_hr", "stride_wv"), "i32"),
-        **dict.fromkeys(("HAS_BIAS", "F32_DOT", "BLOCK_R", "BLOCK_V", "BLOCK_K"), "constexpr"),
+        "softcap": "fp32",
+        **dict.fromkeys(("HAS_BIAS", "HAS_SOFTCAP", "F32_DOT", "BLOCK_R", "BLOCK_V", "BLOCK_K"), "constexpr"),
     }
-    constexprs = {"HAS_BIAS": True, "F32_DOT": f32_dot, **config.kwargs}
+    constexprs = {"HAS_BIAS": True, "HAS_SOFTCAP": softcap, "F32_DOT": f32_dot, **config.kwargs}
     kernel = _compile_for_hopper(
         _lse_partials, signature, constexprs, num_warps=config.num_warps, num_stages=config.num_stages
     )
