@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from kafka_scorer.broker import BrokerError, EmbeddedBroker, TransactionalBroker
+from tests.integration.jobs import Reference
 from tests.integration.kafka_helpers import BrokerInfo
 
 log = logging.getLogger(__name__)
@@ -92,3 +93,9 @@ def causal_scorer(causal_model: Path):
     from kafka_scorer.engine.scorer import Scorer
 
     return Scorer(str(causal_model), dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def causal_reference(causal_model: Path) -> Reference:
+    """One reference for the session, so a job two tests both send is run through transformers once."""
+    return Reference(causal_model)

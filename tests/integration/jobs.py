@@ -7,12 +7,14 @@ never touches the engine, so a wrong packing, a swapped result or a lost item sh
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_scorer.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK, Job, Result, WireFormat, encode_job
 from tests.engine.reference import reference_hidden, reference_scores
-from tests.integration.kafka_helpers import Out
+from tests.integration.kafka_helpers import BrokerInfo, Out, Topics, fresh_topics
 
 MODEL_VOCAB = 384 + 16  # tiny tokenizer + padding rows (kafka_scorer.testing.tiny_models)
 _WORDS = [
@@ -39,7 +41,7 @@ class Sent:
 
     job: Job
     fmt: WireFormat
-    key: bytes
+    key: bytes | None
     correlation: bytes | None
 
 
@@ -92,6 +94,38 @@ def to_record(sent: Sent, topic: str, partition: int | None, with_content_type: 
     return Out(topic, encode_job(sent.job, sent.fmt), key=sent.key, headers=headers, partition=partition)
 
 
+@dataclass(frozen=True)
+class MixedStream(Topics):
+    """Fresh topics plus a job mix ready to produce: the jobs as sent and their records, spread
+    round-robin over the partitions."""
+
+    sent: list[Sent]
+    records: list[Out]
+
+
+async def mixed_stream(
+    broker: BrokerInfo,
+    n: int,
+    seed: int,
+    model_name: str,
+    prefix: str,
+    partitions: int = 3,
+    dead_letters: bool = False,
+    bare_every: int = 0,
+) -> MixedStream:
+    """`n` jobs of `mixed_jobs` on new topics; with `bare_every` k, every k-th record goes without a
+    content-type header, so the worker has to tell the format from the bytes."""
+    topics = await fresh_topics(broker, partitions, dead_letters)
+    sent = mixed_jobs(n, seed, model_name, prefix)
+    records = [
+        to_record(
+            s, topics.requests, i % partitions, with_content_type=not (bare_every and i % bare_every == 0)
+        )
+        for i, s in enumerate(sent)
+    ]
+    return MixedStream(**vars(topics), sent=sent, records=records)
+
+
 class Reference:
     """Reference scores per distinct job, computed once."""
 
@@ -137,3 +171,31 @@ def assert_matches_reference(result: Result, sent: Sent, reference: Reference, a
         want = reference.hidden(sent.job).numpy()
         assert got.shape == want.shape
         assert float(np.abs(got - want).max()) <= atol
+
+
+def assert_answers(
+    results: Iterable[Result],
+    sent: Sequence[Sent],
+    reference: Reference,
+    *,
+    expected: set[str] | None = None,
+    once: bool = True,
+    context: str = "",
+) -> Counter[str]:
+    """The ids answered are exactly `expected` (default: every job sent), each once unless `once` is off
+    (at-least-once after a crash), and every result holds the reference scores of the job it answers.
+
+    Returns how often each id was answered, for the test's own report."""
+    results = list(results)
+    by_id = {expected_id(s): s for s in sent}
+    want = set(by_id) if expected is None else expected
+    counts = Counter(r.id for r in results)
+    missing, extra = sorted(want - set(counts))[:10], sorted(set(counts) - want)[:10]
+    assert set(counts) == want, f"missing {missing}, unexpected {extra}{context}"
+    if once:
+        assert max(counts.values()) == 1, (
+            f"answered twice: {[k for k, v in counts.items() if v > 1][:10]}{context}"
+        )
+    for result in results:
+        assert_matches_reference(result, by_id[result.id], reference)
+    return counts

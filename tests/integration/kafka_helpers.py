@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kafka_scorer.config import Settings
+from kafka_scorer.protocol import Result, decode_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,6 +174,90 @@ def worker_settings(broker: BrokerInfo, model: Path, **overrides: object) -> Set
     }
     base.update(overrides)
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]
+
+
+def decode_replies(records: Iterable[ConsumerRecord]) -> list[Result]:
+    """Decoded by the content-type header the worker must set on every reply (SPEC §3), not by sniffing."""
+    return [decode_result(r.value, dict(r.headers)["content-type"].decode()) for r in records]
+
+
+@dataclass(frozen=True)
+class Topics:
+    """A request topic, its reply topic and a consumer group made for one test: all tests share the
+    session broker, so each gets names nobody else uses, and the helpers below need no more arguments."""
+
+    broker: BrokerInfo
+    requests: str
+    replies: str
+    group: str
+    partitions: int
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.requests}.DLT"  # the worker's default (SPEC §3)
+
+    def settings(self, model: Path, **overrides: object) -> Settings:
+        """A worker that reads `requests` in `group` and answers on `replies`."""
+        return worker_settings(
+            self.broker,
+            model,
+            request_topics=[self.requests],
+            reply_topic=self.replies,
+            group_id=self.group,
+            **overrides,
+        )
+
+    async def read_replies(self, count: int, timeout_s: float, settle_s: float = 0.0) -> list[ConsumerRecord]:
+        """Reply records until `count` of them are there (then `settle_s` more, for late duplicates)."""
+        return await read_topic(
+            self.broker.bootstrap, self.replies, lambda rs: len(rs) >= count, timeout_s, settle_s=settle_s
+        )
+
+    async def read_answers(
+        self, distinct: int, timeout_s: float, settle_s: float = 0.0, committed_only: bool = False
+    ) -> list[Result]:
+        """Results until `distinct` different job ids are among them: after a crash, redelivered
+        duplicates make the record count a poor stop."""
+
+        def enough(records: list[ConsumerRecord]) -> bool:
+            return len(records) >= distinct and len({r.id for r in decode_replies(records)}) >= distinct
+
+        records = await read_topic(
+            self.broker.bootstrap,
+            self.replies,
+            enough,
+            timeout_s,
+            isolation_level="read_committed" if committed_only else "read_uncommitted",
+            settle_s=settle_s,
+        )
+        return decode_replies(records)
+
+    async def wait_for_answers(
+        self, distinct: int, worker: WorkerProcess, timeout_s: float, committed_only: bool = False
+    ) -> list[Result]:
+        """`read_answers` in short reads, so a worker that died fails the test at once, with its log."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            results = await self.read_answers(distinct, timeout_s=1.0, committed_only=committed_only)
+            if len({r.id for r in results}) >= distinct:
+                return results
+            if worker.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{len(results)} results; worker log:\n{worker.output()[-4000:]}")
+            await asyncio.sleep(0.1)
+
+    async def wait_for_commits(self, count: int) -> tuple[dict[int, int | None], dict[int, int]]:
+        """The group's committed offsets once they reach the ends of the `count` requests (or time out)."""
+        return await wait_for_commits(
+            self.broker.bootstrap, self.group, self.requests, self.partitions, count
+        )
+
+
+async def fresh_topics(broker: BrokerInfo, partitions: int = 3, dead_letters: bool = False) -> Topics:
+    """New request and reply topics (and the dead-letter topic, where the test reads it) and a group name."""
+    topics = Topics(broker, unique("req"), unique("res"), unique("group"), partitions)
+    names = [topics.requests, topics.replies] + ([topics.dead_letters] if dead_letters else [])
+    await create_topics(broker.bootstrap, names, partitions)
+    return topics
 
 
 class InProcessWorker:

@@ -6,21 +6,11 @@ from __future__ import annotations
 import asyncio
 import random
 
-import msgspec
 import pytest
 
-from kafka_scorer.protocol import Job, decode_result
-from tests.integration.jobs import Reference, max_abs_diff
-from tests.integration.kafka_helpers import (
-    InProcessWorker,
-    Out,
-    create_topics,
-    produce,
-    read_topic,
-    unique,
-    wait_for_commits,
-    worker_settings,
-)
+from kafka_scorer.protocol import Job
+from tests.integration.jobs import Sent, assert_answers, to_record
+from tests.integration.kafka_helpers import InProcessWorker, decode_replies, fresh_topics, produce
 
 pytestmark = pytest.mark.integration
 
@@ -40,27 +30,23 @@ def _templates(rng: random.Random) -> list[Job]:
 
 
 async def test_pauses_resumes_and_stays_bounded_while_5000_jobs_drain(
-    kafka, causal_model, causal_scorer
+    kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
-    requests, replies, group = unique("req"), unique("res"), unique("group")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=3)
-    settings = worker_settings(
-        kafka,
+    topics = await fresh_topics(kafka, partitions=3)
+    settings = topics.settings(
         causal_model,
-        request_topics=[requests],
-        reply_topic=replies,
-        group_id=group,
         max_inflight_tokens=MAX_INFLIGHT_TOKENS,
         max_batch_tokens=1024,
         max_poll_records=MAX_POLL_RECORDS,
     )
     rng = random.Random(5)
     templates = _templates(rng)
-    plan = [(f"bp-{i}", rng.randrange(len(templates))) for i in range(N_JOBS)]
-    records = []
-    for i, (job_id, t) in enumerate(plan):
-        job = Job(**{f: getattr(templates[t], f) for f in Job.__struct_fields__ if f != "id"}, id=job_id)
-        records.append(Out(requests, msgspec.json.encode(job), partition=i % 3))
+    sent = []
+    for i in range(N_JOBS):
+        template = templates[rng.randrange(len(templates))]
+        job = Job(**{f: getattr(template, f) for f in Job.__struct_fields__ if f != "id"}, id=f"bp-{i}")
+        sent.append(Sent(job, "json", key=None, correlation=None))
+    records = [to_record(s, topics.requests, i % 3, with_content_type=False) for i, s in enumerate(sent)]
     largest_job = max(len(j.query) * len(j.items) + sum(len(i) for i in j.items) for j in templates)
 
     paused_seen: set[int] = set()
@@ -73,8 +59,8 @@ async def test_pauses_resumes_and_stays_bounded_while_5000_jobs_drain(
 
         watcher = asyncio.create_task(watch())
         await produce(kafka.bootstrap, records)
-        got = await read_topic(kafka.bootstrap, replies, lambda rs: len(rs) >= N_JOBS, timeout_s=150)
-        committed, ends = await wait_for_commits(kafka.bootstrap, group, requests, 3, N_JOBS)
+        got = await topics.read_replies(N_JOBS, timeout_s=150)
+        committed, ends = await topics.wait_for_commits(N_JOBS)
         watcher.cancel()
         w = worker.worker
         pauses, resumes = w.metrics.pauses._value.get(), w.resumes
@@ -91,15 +77,5 @@ async def test_pauses_resumes_and_stays_bounded_while_5000_jobs_drain(
     assert peak_jobs <= 4 * MAX_POLL_RECORDS + MAX_POLL_RECORDS
     assert peak_jobs < N_JOBS // 10  # far from "everything fetched at once"
 
-    results = {}
-    for record in got:
-        result = decode_result(record.value)
-        assert result.id not in results, f"{result.id} answered twice"
-        results[result.id] = result
-    assert set(results) == {job_id for job_id, _ in plan}
-    reference = Reference(causal_model)
-    for job_id, t in plan:
-        scores = results[job_id].scores
-        assert scores is not None
-        assert max_abs_diff(scores, reference.scores(templates[t])) <= 1e-4
+    assert_answers(decode_replies(got), sent, causal_reference)
     assert committed == ends

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections import Counter
 
 import pytest
 
 from kafka_scorer.broker import free_port
-from kafka_scorer.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK, decode_result
-from tests.integration.jobs import Reference, assert_matches_reference, expected_id, mixed_jobs, to_record
-from tests.integration.kafka_helpers import (
-    InProcessWorker,
-    create_topics,
-    produce,
-    read_topic,
-    unique,
-    wait_for_commits,
-    worker_settings,
-)
+from kafka_scorer.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK
+from tests.integration.jobs import assert_answers, expected_id, mixed_stream
+from tests.integration.kafka_helpers import InProcessWorker, decode_replies, produce
 
 pytestmark = pytest.mark.integration
 
@@ -42,50 +33,38 @@ def _metric(text: str, name: str) -> float:
 
 
 async def test_every_job_answered_once_with_reference_scores_and_offsets_committed(
-    kafka, causal_model, causal_scorer
+    kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
-    requests, replies, group = unique("req"), unique("res"), unique("group")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=3)
-    port = free_port()
-    settings = worker_settings(
-        kafka, causal_model, request_topics=[requests], reply_topic=replies, group_id=group, metrics_port=port
+    stream = await mixed_stream(
+        kafka, N_JOBS, seed=1, model_name=causal_scorer.model_name, prefix="job", bare_every=4
     )
-    sent = mixed_jobs(N_JOBS, seed=1, model_name=causal_scorer.model_name)
-    by_id = {expected_id(s): s for s in sent}
+    by_id = {expected_id(s): s for s in stream.sent}
     assert len(by_id) == N_JOBS
+    port = free_port()
+    settings = stream.settings(causal_model, metrics_port=port)
 
     async with InProcessWorker(settings, causal_scorer) as worker:
         assert (await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/readyz"))[0] == 200
-        records = [
-            to_record(s, requests, partition=i % 3, with_content_type=i % 4 != 0) for i, s in enumerate(sent)
-        ]
-        await produce(kafka.bootstrap, records)
-        got = await read_topic(
-            kafka.bootstrap, replies, lambda rs: len(rs) >= N_JOBS, timeout_s=90, settle_s=0.5
-        )
-        committed, ends = await wait_for_commits(kafka.bootstrap, group, requests, 3, N_JOBS)
+        await produce(kafka.bootstrap, stream.records)
+        got = await stream.read_replies(N_JOBS, timeout_s=90, settle_s=0.5)
+        committed, ends = await stream.wait_for_commits(N_JOBS)
         status, metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
         assert status == 200
         assert (await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz"))[0] == 200
         rc = await worker.stop()
     assert rc == 0
 
-    counts = Counter()
-    reference = Reference(causal_model)
-    for record in got:
-        headers = dict(record.headers)
-        result = decode_result(record.value, headers["content-type"].decode())
-        counts[result.id] += 1
+    results = decode_replies(got)
+    for record, result in zip(got, results, strict=True):
         job = by_id[result.id]
         assert record.key == job.key
+        headers = dict(record.headers)
         want_type = CONTENT_TYPE_JSON if job.fmt == "json" else CONTENT_TYPE_MSGPACK
         assert headers["content-type"].decode() == want_type
         if job.correlation is not None:
             assert headers["correlation_id"] == job.correlation
         assert result.model == causal_scorer.model_name
-        assert_matches_reference(result, job, reference)
-    assert set(counts) == set(by_id), f"missing: {sorted(set(by_id) - set(counts))[:10]}"
-    assert max(counts.values()) == 1, f"answered twice: {[k for k, v in counts.items() if v > 1][:10]}"
+    assert_answers(results, stream.sent, causal_reference)
     assert committed == ends and sum(ends.values()) == N_JOBS
     assert _metric(metrics, "kafka_scorer_jobs_total") == N_JOBS
     assert _metric(metrics, "kafka_scorer_batches_total") >= 1
@@ -93,32 +72,20 @@ async def test_every_job_answered_once_with_reference_scores_and_offsets_committ
 
 
 async def test_exactly_once_degrades_with_a_clear_log_line_where_the_broker_refuses_transactions(
-    kafka, causal_model, causal_scorer, caplog
+    kafka, causal_model, causal_scorer, causal_reference, caplog
 ) -> None:
     if kafka.transactions:
         pytest.skip(f"the session broker ({kafka.name}) grants transactions; nothing degrades there")
-    requests, replies, group = unique("req"), unique("res"), unique("group")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=1)
-    settings = worker_settings(
-        kafka,
-        causal_model,
-        request_topics=[requests],
-        reply_topic=replies,
-        group_id=group,
-        delivery="exactly_once",
+    stream = await mixed_stream(
+        kafka, 5, seed=9, model_name=causal_scorer.model_name, prefix="degraded", partitions=1
     )
-    sent = mixed_jobs(5, seed=9, model_name=causal_scorer.model_name, prefix="degraded")
+    settings = stream.settings(causal_model, delivery="exactly_once")
     with caplog.at_level("INFO", logger="kafka_scorer"):
         async with InProcessWorker(settings, causal_scorer) as worker:
             assert worker.worker.producer.mode == "plain"
-            await produce(kafka.bootstrap, [to_record(s, requests, 0, True) for s in sent])
-            got = await read_topic(kafka.bootstrap, replies, lambda rs: len(rs) >= len(sent), timeout_s=30)
+            await produce(kafka.bootstrap, stream.records)
+            got = await stream.read_replies(len(stream.sent), timeout_s=30)
     refusals = [r for r in caplog.records if "refused transactions" in r.getMessage()]
     assert len(refusals) == 1 and refusals[0].levelname == "ERROR"
     assert "degrades to at-least-once" in refusals[0].getMessage()
-    reference = Reference(causal_model)
-    by_id = {expected_id(s): s for s in sent}
-    for record in got:
-        result = decode_result(record.value)
-        assert_matches_reference(result, by_id[result.id], reference)
-    assert {decode_result(r.value).id for r in got} == set(by_id)
+    assert_answers(decode_replies(got), stream.sent, causal_reference, once=False)

@@ -9,25 +9,9 @@ from collections import Counter
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import ErrorCode, Job, decode_result, encode_job
-from tests.integration.jobs import (
-    MODEL_VOCAB,
-    Reference,
-    assert_matches_reference,
-    expected_id,
-    mixed_jobs,
-    to_record,
-)
-from tests.integration.kafka_helpers import (
-    InProcessWorker,
-    Out,
-    create_topics,
-    produce,
-    read_topic,
-    unique,
-    wait_for_commits,
-    worker_settings,
-)
+from kafka_scorer.protocol import ErrorCode, Job, encode_job
+from tests.integration.jobs import MODEL_VOCAB, assert_answers, mixed_stream
+from tests.integration.kafka_helpers import InProcessWorker, Out, decode_replies, produce, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -40,19 +24,20 @@ def _job(job_id: str, **fields) -> bytes:
 
 
 async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
-    kafka, causal_model, causal_scorer
+    kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
-    requests, replies, group = unique("req"), unique("res"), unique("group")
-    dead_letters = f"{requests}.DLT"
-    await create_topics(kafka.bootstrap, [requests, replies, dead_letters], partitions=2)
-    settings = worker_settings(
+    # The stream's jobs are the good ones, produced after the poison: they must still be scored.
+    stream = await mixed_stream(
         kafka,
-        causal_model,
-        request_topics=[requests],
-        reply_topic=replies,
-        group_id=group,
-        max_message_bytes=1 << 20,
+        30,
+        seed=3,
+        model_name=causal_scorer.model_name,
+        prefix="after",
+        partitions=2,
+        dead_letters=True,
     )
+    requests = stream.requests
+    settings = stream.settings(causal_model, max_message_bytes=1 << 20)
     poison = [
         # (record, expected id, expected code, dead-lettered?)
         (
@@ -104,29 +89,23 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
     ]
     for record, *_ in poison:
         record.partition = 0
-    good = mixed_jobs(30, seed=3, model_name=causal_scorer.model_name, prefix="after")
-    good_records = [
-        to_record(s, requests, partition=i % 2, with_content_type=True) for i, s in enumerate(good)
-    ]
-    total = len(poison) + len(good)
+    total = len(poison) + len(stream.sent)
 
     async with InProcessWorker(settings, causal_scorer) as worker:
         await produce(kafka.bootstrap, [r for r, *_ in poison], max_request_size=12 << 20)
-        await produce(kafka.bootstrap, good_records)
-        got = await read_topic(
-            kafka.bootstrap, replies, lambda rs: len(rs) >= total, timeout_s=60, settle_s=0.3
-        )
+        await produce(kafka.bootstrap, stream.records)
+        got = await stream.read_replies(total, timeout_s=60, settle_s=0.3)
         dead = await read_topic(
-            kafka.bootstrap, dead_letters, lambda rs: len(rs) >= 4, timeout_s=15, settle_s=0.3
+            kafka.bootstrap, stream.dead_letters, lambda rs: len(rs) >= 4, timeout_s=15, settle_s=0.3
         )
-        committed, ends = await wait_for_commits(kafka.bootstrap, group, requests, 2, total)
+        committed, ends = await stream.wait_for_commits(total)
         assert worker.running, "the worker must survive poison records"
         metrics = worker.worker.metrics
         dead_lettered = metrics.dead_letters._value.get()
         errors_by_code = {code: metrics.errors.labels(code=code)._value.get() for _, _, code, _ in poison}
         assert await worker.stop() == 0
 
-    results = [decode_result(r.value) for r in got]
+    results = decode_replies(got)
     assert len(results) == total
     by_id = {r.id: r for r in results}
     errors = [r for r in results if r.error is not None]
@@ -155,9 +134,7 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
         assert struct.unpack(">q", extra["kafka_dlt-original-offset"])[0] in range(len(poison))
         assert extra["kafka_dlt-exception-message"]
 
-    reference = Reference(causal_model)
-    for sent in good:
-        assert_matches_reference(by_id[expected_id(sent)], sent, reference)
+    assert_answers([r for r in results if r.error is None], stream.sent, causal_reference)
     assert committed == ends
 
 

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 
 import pytest
 
-from kafka_scorer.protocol import decode_result
-from tests.integration.jobs import Reference, assert_matches_reference, expected_id, mixed_jobs, to_record
-from tests.integration.kafka_helpers import (
-    InProcessWorker,
-    create_topics,
-    produce,
-    read_topic,
-    unique,
-    wait_for_commits,
-    worker_settings,
-)
+from tests.integration.jobs import assert_answers, mixed_stream
+from tests.integration.kafka_helpers import InProcessWorker, decode_replies, produce
 
 pytestmark = pytest.mark.integration
 
@@ -35,27 +25,22 @@ async def _wait(predicate, timeout_s: float, what: str) -> None:
 
 
 async def test_one_of_two_workers_leaves_without_losing_or_doubling_a_job(
-    kafka, causal_model, causal_scorer
+    kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
     from kafka_scorer.engine.scorer import Scorer
 
-    requests, replies, group = unique("req"), unique("res"), unique("group")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=PARTITIONS)
-    sent = mixed_jobs(WAVES * PER_WAVE, seed=11, model_name=causal_scorer.model_name, prefix="rb")
-    records = [
-        to_record(s, requests, partition=i % PARTITIONS, with_content_type=True) for i, s in enumerate(sent)
-    ]
+    stream = await mixed_stream(
+        kafka,
+        WAVES * PER_WAVE,
+        seed=11,
+        model_name=causal_scorer.model_name,
+        prefix="rb",
+        partitions=PARTITIONS,
+    )
 
     def settings(name: str):
-        return worker_settings(
-            kafka,
-            causal_model,
-            request_topics=[requests],
-            reply_topic=replies,
-            group_id=group,
-            client_id=name,
-            max_batch_tokens=256,  # several batches per wave, so work is in flight when B leaves
-        )
+        # Several batches per wave, so work is in flight when B leaves.
+        return stream.settings(causal_model, client_id=name, max_batch_tokens=256)
 
     second_scorer = Scorer(str(causal_model), dtype="float32", device="cpu")  # one device thread per worker
     async with InProcessWorker(settings("worker-a"), causal_scorer) as a:
@@ -65,7 +50,7 @@ async def test_one_of_two_workers_leaves_without_losing_or_doubling_a_job(
         await _wait(both, 30, "both workers to hold partitions")
 
         for wave in range(WAVES):
-            await produce(kafka.bootstrap, records[wave * PER_WAVE : (wave + 1) * PER_WAVE])
+            await produce(kafka.bootstrap, stream.records[wave * PER_WAVE : (wave + 1) * PER_WAVE])
             if wave == WAVES // 2:
                 assert await b.stop() == 0  # B leaves with the stream running
                 await _wait(
@@ -73,23 +58,13 @@ async def test_one_of_two_workers_leaves_without_losing_or_doubling_a_job(
                 )
             await asyncio.sleep(0.05)
 
-        got = await read_topic(
-            kafka.bootstrap, replies, lambda rs: len(rs) >= len(sent), timeout_s=90, settle_s=1.0
-        )
-        committed, ends = await wait_for_commits(kafka.bootstrap, group, requests, PARTITIONS, len(sent))
+        got = await stream.read_replies(len(stream.sent), timeout_s=90, settle_s=1.0)
+        committed, ends = await stream.wait_for_commits(len(stream.sent))
         answered_a, answered_b = a.worker.metrics.jobs._value.get(), b.worker.metrics.jobs._value.get()
         assert await a.stop() == 0
 
-    counts = Counter()
-    reference = Reference(causal_model)
-    by_id = {expected_id(s): s for s in sent}
-    for record in got:
-        result = decode_result(record.value, dict(record.headers)["content-type"].decode())
-        counts[result.id] += 1
-        assert_matches_reference(result, by_id[result.id], reference)
     print(f"rebalance: A answered {answered_a:.0f}, B answered {answered_b:.0f}")
-    assert set(counts) == set(by_id), f"lost: {sorted(set(by_id) - set(counts))[:10]}"
-    assert max(counts.values()) == 1, f"answered twice: {[k for k, v in counts.items() if v > 1]}"
+    assert_answers(decode_replies(got), stream.sent, causal_reference)
     assert answered_a > 0 and answered_b > 0
-    assert answered_a + answered_b == len(sent)
+    assert answered_a + answered_b == len(stream.sent)
     assert committed == ends
