@@ -27,6 +27,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,16 @@ class AttentionLayout:
     @property
     def total_tokens(self) -> int:
         return sum(self.seq_lens)
+
+    def prepare_on_host(self) -> None:
+        """Build the backend's CPU-side index now (the packing thread calls this), so the device thread
+        only copies it over, from pinned memory on CUDA, on the first layer."""
+        builder = _HOST_INDEX_BUILDERS.get(self.backend)
+        if builder is not None:
+            self.cached(f"{self.backend}_host", lambda: builder(self))
+
+    def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.pin_memory() if self.device.type == "cuda" else tensor
 
     def cached(self, key: str, build: Callable[[], object]) -> object:
         """Masks and index tensors are built on the first layer and reused by all the others."""
@@ -179,6 +190,15 @@ class _CascadeIndex:
     """Per MIS sequence: prefix start, prefix length, item gather index [n, I], item key mask
     [n, I, I], valid-row selector [n*I] and the valid rows' flat positions."""
 
+    def to(self, device: torch.device) -> _CascadeIndex:
+        def move(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device, non_blocking=True)
+
+        return _CascadeIndex(
+            prefix_groups=[(move(gather), move(rows)) for gather, rows in self.prefix_groups],
+            mis=[(start, prefix, *map(move, tensors)) for start, prefix, *tensors in self.mis],  # type: ignore[misc]
+        )
+
 
 def _bucket_by_length(entries: list[tuple[int, int]], slack: float = 1.25) -> list[list[tuple[int, int]]]:
     """Group (start, length) spans so padding each group to its longest costs at most `slack`."""
@@ -195,8 +215,9 @@ def _bucket_by_length(entries: list[tuple[int, int]], slack: float = 1.25) -> li
     return groups
 
 
-def _cascade_index(layout: AttentionLayout) -> _CascadeIndex:
-    device = layout.device
+def _cascade_host_index(layout: AttentionLayout) -> _CascadeIndex:
+    """The cascade's gather/scatter indices as CPU tensors (pinned on CUDA)."""
+    pin = layout.pinned
     prefixes = [(start, prefix) for start, prefix in zip(layout.seq_starts, layout.prefix_lens) if prefix > 0]
     prefix_groups = []
     for group in _bucket_by_length(prefixes):
@@ -207,7 +228,7 @@ def _cascade_index(layout: AttentionLayout) -> _CascadeIndex:
         flat_valid = torch.cat(
             [row * longest + torch.arange(length) for row, (_, length) in enumerate(group)]
         )
-        prefix_groups.append((gather.to(device), torch.stack([flat_valid, valid]).to(device)))
+        prefix_groups.append((pin(gather), pin(torch.stack([flat_valid, valid]))))
     mis = []
     for start, prefix, items in zip(layout.seq_starts, layout.prefix_lens, layout.item_lens):
         if not items or max(items) == 0:
@@ -229,10 +250,10 @@ def _cascade_index(layout: AttentionLayout) -> _CascadeIndex:
             (
                 start,
                 prefix,
-                gather.to(device),
-                key_mask.to(device),
-                valid_rows.to(device),
-                positions.to(device),
+                pin(gather),
+                pin(key_mask),
+                pin(valid_rows),
+                pin(positions),
             )
         )
     return _CascadeIndex(prefix_groups=prefix_groups, mis=mis)
@@ -261,7 +282,7 @@ def cascade_attention(
     """
     if window is not None and max(layout.seq_lens) > window:
         return dense_attention(q, k, v, layout, scale, softcap, window)
-    index = layout.cached("cascade_index", lambda: _cascade_index(layout))
+    index = layout.cached("cascade_index", lambda: _host_index(layout, "cascade").to(layout.device))
     assert isinstance(index, _CascadeIndex)
     heads, _, dim = q.shape
     kv_heads = k.shape[0]
@@ -351,9 +372,7 @@ def _flex_block_mask(layout: AttentionLayout) -> object:
     """One BlockMask per batch: blocks wholly outside the SPEC §5 mask are skipped by the kernel."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(layout.seq_lens)])
-    seg = torch.cat([segment_ids(p, items) for p, items in zip(layout.prefix_lens, layout.item_lens)])
-    doc, seg = doc.to(layout.device), seg.to(layout.device)
+    doc, seg = (t.to(layout.device, non_blocking=True) for t in _host_index(layout, "flex"))
 
     def allowed(batch, head, q_idx, kv_idx):
         same_item = (seg[kv_idx] == 0) | (seg[kv_idx] == seg[q_idx])
@@ -361,6 +380,24 @@ def _flex_block_mask(layout: AttentionLayout) -> object:
 
     total = layout.total_tokens
     return create_block_mask(allowed, None, None, total, total, device=layout.device)
+
+
+def _flex_host_index(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: which sequence it belongs to, and its segment (0 = prefix, k+1 = item k)."""
+    doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(layout.seq_lens)])
+    seg = torch.cat([segment_ids(p, items) for p, items in zip(layout.prefix_lens, layout.item_lens)])
+    return layout.pinned(doc), layout.pinned(seg)
+
+
+_HOST_INDEX_BUILDERS: dict[str, Callable[[AttentionLayout], object]] = {
+    "cascade": _cascade_host_index,
+    "flex": _flex_host_index,
+}
+
+
+def _host_index(layout: AttentionLayout, backend: str) -> Any:
+    """The CPU index built at packing time, or now if the layout was never prepared."""
+    return layout.cached(f"{backend}_host", lambda: _HOST_INDEX_BUILDERS[backend](layout))
 
 
 _compiled_flex: Callable | None = None

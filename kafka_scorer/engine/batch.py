@@ -141,19 +141,21 @@ def build_forward_batch(
         return tensor.pin_memory() if pin else tensor
 
     rows = len(flat_scoring)
+    layout = AttentionLayout(
+        seq_starts=seq_starts,
+        seq_lens=seq_lens,
+        prefix_lens=prefix_lens,
+        item_lens=item_lens,
+        device=device,
+        backend=attention_backend,
+        sliding_window=sliding_window,
+    )
+    layout.prepare_on_host()
     return ForwardBatch(
         jobs=list(jobs),
         input_ids=host(ids, torch.long),
         positions=host(positions, torch.long),
-        layout=AttentionLayout(
-            seq_starts=seq_starts,
-            seq_lens=seq_lens,
-            prefix_lens=prefix_lens,
-            item_lens=item_lens,
-            device=device,
-            backend=attention_backend,
-            sliding_window=sliding_window,
-        ),
+        layout=layout,
         score_index=host(flat_scoring, torch.long),
         job_rows=job_rows,
         label_ids=host(label_ids, torch.long, rows, max_labels),

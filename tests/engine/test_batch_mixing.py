@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer.engine.batch import build_forward_batch
-from kafka_scorer.protocol import Job
+from kafka_scorer.protocol import Job, Result
 from tests.engine.reference import reference_scores
 
 JOBS = [
@@ -150,3 +150,32 @@ def test_a_packed_job_larger_than_the_budget_becomes_several_packed_sequences(
     want = reference_scores(tiny_models.get(), job.query, job.items, [5, 6, 7])
     for got_row, want_row in zip(result.scores, want, strict=True):
         assert got_row == pytest.approx(want_row, abs=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["cascade", "flex"])
+def test_packing_builds_the_attention_index_and_the_device_thread_only_reuses_it(
+    scorer_for, monkeypatch, backend
+):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kafka_scorer.engine import attention
+
+    built_on: list[str] = []
+    original = attention._HOST_INDEX_BUILDERS[backend]
+
+    def recording(layout):
+        built_on.append(threading.current_thread().name)
+        return original(layout)
+
+    monkeypatch.setitem(attention._HOST_INDEX_BUILDERS, backend, recording)
+    scorer = scorer_for(attention_backend=backend)
+    prepared = [scorer.prepare(job, str(i)) for i, job in enumerate(JOBS)]
+    prepared = [job for job in prepared if not isinstance(job, Result)]
+    assert len(prepared) > 1
+    with ThreadPoolExecutor(1, thread_name_prefix="packer") as packer:
+        packed = packer.submit(scorer.pack, prepared).result()
+    results = scorer.run_packed(packed)
+    assert all(result.error is None for result in results)
+    assert built_on and all(name.startswith("packer") for name in built_on)
+    assert len(built_on) == len(packed.forwards), "one index per forward, never rebuilt on the device thread"
