@@ -55,25 +55,26 @@ SHAPES: dict[str, ModelShape] = {
 
 
 def qwen3_config(shape: ModelShape, kind: Kind, *, num_labels: int, pad_token_id: int, bos_token_id: int):
-    from transformers import Qwen3Config
+    """`shape` as a Qwen3 config, with the family's published context, RoPE base and norm epsilon."""
+    from kafka_scorer.testing.tiny_models import decoder_config
 
-    suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
-    return Qwen3Config(
+    return decoder_config(
+        "qwen3",
+        kind,
         vocab_size=shape.vocab_size,
         hidden_size=shape.hidden_size,
         intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_layers,
-        num_attention_heads=shape.num_heads,
-        num_key_value_heads=shape.num_kv_heads,
+        num_layers=shape.num_layers,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
         head_dim=shape.head_dim,
-        max_position_embeddings=40960,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
         tie_word_embeddings=shape.tie_word_embeddings,
+        max_position_embeddings=40960,
+        num_labels=num_labels,
         pad_token_id=pad_token_id,
         bos_token_id=bos_token_id,
-        num_labels=num_labels,
-        architectures=["Qwen3" + suffix],
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
     )
 
 

@@ -57,6 +57,54 @@ def build_tokenizer(directory: Path, vocab_size: int = 384):
     return fast
 
 
+def decoder_config(
+    arch: Arch,
+    kind: Kind,
+    *,
+    vocab_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int | None,
+    tie_word_embeddings: bool,
+    max_position_embeddings: int,
+    num_labels: int,
+    pad_token_id: int | None,
+    bos_token_id: int | None,
+    **fields: Any,
+):
+    """A transformers config of `arch` with the head `kind` asks for, from one set of shape names.
+
+    The one place that maps a shape onto transformers' arguments: the tests' tiny models and the
+    benchmark's real shapes (`bench/models.py`) both come from here. `head_dim=None` leaves it to the
+    architecture (Qwen2 derives it); `fields` are further constructor arguments (rope_theta, ...).
+    """
+    import transformers
+
+    arch_name = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "gemma2": "Gemma2"}[arch]
+    config_cls = getattr(transformers, arch_name + "Config")
+    suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
+    extra = {} if head_dim is None else {"head_dim": head_dim}
+    return config_cls(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        num_labels=num_labels,
+        architectures=[arch_name + suffix],
+        **extra,
+        **fields,
+    )
+
+
 def tiny_config(
     arch: Arch,
     kind: Kind,
@@ -73,29 +121,24 @@ def tiny_config(
     overrides: dict[str, Any] | None = None,
 ):
     """`overrides` sets config fields after the defaults here (soft-caps, windows, layer types...)."""
-    import transformers
-
-    arch_name = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "gemma2": "Gemma2"}[arch]
-    config_cls = getattr(transformers, arch_name + "Config")
-    suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
-    extra = {"head_dim": hidden_size // num_heads} if arch in ("qwen3", "llama", "gemma2") else {}
-    config = config_cls(
+    config = decoder_config(
+        arch,
+        kind,
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads if arch in ("qwen3", "llama", "gemma2") else None,
+        tie_word_embeddings=(arch == "qwen3"),
         max_position_embeddings=4096,
+        num_labels=num_labels,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
         # A wide init makes scores differ clearly between pairs, so a wrong mask or position shows up
         # as a large error instead of hiding under a tolerance.
         initializer_range=initializer_range,
-        tie_word_embeddings=(arch == "qwen3"),
-        pad_token_id=pad_token_id,
-        bos_token_id=bos_token_id,
-        num_labels=num_labels,
-        architectures=[arch_name + suffix],
-        **extra,
     )
     for name, value in (overrides or {}).items():
         setattr(config, name, value)
