@@ -321,7 +321,10 @@ def settings_flags(settings: Settings) -> list[str]:
 
 
 class WorkerProcess:
-    """`kafka-scorer worker` as a real child process, for tests about signals and crashes."""
+    """`kafka-scorer worker` as a real child process, for tests about signals and crashes.
+
+    `async with` waits for "worker ready" and kills the process on the way out, whatever the test did;
+    the log stays readable after that, for the assertion messages."""
 
     def __init__(self, settings: Settings, name: str = "worker") -> None:
         self.args = [*WORKER_COMMAND, *settings_flags(settings)]
@@ -331,8 +334,22 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             self.args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
+        self._closed_output: str | None = None
+
+    async def __aenter__(self) -> WorkerProcess:
+        try:
+            await self.wait_for_log("worker ready")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
 
     def output(self) -> str:
+        if self._closed_output is not None:
+            return self._closed_output
         return Path(self._log.name).read_text(errors="replace")
 
     async def wait_for_log(self, needle: str, timeout_s: float = 60.0) -> None:
@@ -356,9 +373,12 @@ class WorkerProcess:
         return self.proc.returncode
 
     def close(self) -> None:
+        if self._closed_output is not None:
+            return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+        self._closed_output = self.output()
         self._log.close()
         with contextlib.suppress(OSError):
             os.unlink(self._log.name)

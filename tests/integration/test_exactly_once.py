@@ -30,32 +30,22 @@ async def test_read_committed_reader_sees_each_result_once_across_a_crash(
         max_batch_tokens=64,
     )
 
-    first = WorkerProcess(settings, "eos-killed")
-    try:
-        await first.wait_for_log("worker ready")
+    async with WorkerProcess(settings, "eos-killed") as first:
         assert "producer started (transactional" in first.output()
         await produce(kafka.bootstrap, stream.records)
         await stream.wait_for_answers(30, first, timeout_s=60, committed_only=True)
         first.signal(signal.SIGKILL)
         await first.wait()
-    finally:
-        first_log = first.output()
-        first.close()
 
-    second = WorkerProcess(settings, "eos-restarted")
-    try:
-        await second.wait_for_log("worker ready")
+    async with WorkerProcess(settings, "eos-restarted") as second:
         assert "producer started (transactional" in second.output(), second.output()[-3000:]
         got = await stream.read_answers(len(stream.sent), timeout_s=120, settle_s=1.0, committed_only=True)
         committed, ends = await stream.wait_for_commits(len(stream.sent))
         second.signal(signal.SIGTERM)
         assert await second.wait() == 0, second.output()[-4000:]
-    finally:
-        second_log = second.output()
-        second.close()
 
     everything = await read_topic(kafka.bootstrap, stream.replies, lambda rs: False, timeout_s=2.0)
     print(f"exactly-once on {kafka.name}: {len(got)} committed results, {len(everything)} records in the log")
-    logs = f"killed worker:\n{first_log[-3000:]}\nrestarted worker:\n{second_log[-3000:]}"
+    logs = f"killed worker:\n{first.output()[-3000:]}\nrestarted worker:\n{second.output()[-3000:]}"
     assert_answers(got, stream.sent, causal_reference, context=f"\n{logs}")
     assert committed == ends

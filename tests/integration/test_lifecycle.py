@@ -21,26 +21,18 @@ async def test_sigkill_mid_stream_and_restart_answers_every_job(
     stream = await mixed_stream(kafka, 240, seed=21, model_name=causal_scorer.model_name, prefix="kill")
     settings = stream.settings(causal_model, max_batch_tokens=64)
 
-    first = WorkerProcess(settings, "killed")
-    try:
-        await first.wait_for_log("worker ready")
+    async with WorkerProcess(settings, "killed") as first:
         await produce(kafka.bootstrap, stream.records[:160])
         before_kill = await stream.wait_for_answers(20, first, timeout_s=60)
         first.signal(signal.SIGKILL)
         assert await first.wait() == -signal.SIGKILL
-    finally:
-        first.close()
     await produce(kafka.bootstrap, stream.records[160:])  # arrives while no worker runs
 
-    second = WorkerProcess(settings, "restarted")
-    try:
-        await second.wait_for_log("worker ready")
+    async with WorkerProcess(settings, "restarted") as second:
         results = await stream.wait_for_answers(len(stream.sent), second, timeout_s=120)
         committed, ends = await stream.wait_for_commits(len(stream.sent))
         second.signal(signal.SIGTERM)
         assert await second.wait() == 0
-    finally:
-        second.close()
 
     # At-least-once across a SIGKILL: duplicates are allowed, losses are not.
     counts = assert_answers(results, stream.sent, causal_reference, once=False)
@@ -59,16 +51,12 @@ async def test_sigterm_answers_and_commits_all_in_flight_work_before_exit(
         max_inflight_tokens=300,  # holds part of the backlog, so some is in flight and some not yet fetched
         max_poll_records=20,
     )
-    worker = WorkerProcess(settings, "terminated")
-    try:
-        await worker.wait_for_log("worker ready")
+    async with WorkerProcess(settings, "terminated") as worker:
         await produce(kafka.bootstrap, stream.records)
         await stream.wait_for_answers(10, worker, timeout_s=60)
         worker.signal(signal.SIGTERM)
         assert await worker.wait(timeout_s=settings.shutdown_grace_s + 15) == 0
-        log = worker.output()
-    finally:
-        worker.close()
+    log = worker.output()
 
     in_flight = int(re.search(r"stopping: (\d+) jobs in flight", log).group(1))
     assert in_flight > 0, "the signal should have found work in flight"
