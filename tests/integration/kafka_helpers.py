@@ -197,15 +197,9 @@ class Topics:
         return f"{self.requests}.DLT"  # the worker's default (SPEC §3)
 
     def settings(self, model: Path, **overrides: object) -> Settings:
-        """A worker that reads `requests` in `group` and answers on `replies`."""
-        return worker_settings(
-            self.broker,
-            model,
-            request_topics=[self.requests],
-            reply_topic=self.replies,
-            group_id=self.group,
-            **overrides,
-        )
+        """A worker that reads `requests` in `group` and answers on `replies` (unless overridden)."""
+        topics = {"request_topics": [self.requests], "reply_topic": self.replies, "group_id": self.group}
+        return worker_settings(self.broker, model, **{**topics, **overrides})
 
     async def read_replies(self, count: int, timeout_s: float, settle_s: float = 0.0) -> list[ConsumerRecord]:
         """Reply records until `count` of them are there (then `settle_s` more, for late duplicates)."""

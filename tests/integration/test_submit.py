@@ -22,9 +22,9 @@ from tests.integration.kafka_helpers import (
     ROOT,
     InProcessWorker,
     create_topics,
+    fresh_topics,
     read_topic,
     unique,
-    worker_settings,
 )
 
 pytestmark = pytest.mark.integration
@@ -104,63 +104,61 @@ def _check_results(results: list[Result], jobs: list[dict], reference: Reference
 
 
 async def test_submit_file_to_file_every_result_checked_and_failure_reported(
-    kafka, causal_model, causal_scorer, tmp_path: Path
+    kafka, causal_model, causal_scorer, causal_reference, tmp_path: Path
 ) -> None:
-    requests, replies = unique("submit-req"), unique("submit-res")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=2)
+    topics = await fresh_topics(kafka, partitions=2)
     jobs = _jobs()
     jobs_file = tmp_path / "jobs.jsonl"
     jobs_file.write_bytes(b"".join(msgspec.json.encode(j) + b"\n" for j in jobs) + b"\n")  # blank line ok
     out_file = tmp_path / "results.jsonl"
-    settings = worker_settings(
-        kafka, causal_model, request_topics=[requests], reply_topic="unused-default", group_id=unique("g")
-    )
+    # The worker's own reply topic is another: the answers must follow the jobs' reply_topic header.
+    settings = topics.settings(causal_model, reply_topic="unused-default")
     async with InProcessWorker(settings, causal_scorer):
         rc, stdout, stderr, _ = await _submit(
             str(jobs_file), "-o", str(out_file), "--bootstrap-servers", kafka.bootstrap,
-            "--request-topic", requests, "--reply-topic", replies, "--timeout", "60", "--no-progress",
+            "--request-topic", topics.requests, "--reply-topic", topics.replies, "--timeout", "60",
+            "--no-progress",
         )  # fmt: skip
     assert rc == 1, stderr  # the bad job failed, so the run did
     assert stdout == b""
     assert "Traceback" not in stderr
     assert "7 jobs: 6 ok, 1 failed, 0 timed out" in stderr
     assert "failed: bad-labels (line 7): invalid_request" in stderr
-    _check_results(_results(out_file.read_bytes()), jobs, Reference(causal_model))
+    _check_results(_results(out_file.read_bytes()), jobs, causal_reference)
 
 
-async def test_submit_msgpack_from_stdin_to_stdout_all_ok(kafka, causal_model, causal_scorer) -> None:
-    requests, replies = unique("submit-req"), unique("submit-res")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=2)
+async def test_submit_msgpack_from_stdin_to_stdout_all_ok(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    topics = await fresh_topics(kafka, partitions=2)
     jobs = [j for j in _jobs() if j.get("id") != "bad-labels"]
-    settings = worker_settings(
-        kafka, causal_model, request_topics=[requests], reply_topic=replies, group_id=unique("g")
-    )
-    async with InProcessWorker(settings, causal_scorer):
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
         rc, stdout, stderr, _ = await _submit(
-            "--format", "msgpack", "--bootstrap-servers", kafka.bootstrap, "--request-topic", requests,
-            "--reply-topic", replies, "--no-progress",
+            "--format", "msgpack", "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
+            "--reply-topic", topics.replies, "--no-progress",
             stdin=b"\n".join(msgspec.json.encode(j) for j in jobs),
         )  # fmt: skip
     assert rc == 0, stderr
     assert f"{len(jobs)} jobs: {len(jobs)} ok, 0 failed, 0 timed out" in stderr
-    _check_results(_results(stdout), jobs, Reference(causal_model))
+    _check_results(_results(stdout), jobs, causal_reference)
 
 
 async def test_submit_times_out_quickly_with_no_worker(kafka, tmp_path: Path) -> None:
-    requests, replies = unique("submit-req"), unique("submit-res")
-    await create_topics(kafka.bootstrap, [requests, replies], partitions=1)
+    topics = await fresh_topics(kafka, partitions=1)
     jobs_file = tmp_path / "jobs.jsonl"
     jobs_file.write_text('{"id": "lonely-1", "query": [1], "items": [[2]], "label_token_ids": [3]}\n')
     rc, stdout, stderr, elapsed = await _submit(
-        str(jobs_file), "--bootstrap-servers", kafka.bootstrap, "--request-topic", requests,
-        "--reply-topic", replies, "--timeout", "1.5", "--no-progress",
+        str(jobs_file), "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
+        "--reply-topic", topics.replies, "--timeout", "1.5", "--no-progress",
     )  # fmt: skip
     assert rc == 1, stderr
     assert stdout == b""
     assert "1 jobs: 0 ok, 0 failed, 1 timed out" in stderr
     assert "timed out after 1.5s with no result: lonely-1" in stderr
     assert elapsed < 30  # interpreter start + connect + 1.5 s, far from the 60 s default
-    sent = await read_topic(kafka.bootstrap, requests, lambda rs: len(rs) >= 1, timeout_s=10, settle_s=0.3)
+    sent = await read_topic(
+        kafka.bootstrap, topics.requests, lambda rs: len(rs) >= 1, timeout_s=10, settle_s=0.3
+    )
     assert len(sent) == 1 and b"lonely-1" in sent[0].value
 
 
