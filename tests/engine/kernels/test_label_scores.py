@@ -134,6 +134,16 @@ def test_chunked_logprobs_match_reference(name: str, vocab_chunk: int) -> None:
     assert_matches(out, expected, case.dtype)
 
 
+def test_default_tiles_span_several_row_blocks_and_ragged_chunks() -> None:
+    """More rows than one row block (2,048) and a vocabulary that is no multiple of the tile width."""
+    case = Case(rows=2_500, vocab=3_001, hidden=16, softcap=None)
+    inputs = make_inputs(case)
+    _, expected, _ = row_reference(**inputs)
+    assert_matches(label_logprobs(**inputs, backend="torch"), expected, case.dtype)
+    peak = _peak_cpu_bytes(lambda: logsumexp_chunked(inputs["hidden"], inputs["weight"], inputs["bias"]))
+    assert peak < case.rows * case.vocab * 4 / 2, "never one [rows, vocab] logits tensor"
+
+
 def test_auto_backend_on_cpu_matches_reference() -> None:
     inputs = make_inputs(TORCH_CASES["f32-bias"])
     _, expected, _ = row_reference(**inputs)
