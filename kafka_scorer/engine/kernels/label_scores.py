@@ -44,6 +44,7 @@ Backend = Literal["auto", "triton", "torch", "reference"]
 # 256 x 8,192 took 9.2 s (compute floor at the measured matmul peak: 6.7 s).
 _TILE_ELEMENTS = 1 << 21
 _MAX_ROW_BLOCK = 2048
+_MAX_VOCAB_CHUNK = 8192  # few rows gain nothing from wider tiles, only a bigger transient
 # Elements of float32 label-weight rows gathered at once by label_logits (64 MiB); bounds the transient
 # `[rows, labels, hidden]` copy for big batches of big models.
 _GATHER_BUDGET = 1 << 24
@@ -151,7 +152,7 @@ def logsumexp_chunked(
     rows = hidden.shape[0]
     if vocab_chunk is None:
         row_block = max(1, min(rows, _MAX_ROW_BLOCK))
-        vocab_chunk = max(512, _TILE_ELEMENTS // row_block)
+        vocab_chunk = min(_MAX_VOCAB_CHUNK, max(512, _TILE_ELEMENTS // row_block))
     elif vocab_chunk <= 0:
         raise ValueError(f"vocab_chunk: must be positive, got {vocab_chunk}")
     else:
