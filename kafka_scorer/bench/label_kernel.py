@@ -19,10 +19,13 @@ harness calls `run_label_kernel_bench`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -152,7 +155,10 @@ def peak_cpu_bytes(fn: Callable[[], object]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        _kineto_start_stop_lines_hidden(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         fn()
     events = sorted(
         (e.start_ns(), e.nbytes())
@@ -164,6 +170,22 @@ def peak_cpu_bytes(fn: Callable[[], object]) -> int:
         live += nbytes
         peak = max(peak, live)
     return peak
+
+
+@contextlib.contextmanager
+def _kineto_start_stop_lines_hidden() -> Iterator[None]:
+    """torch's profiler backend writes `USDT: ... profiler_start/stop` lines straight to file
+    descriptor 2; in a benchmark report they are noise, so fd 2 points at /dev/null meanwhile.
+    Python-level errors still propagate as exceptions."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
