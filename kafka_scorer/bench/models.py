@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-Kind = Literal["causal", "classification"]
+from kafka_scorer.testing.tiny_models import Kind
 
 # Ids below this are never drawn as synthetic tokens: they hold the tokenizer's special tokens (pad
 # among them), so a padded baseline batch can never mistake a real token for padding.
@@ -93,10 +92,7 @@ def build_shaped_model(
     `init_device="cuda"` initialises the weights on the GPU: random init of an 8B model on a CPU takes
     minutes, on a GPU seconds. Saved in `dtype` so loading reads no more bytes than serving needs.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    from kafka_scorer.testing.tiny_models import build_tokenizer
+    from kafka_scorer.testing.tiny_models import build_tokenizer, save_random_model
 
     shape = SHAPES[shape] if isinstance(shape, str) else shape
     path = Path(directory)
@@ -111,10 +107,4 @@ def build_shaped_model(
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
-    torch.manual_seed(seed)
-    auto = AutoModelForCausalLM if kind == "causal" else AutoModelForSequenceClassification
-    with torch.device(init_device):
-        model = auto.from_config(config, dtype=getattr(torch, dtype))
-    model.save_pretrained(path)
-    del model
-    return path
+    return save_random_model(config, kind, path, seed=seed, dtype=dtype, init_device=init_device)

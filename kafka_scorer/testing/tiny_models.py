@@ -163,9 +163,6 @@ def build_tiny_model(
     whose embedding matrix is padded: label ids up to the model's output vocabulary must be accepted.
     `overrides` is passed to `tiny_config`.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(path)
@@ -180,8 +177,20 @@ def build_tiny_model(
         bos_token_id=tokenizer.bos_token_id,
         overrides=overrides,
     )
+    return save_random_model(config, kind, path, seed=seed)
+
+
+def save_random_model(
+    config: Any, kind: Kind, path: Path, *, seed: int = 0, dtype: str = "float32", init_device: str = "cpu"
+) -> Path:
+    """Seeded random weights for `config`, written with `save_pretrained` like a downloaded checkpoint."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
     torch.manual_seed(seed)
     auto = AutoModelForCausalLM if kind == "causal" else AutoModelForSequenceClassification
-    model = auto.from_config(config, dtype=torch.float32)
+    with torch.device(init_device):
+        model = auto.from_config(config, dtype=getattr(torch, dtype))
     model.save_pretrained(path)
+    del model
     return path
