@@ -33,8 +33,7 @@ async def test_read_committed_reader_sees_each_result_once_across_a_crash(
     async with WorkerProcess(settings, "eos-killed") as first:
         assert "producer started (transactional" in first.output()
         await produce(kafka.bootstrap, stream.records)
-        # Generous: with max_batch_tokens=64 and a transaction per batch, a loaded 2-core machine is slow.
-        await stream.wait_for_answers(30, first, timeout_s=120, committed_only=True)
+        await stream.wait_for_answers(30, first, timeout_s=60, committed_only=True)
         first.signal(signal.SIGKILL)
         await first.wait()
 
