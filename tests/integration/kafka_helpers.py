@@ -239,10 +239,12 @@ class Topics:
                 raise AssertionError(f"{len(results)} results; worker log:\n{worker.output()[-4000:]}")
             await asyncio.sleep(0.1)
 
-    async def wait_for_commits(self, count: int) -> tuple[dict[int, int | None], dict[int, int]]:
+    async def wait_for_commits(
+        self, count: int, timeout_s: float = 15.0
+    ) -> tuple[dict[int, int | None], dict[int, int]]:
         """The group's committed offsets once they reach the ends of the `count` requests (or time out)."""
         return await wait_for_commits(
-            self.broker.bootstrap, self.group, self.requests, self.partitions, count
+            self.broker.bootstrap, self.group, self.requests, self.partitions, count, timeout_s
         )
 
 
@@ -320,11 +322,15 @@ class WorkerProcess:
     `async with` waits for "worker ready" and kills the process on the way out, whatever the test did;
     the log stays readable after that, for the assertion messages."""
 
-    def __init__(self, settings: Settings, name: str = "worker") -> None:
+    def __init__(
+        self, settings: Settings, name: str = "worker", extra_env: dict[str, str] | None = None
+    ) -> None:
         self.args = [*WORKER_COMMAND, *settings_flags(settings)]
         self._log = tempfile.NamedTemporaryFile(prefix=f"{name}-", suffix=".log", delete=False)  # noqa: SIM115
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_SCORER_")}
-        env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        env.update(
+            TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **(extra_env or {})
+        )
         self.proc = subprocess.Popen(
             self.args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
