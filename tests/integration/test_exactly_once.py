@@ -51,10 +51,11 @@ async def test_read_committed_reader_sees_each_result_once_across_a_crash(
     async with WorkerProcess(settings, "eos-restarted") as second:
         assert "producer started (transactional" in second.output(), second.output()[-3000:]
         # Read once the restarted worker has committed everything, with a reader started then. On
-        # noida-db, a read_committed reader that is already fetching while the restart aborts the killed
-        # worker's open transaction stops seeing that producer's later, committed records (a reader
-        # started afterwards sees them all; the last stable offset is right), so reading earlier would
-        # test the broker's fetch path, not the worker.
+        # noida-db, an aiokafka read_committed reader that is already fetching while the restart aborts
+        # the killed worker's open transaction stops seeing that producer's later, committed records (a
+        # reader started afterwards sees them all, and the last stable offset is right: measured with
+        # both readers side by side), so reading earlier would test the broker's and the client's fetch
+        # path, not the worker.
         committed, ends = await stream.wait_for_commits(len(stream.sent), timeout_s=120)
         got = await stream.read_answers(len(stream.sent), timeout_s=120, settle_s=1.0, committed_only=True)
         second.signal(signal.SIGTERM)
