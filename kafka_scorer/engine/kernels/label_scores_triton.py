@@ -26,8 +26,10 @@ the scope of a kernel". The tests therefore run the kernel in a fresh subprocess
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -67,6 +69,7 @@ def _lse_partials(
     stride_hr,
     stride_wv,
     softcap,
+    ROWS_BUCKET,
     HAS_BIAS: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     F32_DOT: tl.constexpr,
@@ -74,7 +77,11 @@ def _lse_partials(
     BLOCK_V: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """One program: rows [pid_r·BLOCK_R, +BLOCK_R) × its share of vocabulary tiles → partial LSE per row."""
+    """One program: rows [pid_r·BLOCK_R, +BLOCK_R) × its share of vocabulary tiles → partial LSE per row.
+
+    `ROWS_BUCKET` is not read: it is the row count rounded up to a power of two, there only so that the
+    autotuner keys on it (the best tile for 64 rows is not the best for 4,096).
+    """
     pid_r = tl.program_id(0)
     pid_s = tl.program_id(1)
     n_splits = tl.num_programs(1)
@@ -184,8 +191,38 @@ def _label_dots(
 # Under the interpreter autotuning would time Python loops and multiply test time for nothing, so the
 # plain kernel is launched with _INTERPRET_BLOCKS instead.
 _lse_partials_tuned = triton.autotune(
-    configs=_GPU_CONFIGS, key=["V", "H", "HAS_BIAS", "HAS_SOFTCAP", "F32_DOT"]
+    configs=_GPU_CONFIGS, key=["ROWS_BUCKET", "V", "H", "HAS_BIAS", "HAS_SOFTCAP", "F32_DOT"]
 )(_lse_partials)
+
+# Row counts are bucketed for the autotune key: powers of two up to this, then this (4,096 rows already
+# fill every SM with 128-row tiles, so larger batches tune the same way).
+_MAX_ROWS_BUCKET = 4096
+
+
+def rows_bucket(rows: int) -> int:
+    """The autotune key's row count: a handful of distinct values, so tuning happens a bounded number
+    of times (at warm-up, when the worker probes its batch shapes) instead of once per batch size."""
+    return min(triton.next_power_of_2(max(rows, 1)), _MAX_ROWS_BUCKET)
+
+
+def interpreting() -> bool:
+    """Whether triton runs kernels in its CPU interpreter. `triton.knobs` exists from Triton 3.4; older
+    releases (which CUDA builds of torch 2.5–2.7 bring) read the environment variable directly."""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@contextlib.contextmanager
+def _on_device(t: torch.Tensor) -> Iterator[None]:
+    """Launch on the tensor's own GPU: triton launches on the thread's current device, so with
+    `device=cuda:1` a bare launch would run on GPU 0 with GPU 1 pointers."""
+    if t.device.type == "cuda":
+        with torch.cuda.device(t.device):
+            yield
+    else:
+        yield
 
 
 @functools.cache
@@ -230,18 +267,22 @@ def label_logsumexp(
     partials = torch.empty((splits, rows), dtype=torch.float32, device=hidden.device)
 
     _require_device(hidden)
-    interpret = bool(triton.knobs.runtime.interpret)
-    args = (h, w, b, partials, rows, vocab, hidden_size, h.stride(0), w.stride(0), float(softcap or 1.0))
+    interpret = interpreting()
+    args = (
+        *(h, w, b, partials, rows, vocab, hidden_size, h.stride(0), w.stride(0)),
+        *(float(softcap or 1.0), rows_bucket(rows)),
+    )
     # float32 must not drop to tf32. The interpreter (triton 3.9) multiplies bfloat16 tiles as their raw
     # uint16 bits, so there they are widened first: bf16 × bf16 products are exact in float32 either way.
     f32_dot = dtype == torch.float32 or (interpret and dtype == torch.bfloat16)
     flags = {"HAS_BIAS": bias is not None, "HAS_SOFTCAP": bool(softcap), "F32_DOT": f32_dot}
-    if interpret or blocks is not None:
-        meta = blocks or _INTERPRET_BLOCKS
-        grid = (triton.cdiv(rows, meta["BLOCK_R"]), splits)
-        _lse_partials[grid](*args, **flags, **meta, **_OPTIONS)
-    else:
-        _lse_partials_tuned[_grid(rows, splits)](*args, **flags, **_OPTIONS)
+    with _on_device(hidden):
+        if interpret or blocks is not None:
+            meta = blocks or _INTERPRET_BLOCKS
+            grid = (triton.cdiv(rows, meta["BLOCK_R"]), splits)
+            _lse_partials[grid](*args, **flags, **meta, **_OPTIONS)
+        else:
+            _lse_partials_tuned[_grid(rows, splits)](*args, **flags, **_OPTIONS)
     return torch.logsumexp(partials, dim=0) if splits > 1 else partials[0]
 
 
@@ -260,15 +301,29 @@ def label_dots(
     block_l = triton.next_power_of_2(n_labels)
     # About 4k weight elements in flight per step: enough to hide latency, few enough registers.
     block_k = max(16, min(1024, triton.next_power_of_2(hidden.shape[1]), 4096 // block_l))
-    _label_dots[(rows,)](
+    with _on_device(hidden):
+        _launch_label_dots(h, w, bias, ids, out, block_l, block_k)
+    return out
+
+
+def _launch_label_dots(
+    h: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    ids: torch.Tensor,
+    out: torch.Tensor,
+    block_l: int,
+    block_k: int,
+) -> None:
+    _label_dots[(h.shape[0],)](
         h,
         w,
         bias.contiguous() if bias is not None else h,
         ids,
         out,
-        n_labels,
-        weight.shape[0],
-        hidden.shape[1],
+        ids.shape[1],
+        w.shape[0],
+        h.shape[1],
         h.stride(0),
         w.stride(0),
         ids.stride(0),
@@ -277,11 +332,10 @@ def label_dots(
         BLOCK_K=block_k,
         **_OPTIONS,
     )
-    return out
 
 
 def _require_device(t: torch.Tensor) -> None:
-    if t.device.type != "cuda" and not triton.knobs.runtime.interpret:
+    if t.device.type != "cuda" and not interpreting():
         raise RuntimeError(
             "Triton label kernels need CUDA tensors, or TRITON_INTERPRET=1 before importing triton"
         )

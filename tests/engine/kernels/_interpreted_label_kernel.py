@@ -14,11 +14,10 @@ import torch
 
 
 def main(in_path: str, out_path: str) -> None:
-    import triton
-
-    assert triton.knobs.runtime.interpret, "TRITON_INTERPRET=1 must be set before triton is imported"
     from kafka_scorer.engine.kernels.label_scores import label_logits, label_logprobs
-    from kafka_scorer.engine.kernels.label_scores_triton import label_logsumexp
+    from kafka_scorer.engine.kernels.label_scores_triton import interpreting, label_logsumexp
+
+    assert interpreting(), "TRITON_INTERPRET=1 must be set before triton is imported"
 
     cases = torch.load(in_path)
     results = {}

@@ -322,6 +322,7 @@ def test_lse_kernel_lowers_to_hopper_code(dtype: str, f32_dot: bool, softcap: bo
         "out_ptr": "*fp32",
         **dict.fromkeys(("R", "V", "H", "stride_hr", "stride_wv"), "i32"),
         "softcap": "fp32",
+        "ROWS_BUCKET": "i32",
         **dict.fromkeys(("HAS_BIAS", "HAS_SOFTCAP", "F32_DOT", "BLOCK_R", "BLOCK_V", "BLOCK_K"), "constexpr"),
     }
     constexprs = {"HAS_BIAS": True, "HAS_SOFTCAP": softcap, "F32_DOT": f32_dot, **config.kwargs}
@@ -348,3 +349,27 @@ def test_label_dot_kernel_lowers_to_hopper_code() -> None:
         _label_dots, signature, {"HAS_BIAS": True, "BLOCK_L": 2, "BLOCK_K": 1024}, num_warps=4, num_stages=2
     )
     assert kernel.asm["cubin"]
+
+
+def test_autotune_key_takes_few_row_counts() -> None:
+    """The autotuner keys on the row bucket: every batch size maps to one of a handful of values (so
+    tuning is bounded and can all happen at warm-up), and each bucket covers its rows."""
+    from kafka_scorer.engine.kernels.label_scores_triton import rows_bucket
+
+    buckets = {rows_bucket(rows) for rows in range(0, 20_000, 7)}
+    assert len(buckets) <= 13
+    assert all(rows_bucket(rows) >= rows for rows in range(1, 4097))
+    assert rows_bucket(10**6) == max(buckets)
+
+
+def test_interpreter_flag_without_triton_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton before 3.4 has no `triton.knobs`; the environment variable decides there."""
+    import triton
+
+    from kafka_scorer.engine.kernels import label_scores_triton as kernels
+
+    monkeypatch.delattr(triton, "knobs", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert kernels.interpreting()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not kernels.interpreting()
