@@ -1,0 +1,193 @@
+"""Chaos on a real broker: workers killed and restarted, hostile records, a flood, a broker restart and
+exactly-once under repeated kills. Each scenario is bounded in time, prints its tally (jobs / answered /
+lost / duplicated / wrong) and fails on any job lost or scored wrong.
+
+Faults are injected on events (a number of answers seen, a log line), with seeded choices, so a run on
+a loaded machine sees the same faults in the same order, only later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from tests.integration.chaos import (
+    CommitSample,
+    CommitSampler,
+    ReplyWatch,
+    commit_violations,
+    tally,
+    templated_jobs,
+)
+from tests.integration.jobs import expected_id, to_record
+from tests.integration.kafka_helpers import (
+    Topics,
+    WorkerProcess,
+    decode_replies,
+    fresh_topics,
+    read_topic,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def _produce_paced(bootstrap: str, records, chunk: int, pause_s: float) -> None:
+    """Produce in chunks with a pause between them: a stream that keeps arriving while faults happen
+    (the pause shapes the load; nothing waits on it)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for start in range(0, len(records), chunk):
+            futures = [
+                await producer.send(r.topic, r.value, key=r.key, headers=r.headers, partition=r.partition)
+                for r in records[start : start + chunk]
+            ]
+            await asyncio.gather(*futures)
+            await asyncio.sleep(pause_s)
+    finally:
+        await producer.stop()
+
+
+# ---- three workers under SIGKILL churn ------------------------------------------------------------
+
+CHURN_JOBS, CHURN_PARTITIONS, CHURN_SEED = 1500, 6, 1201
+CHURN_FAULTS = ["kill", "kill", "kill", "kill", "term"]
+
+
+class Crew:
+    """Worker processes in one group; each slot restarts with a fresh process after a fault."""
+
+    def __init__(self, topics: Topics, model: Path, size: int) -> None:
+        self.topics, self.model = topics, model
+        self.started: list[WorkerProcess] = []
+        self.slots: list[WorkerProcess] = [self._start(k) for k in range(size)]
+
+    def _start(self, slot: int) -> WorkerProcess:
+        name = f"churn-{slot}-{len(self.started)}"
+        worker = WorkerProcess(
+            self.topics.settings(self.model, client_id=name, max_batch_tokens=64), name=name
+        )
+        self.started.append(worker)
+        return worker
+
+    def ready(self) -> list[int]:
+        return [k for k, w in enumerate(self.slots) if w.proc.poll() is None and "worker ready" in w.output()]
+
+    def trouble(self) -> str | None:
+        if all(w.proc.poll() is not None for w in self.slots):
+            return "every worker exited:\n" + "\n".join(w.output()[-1500:] for w in self.slots)
+        return None
+
+    async def fault(self, kind: str, rng: random.Random) -> str:
+        while not self.ready():  # a victim that is serving, not one still loading its model
+            assert self.trouble() is None, self.trouble()
+            await asyncio.sleep(0.05)
+        slot = rng.choice(self.ready())
+        victim = self.slots[slot]
+        if kind == "kill":
+            victim.signal(signal.SIGKILL)
+            assert await victim.wait() == -signal.SIGKILL
+        else:
+            victim.signal(signal.SIGTERM)
+            rc = await victim.wait(timeout_s=60)
+            assert rc == 0 and "worker stopped cleanly" in victim.output(), victim.output()[-3000:]
+        self.slots[slot] = self._start(slot)
+        return f"{kind} slot {slot}"
+
+    async def stop(self) -> None:
+        for worker in self.slots:
+            worker.signal(signal.SIGTERM)
+        for worker in self.slots:
+            assert await worker.wait(timeout_s=60) == 0, worker.output()[-3000:]
+
+    def close(self) -> None:
+        for worker in self.started:
+            worker.close()
+
+
+async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_ahead(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    topics = await fresh_topics(kafka, partitions=CHURN_PARTITIONS)
+    sent = templated_jobs(CHURN_JOBS, CHURN_SEED, causal_scorer.model_name, prefix="churn")
+    records = [
+        to_record(s, topics.requests, i % CHURN_PARTITIONS, with_content_type=i % 5 != 0)
+        for i, s in enumerate(sent)
+    ]
+    id_by_key = {s.key: expected_id(s) for s in sent}
+    rng = random.Random(CHURN_SEED)
+    faults = rng.sample(CHURN_FAULTS, len(CHURN_FAULTS))
+    thresholds = sorted(int(rng.uniform(0.05, 0.8) * CHURN_JOBS) for _ in faults)
+
+    crew = Crew(topics, causal_model, 3)
+    done: list[str] = []
+    try:
+        async with (
+            ReplyWatch(kafka.bootstrap, topics.replies) as watch,
+            CommitSampler(kafka.bootstrap, topics.group, topics.requests, CHURN_PARTITIONS) as sampler,
+        ):
+            for k in range(len(crew.slots)):
+                await crew.slots[k].wait_for_log("worker ready", timeout_s=120)
+            producing = asyncio.create_task(_produce_paced(kafka.bootstrap, records, chunk=60, pause_s=0.4))
+            for kind, threshold in zip(faults, thresholds, strict=True):
+                await watch.wait_for(threshold, timeout_s=120, trouble=crew.trouble)
+                done.append(f"{await crew.fault(kind, rng)} at {watch.distinct} answers")
+            await producing
+            await watch.wait_for(CHURN_JOBS, timeout_s=180, trouble=crew.trouble)
+            committed, ends = await topics.wait_for_commits(CHURN_JOBS, timeout_s=60)
+            await crew.stop()
+        replies = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=2.0)
+        requests = await read_topic(
+            kafka.bootstrap, topics.requests, lambda rs: len(rs) >= CHURN_JOBS, timeout_s=30
+        )
+    finally:
+        crew.close()
+
+    result = tally("churn", decode_replies(replies), sent, causal_reference)
+    violations = commit_violations(sampler.samples, requests, replies, lambda r: id_by_key[r.key])
+    result.extra.update(
+        workers_started=len(crew.started),
+        commit_samples=len(sampler.samples),
+        commits_checked=sum(len(s.offsets) for s in sampler.samples),
+        commit_violations=len(violations),
+    )
+    message = result.report() + f"\nfaults: {done}" + "".join(f"\n  {v}" for v in violations[:10])
+    assert result.clean, message
+    assert not violations, message
+    assert committed == ends, message
+    assert len(done) == len(CHURN_FAULTS)
+
+
+def test_the_commit_check_catches_a_commit_ahead_of_its_answers() -> None:
+    """Guard for the check the churn and outage tests rely on: it must see a commit that passed a record
+    before its answer was written, and one beyond the log's end; and pass a commit that trails."""
+    from types import SimpleNamespace
+
+    from kafka_scorer.protocol import Result, encode_result
+
+    def request(offset: int) -> SimpleNamespace:
+        return SimpleNamespace(partition=0, offset=offset, key=f"k{offset}".encode())
+
+    def reply(offset: int, at_ms: int) -> SimpleNamespace:
+        value = encode_result(Result(id=f"k{offset}", scores=[]))
+        return SimpleNamespace(value=value, headers=[("content-type", b"application/json")], timestamp=at_ms)
+
+    requests = [request(o) for o in range(3)]
+    replies = [reply(0, 100), reply(2, 110), reply(1, 300), reply(1, 120)]  # 1 answered twice, first at 120
+
+    def check(at_ms: int, committed: int) -> list[str]:
+        samples = [CommitSample(at_ms, {0: committed})]
+        return commit_violations(samples, requests, replies, lambda r: r.key.decode())
+
+    assert check(at_ms=130, committed=3) == []
+    assert check(at_ms=105, committed=1) == []
+    assert check(at_ms=115, committed=3) != []  # offset 1 was answered only at 120
+    assert check(at_ms=500, committed=4) != []  # beyond the end
+    assert (
+        commit_violations([CommitSample(500, {0: 2})], requests, replies[:2], lambda r: r.key.decode()) != []
+    )  # offset 1 never answered
