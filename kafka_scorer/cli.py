@@ -15,6 +15,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("kafka_scorer.demo", "run an embedded broker, a worker and sample jobs end to end"),
     "submit": ("kafka_scorer.submit", "produce jobs from JSON Lines and wait for their results"),
     "bench": ("kafka_scorer.bench.command", "measure engine and worker throughput side by side"),
+    "broker": ("kafka_scorer.broker_command", "run the embedded Kafka-protocol broker until Ctrl-C"),
+    "model": ("kafka_scorer.model_command", "write a small random model to serve (no model hub needed)"),
 }
 
 
@@ -35,11 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Score LLM jobs from Kafka: CausalLM label probabilities, classification logits, "
         "multi-item scoring.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
         module.configure(sub.add_parser(name, help=help_text, description=help_text))
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kafka-scorer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

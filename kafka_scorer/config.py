@@ -49,6 +49,12 @@ class EngineSettings(BaseSettings):
     max_pair_tokens: int = Field(
         0, ge=0, description="Longest allowed pair (or packed MIS sequence); 0: the model's context length."
     )
+    max_labels_per_job: int = Field(
+        256,
+        gt=0,
+        description="Jobs with more `label_token_ids` are rejected (`too_long`); every row of a batch is "
+        "padded to its longest label list, so one job must not widen everyone's.",
+    )
 
 
 class Settings(EngineSettings):
@@ -95,6 +101,12 @@ class Settings(EngineSettings):
     )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."
+    )
+    max_header_bytes: int = Field(
+        65536,
+        gt=0,
+        description="Records whose headers (names + values) total more are rejected (`invalid_request`) "
+        "without reading any header, so a huge correlation id is never echoed.",
     )
     delivery: DeliveryMode = Field(
         "at_least_once", description="at_least_once, or exactly_once with transactions."

@@ -124,6 +124,12 @@ def sniff_format(value: bytes, content_type: str | None) -> WireFormat:
 
 
 def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Job, WireFormat]:
+    """Bytes -> a Job, or a `MessageDecodeError` whose code says which kind of bad it is; nothing else.
+
+    Any byte string can arrive, so every exception a decoder raises is classified here: msgspec also
+    raises `UnicodeDecodeError` (invalid UTF-8 inside a string) and `RecursionError` (nesting deeper
+    than about a thousand levels), and those bytes are as undecodable as a syntax error.
+    """
     if value is None:
         raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, "record has no value (tombstone)")
     fmt = sniff_format(value, content_type)
@@ -135,17 +141,54 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
     try:
         return decoder.decode(value), fmt
     except msgspec.ValidationError as exc:
+        # The typed decoder stops at the first type error, before it has read the rest: `12 garbage`
+        # fails as "expected an object, got int" although it is not JSON at all. Only a document that
+        # decodes without a schema is a schema violation.
+        malformed = _malformation(value, fmt)
+        if malformed is not None:
+            raise MessageDecodeError(
+                ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {malformed}"
+            ) from None
         raise MessageDecodeError(
             ErrorCode.INVALID_REQUEST, f"invalid job: {exc}", _salvage_id(value, fmt)
         ) from None
-    except msgspec.DecodeError as exc:
-        raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {exc}") from None
+    except Exception as exc:  # DecodeError, UnicodeDecodeError, RecursionError: the bytes are the problem
+        raise MessageDecodeError(
+            ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {_describe(exc)}"
+        ) from None
+
+
+def _malformation(value: bytes, fmt: WireFormat) -> str | None:
+    """Why `value` is not a well-formed document of its format, or None when it is one.
+
+    Runs only for records that already failed the schema, so the cost of an untyped decode is paid by
+    bad jobs alone. A `ValidationError` here (a number out of float range, a bad timestamp extension)
+    still means the syntax was read to the end: well-formed.
+    """
+    try:
+        (msgspec.json.decode if fmt == "json" else msgspec.msgpack.decode)(value)
+    except msgspec.ValidationError:
+        return None
+    except Exception as exc:
+        return _describe(exc)
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to decode"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"invalid UTF-8 in a string at byte {exc.start} of that string"
+    if isinstance(exc, msgspec.DecodeError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _salvage_id(value: bytes, fmt: WireFormat) -> str | None:
+    """Best effort, for correlation only: any failure to read the id just means there is none."""
     try:
         return (_JSON_ID_DECODER if fmt == "json" else _MSGPACK_ID_DECODER).decode(value).id
-    except msgspec.DecodeError:
+    except Exception:
         return None
 
 

@@ -53,12 +53,47 @@ class InputLimits:
     max_items_per_job: int
     max_pair_tokens: int
     """Longest pair or packed sequence (already resolved against the model's context length)."""
+    max_labels_per_job: int = 256
+
+
+def longest_token_chars(tokenizer: object) -> int:
+    """Characters in the longest entry of the tokenizer's vocabulary (added tokens included).
+
+    A token covers at most this many characters of the text, so a text of `n` characters has at least
+    `n / longest` tokens. Byte-level BPE vocabularies spell one byte per character and a text
+    character is at least one byte, so the bound holds for them too.
+    """
+    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
+    return max((len(token) for token in vocab), default=1) or 1
+
+
+def text_char_bound(max_tokens: int, longest_token: int) -> int:
+    """Most characters a text can have and still tokenize to at most `max_tokens` tokens.
+
+    A text longer than this cannot fit, so it is rejected (or cut, with `truncate`) by its length
+    alone, before the tokenizer spends seconds on megabytes that would be thrown away. Tokenizers
+    that delete characters before splitting (BERT's drops whitespace and accents and turns a word over
+    100 characters into one unknown token) can in principle fit more: a text of that shape longer
+    than the bound is `too_long` all the same (see docs/message-schema.md).
+    """
+    return max_tokens * longest_token
 
 
 class JobPreparer:
     def __init__(self, model: LoadedModel, limits: InputLimits) -> None:
         self.model = model
         self.limits = limits
+        tokenizer = model.tokenizer
+        self.longest_token = longest_token_chars(tokenizer) if tokenizer is not None else 1
+        if tokenizer is not None:
+            # The first call clears any truncation/padding stored in tokenizer.json, which mutates the
+            # Rust tokenizer; done here, once, so concurrent prepare threads only ever read it.
+            tokenizer("warm-up", add_special_tokens=True)  # type: ignore[operator]
+
+    @property
+    def max_text_chars(self) -> int:
+        """The longest query or item text (in characters) that can fit the pair limit."""
+        return text_char_bound(self.limits.max_pair_tokens, self.longest_token)
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """Never raises for bad input: a job that fails validation comes back as an error Result."""
@@ -125,6 +160,12 @@ class JobPreparer:
             raise InputError(
                 ErrorCode.INVALID_REQUEST, "label_token_ids: required (non-empty) for a CausalLM model"
             )
+        if len(labels) > self.limits.max_labels_per_job:
+            raise InputError(
+                ErrorCode.TOO_LONG,
+                f"label_token_ids: {len(labels)} labels; the limit is "
+                f"max_labels_per_job={self.limits.max_labels_per_job}",
+            )
         vocab = self.model.output_vocab_size
         bad = [label for label in labels if not 0 <= label < vocab]
         if bad:
@@ -143,6 +184,7 @@ class JobPreparer:
                 ErrorCode.INVALID_REQUEST,
                 "query and items must all be text or all be token-id lists, not a mix",
             )
+        self._check_lengths(job, text_query)
         if not text_query:
             query = list(job.query)  # type: ignore[arg-type]
             items = [list(item) for item in job.items]  # type: ignore[arg-type]
@@ -159,6 +201,26 @@ class JobPreparer:
         query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]  # type: ignore[operator]
         items = tokenizer(list(job.items), add_special_tokens=not query_leads)["input_ids"]  # type: ignore[operator]
         return list(query), [list(item) for item in items]
+
+    def _check_lengths(self, job: Job, text: bool) -> None:
+        """`too_long` from lengths alone, before any tokenizing or per-token work: a text longer than
+        `max_text_chars`, or a token-id list longer than the pair limit, cannot fit in any pair."""
+        limit = self.max_text_chars if text else self.limits.max_pair_tokens
+        unit = "characters" if text else "token ids"
+        why = (
+            f"max_pair_tokens={self.limits.max_pair_tokens} × {self.longest_token} characters, "
+            "the longest token of the vocabulary"
+            if text
+            else f"max_pair_tokens={self.limits.max_pair_tokens}"
+        )
+        for index, part in enumerate([job.query, *job.items]):
+            if len(part) > limit:
+                where = "query" if index == 0 else f"item {index - 1}"
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"{where}: {len(part)} {unit} cannot fit; the limit is {limit} ({why})",
+                    item=None if index == 0 else index - 1,
+                )
 
     def _check_token_ids(self, ids: list[int], item: int | None) -> None:
         vocab = self.model.input_vocab_size

@@ -53,6 +53,7 @@ class Scorer:
         max_batch_tokens: int = 8192,
         max_items_per_job: int = 1024,
         max_pair_tokens: int = 0,
+        max_labels_per_job: int = 256,
     ) -> None:
         self.loaded: LoadedModel = load_model(
             model,
@@ -65,6 +66,7 @@ class Scorer:
         limits = InputLimits(
             max_items_per_job=max_items_per_job,
             max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
+            max_labels_per_job=max_labels_per_job,
         )
         self.max_batch_tokens = max_batch_tokens
         self.attention_backend = (
@@ -86,6 +88,7 @@ class Scorer:
             max_batch_tokens=settings.max_batch_tokens,
             max_items_per_job=settings.max_items_per_job,
             max_pair_tokens=settings.max_pair_tokens,
+            max_labels_per_job=settings.max_labels_per_job,
         )
 
     @property
@@ -199,7 +202,7 @@ class Scorer:
     def score(
         self,
         query: str | list[int],
-        items: Sequence[str] | Sequence[list[int]],
+        items: str | Sequence[str] | Sequence[list[int]],
         *,
         label_token_ids: list[int] | None = None,
         apply_softmax: bool = False,
@@ -207,9 +210,11 @@ class Scorer:
         return_pooled_hidden_states: bool = False,
         multi_item: bool | None = None,
     ) -> Result:
+        """Score `items` against `query`. A single string as `items` is one item (SGLang accepts the
+        same), not a sequence of one-character items."""
         job = Job(
             query=query,
-            items=list(items),
+            items=_as_items(items),
             label_token_ids=label_token_ids,
             apply_softmax=apply_softmax,
             item_first=item_first,
@@ -219,7 +224,7 @@ class Scorer:
         return self.score_jobs([job])[0]
 
     async def score_async(
-        self, query: str | list[int], items: Sequence[str] | Sequence[list[int]], **kwargs
+        self, query: str | list[int], items: str | Sequence[str] | Sequence[list[int]], **kwargs
     ) -> Result:
         """Runs on the scorer's single device thread so the event loop keeps serving."""
         if self._executor is None:
@@ -231,6 +236,16 @@ class Scorer:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+def _as_items(items: str | Sequence[str] | Sequence[list[int]]) -> list:
+    """One string is one item; a flat list of ints is ambiguous (one item? many?), so it is refused."""
+    if isinstance(items, str):
+        return [items]
+    out = list(items)
+    if any(isinstance(item, int) for item in out):
+        raise TypeError("items: token-id items are lists of ints; pass [ids] for a single item")
+    return out
 
 
 def choose_attention_backend(device: torch.device) -> str:

@@ -3,8 +3,8 @@
 A record's path, top to bottom:
 1. `_accept`: each polled record gets a `Ticket` (its offset joins the partition's watermark) and is
    decoded at the edge (wire.py). Undecodable or oversized records are answered at once.
-2. Decoded jobs are tokenized and validated by `Scorer.prepare` on a CPU thread; invalid ones are
-   answered at once, the rest go to the `Batcher`.
+2. Decoded jobs are tokenized and validated by `Scorer.prepare`, each on its own task in a small pool
+   of CPU threads; invalid ones are answered at once, the rest go to the `Batcher` as each prepare ends.
 3. The batcher runs a forward pass on the device thread; `_on_batch_done` hands the results to delivery.
 4. Delivery produces the answers and moves the watermarks; every ticket ends in `_on_settled`, which
    releases its in-flight tokens and lifts backpressure.
@@ -17,6 +17,7 @@ and committer; only a fenced producer or a bug in the worker itself ends `run` e
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -35,11 +36,12 @@ from kafka_scorer.worker.delivery import Answer, AtLeastOnceDelivery, Delivery, 
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker
 from kafka_scorer.worker.producer import ResultProducer
-from kafka_scorer.worker.wire import Inbound, WireRules, read_record
+from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, internal_rejection, read_record
 
 log = logging.getLogger(__name__)
 
 _POLL_MS = 100  # longest the loop sits in one poll, so a stop request is seen quickly
+_PREPARE_THREADS = 4  # tokenizers release the GIL: one huge record holds one thread, not the others
 _RECORDS_PER_POLL_IN_FLIGHT = (
     4  # in-flight records cap, in polls' worth (bounds answers not counted in tokens)
 )
@@ -83,9 +85,11 @@ class Worker:
             max_message_bytes=settings.max_message_bytes,
             model_name=scorer.model_name,
             group_id=settings.group_id,
+            max_header_bytes=settings.max_header_bytes,
         )
         self.delivery: Delivery | None = None
-        self._prepare_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-prepare")
+        self._prepare_pool = ThreadPoolExecutor(_PREPARE_THREADS, thread_name_prefix="kafka-scorer-prepare")
+        self._prepared_answers: list[Answer] = []  # prepare errors finished in this loop turn, sent together
         self._deliveries: set[asyncio.Task[None]] = set()
         self._settled = asyncio.Event()
         self._max_inflight_jobs = _RECORDS_PER_POLL_IN_FLIGHT * settings.max_poll_records
@@ -211,9 +215,16 @@ class Worker:
     # ---- records in ------------------------------------------------------------------------------
 
     async def _accept(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Ticket, decode and answer-or-prepare every polled record; returns without waiting for prepares.
+
+        Each job is prepared on its own task in the prepare pool and joins the batcher the moment its
+        own prepare ends, so a record that takes seconds to tokenize delays nobody else's job. Answers
+        may therefore complete out of offset order; the watermark commits only what lies below the
+        oldest unanswered record. A prepare still running counts in `inflight_jobs`, so backpressure,
+        draining and rebalances wait for it like for any other job.
+        """
         now = time.monotonic()
         answers: list[Answer] = []
-        jobs: list[tuple[Ticket, Inbound]] = []
         for tp, records in polled.items():
             mark = self.tracker.watermark(tp)
             for record in records:
@@ -224,47 +235,75 @@ class Worker:
                     self.tracker.revoke([tp])
                     mark = self.tracker.watermark(tp)
                     mark.received(record.offset)
-                decoded = read_record(record, self.rules)
+                decoded = self._read(record)
                 job_id = decoded.job_id if isinstance(decoded, Inbound) else decoded.result.id
                 ticket = Ticket(tp=tp, origin=decoded.origin, job_id=job_id, watermark=mark, received_at=now)
                 self.inflight_jobs += 1
                 self.peak_inflight_jobs = max(self.peak_inflight_jobs, self.inflight_jobs)
                 if isinstance(decoded, Inbound):
                     ticket.items = len(decoded.job.items)
-                    jobs.append((ticket, decoded))
+                    future = asyncio.wrap_future(self._prepare_pool.submit(self._prepare_all, decoded))
+                    future.add_done_callback(functools.partial(self._on_prepared, ticket))
                 else:
                     answers.append(Answer(ticket, decoded.result, decoded.dead_letter))
-        if jobs:
-            loop = asyncio.get_running_loop()
-            prepared = await loop.run_in_executor(self._prepare_pool, self._prepare_all, jobs)
-            for (ticket, _), item in zip(jobs, prepared, strict=True):
-                if isinstance(item, Result):
-                    answers.append(Answer(ticket, item))
-                elif ticket.watermark.closed:  # revoked while it was being prepared
-                    self._on_settled(ticket, None)
-                else:
-                    ticket.tokens = item.num_tokens
-                    ticket.enqueued_at = time.monotonic()
-                    self.inflight_tokens += ticket.tokens
-                    self.batcher.add(item, ticket)
-            self.peak_inflight_tokens = max(self.peak_inflight_tokens, self.inflight_tokens)
         if answers:
             self._spawn(answers)
         self._backpressure()
 
-    def _prepare_all(self, jobs: list[tuple[Ticket, Inbound]]) -> list[Any]:
-        """On the prepare thread: tokenization and validation, one call per job; never raises."""
-        out: list[Any] = []
-        for _, inbound in jobs:
-            try:
-                out.append(self.scorer.prepare(inbound.job, inbound.job_id))
-            except Exception as exc:
-                log.exception("prepare failed for job %s", inbound.job_id)
-                message = f"prepare failed: {type(exc).__name__}: {exc}"
-                out.append(
-                    error_result(inbound.job_id, ErrorCode.INTERNAL, message, model=self.scorer.model_name)
-                )
-        return out
+    def _read(self, record: ConsumerRecord) -> Inbound | Rejected:
+        """`read_record` never raises for bad input; should it raise anyway (a bug), the record gets an
+        `internal` answer and the worker goes on: no record may stop the worker."""
+        try:
+            return read_record(record, self.rules)
+        except Exception as exc:
+            log.exception(
+                "reading record %s[%d]@%d failed; answered as internal",
+                record.topic,
+                record.partition,
+                record.offset,
+            )
+            return internal_rejection(record, self.rules, exc)
+
+    def _prepare_all(self, inbound: Inbound) -> Any:
+        """On a prepare thread: tokenization and validation of one job; never raises."""
+        try:
+            return self.scorer.prepare(inbound.job, inbound.job_id)
+        except Exception as exc:
+            origin = inbound.origin
+            log.exception(
+                "prepare failed for job %s (%s[%d]@%d)",
+                inbound.job_id,
+                origin.topic,
+                origin.partition,
+                origin.offset,
+            )
+            message = f"prepare failed: {type(exc).__name__}: {exc}"
+            return error_result(inbound.job_id, ErrorCode.INTERNAL, message, model=self.scorer.model_name)
+
+    def _on_prepared(self, ticket: Ticket, future: asyncio.Future[Any]) -> None:
+        """On the event loop, as each prepare ends: the job joins the batcher, or its error is answered."""
+        if self._closing or future.cancelled():
+            return  # shutting down: nothing more is answered or committed
+        item = future.result()
+        if isinstance(item, Result):
+            if not self._prepared_answers:  # the first this turn: send them all once the turn ends
+                asyncio.get_running_loop().call_soon(self._flush_prepared_answers)
+            self._prepared_answers.append(Answer(ticket, item))
+        elif ticket.watermark.closed:  # revoked while it was being prepared
+            self._on_settled(ticket, None)
+        else:
+            ticket.tokens = item.num_tokens
+            ticket.enqueued_at = time.monotonic()
+            self.inflight_tokens += ticket.tokens
+            self.peak_inflight_tokens = max(self.peak_inflight_tokens, self.inflight_tokens)
+            self.batcher.add(item, ticket)
+            self._backpressure()
+
+    def _flush_prepared_answers(self) -> None:
+        """Errors found by prepare go out together (one transaction in exactly-once mode, not one each)."""
+        answers, self._prepared_answers = self._prepared_answers, []
+        if answers and not self._closing:
+            self._spawn(answers)
 
     # ---- results out -----------------------------------------------------------------------------
 

@@ -8,6 +8,13 @@ Choices where SPEC is silent (also in docs/worker.md):
 - A record larger than `max_message_bytes` gets a `too_long` result without being decoded and is not
   dead-lettered (a copy would hit the same size limits on the way out); the original stays in its topic.
 - A record that cannot be decoded is answered in the format its `content-type` header names, else JSON.
+- A record whose headers total more than `max_header_bytes` gets `invalid_request` and its headers are
+  not read at all: the reply goes to the default reply topic, in JSON, without a correlation header
+  (echoing a megabyte-sized one could make the reply itself unproducible); its id is the body's `id`
+  when the body decodes that far, else `topic:partition:offset`.
+- A header named twice: the first one counts (exact spelling before case-insensitive matches).
+- Header values that are not UTF-8: a binary correlation id becomes hex; a reply topic or content
+  type that is not text is ignored (the first with a warning in the result).
 - Dead-letter headers use Spring Kafka's names and encodings (partition: 4-byte big-endian int, offset
   and timestamp: 8-byte big-endian), so Spring's tooling reads them.
 """
@@ -115,6 +122,7 @@ class WireRules:
     max_message_bytes: int
     model_name: str
     group_id: str = ""
+    max_header_bytes: int = 65536
 
 
 def _header(headers: Sequence[tuple[str, bytes]], names: tuple[str, ...]) -> tuple[str, bytes] | None:
@@ -141,6 +149,9 @@ def _text(value: bytes | None) -> str | None:
 def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
     """Decode one consumed record; never raises for bad input."""
     headers = list(record.headers or ())
+    header_bytes = _headers_size(headers)
+    if header_bytes > rules.max_header_bytes:
+        return _oversized_headers(record, rules, header_bytes)
     correlation = _header(headers, CORRELATION_HEADERS)
     reply = _header(headers, REPLY_TOPIC_HEADERS)
     content_type_header = _header(headers, CONTENT_TYPE_HEADERS)
@@ -187,6 +198,52 @@ def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
         result = error_result(exc.job_id or fallback_id, exc.code, str(exc), model=rules.model_name)
         return Rejected(result=result, origin=origin(fmt), dead_letter=None)
     return Inbound(job=job, job_id=job.id or fallback_id, origin=origin(fmt))
+
+
+def _headers_size(headers: Sequence[tuple[str, bytes | None]]) -> int:
+    return sum(len(name.encode("utf-8", "surrogatepass")) + len(value or b"") for name, value in headers)
+
+
+def _oversized_headers(record: RecordLike, rules: WireRules, size: int) -> Rejected:
+    """Answer without reading any header: none of them can be trusted to be small enough to echo."""
+    message = (
+        f"record headers are {size} bytes, over max_header_bytes={rules.max_header_bytes}; "
+        "the headers were ignored (no correlation header in this reply)"
+    )
+    job_id = None
+    if record.value is not None and len(record.value) <= rules.max_message_bytes:
+        try:
+            job, _ = decode_job(record.value)
+            job_id = job.id
+        except MessageDecodeError as exc:
+            job_id = exc.job_id
+    fallback_id = job_id or f"{record.topic}:{record.partition}:{record.offset}"
+    result = error_result(fallback_id, ErrorCode.INVALID_REQUEST, message, model=rules.model_name)
+    return Rejected(result=result, origin=bare_origin(record, rules), dead_letter=None)
+
+
+def bare_origin(record: RecordLike, rules: WireRules) -> Origin:
+    """Where to answer a record whose headers are not used: the default reply topic, in JSON."""
+    return Origin(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        reply_topic=rules.reply_topic,
+        fmt="json",
+        correlation=None,
+    )
+
+
+def internal_rejection(record: RecordLike, rules: WireRules, exc: BaseException) -> Rejected:
+    """The answer to a record whose reading raised (a bug, by definition): `internal`, never a crash.
+
+    Uses nothing but the record's position and key, so it cannot fail on the record's contents.
+    """
+    job_id = f"{record.topic}:{record.partition}:{record.offset}"
+    message = f"reading the record failed: {type(exc).__name__}: {exc}"[:1000]
+    result = error_result(job_id, ErrorCode.INTERNAL, message, model=rules.model_name)
+    return Rejected(result=result, origin=bare_origin(record, rules), dead_letter=None)
 
 
 def _correlation_id(correlation: tuple[str, bytes] | None) -> str | None:

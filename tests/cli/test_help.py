@@ -23,6 +23,8 @@ KEY_FLAGS = {
         "--reply-topic",
     ],
     "bench": ["--device"],
+    "broker": ["--port", "--topic", "--partitions"],
+    "model": ["causal", "classification", "--seed"],
 }
 
 
@@ -52,3 +54,11 @@ def test_no_subcommand_is_a_usage_error() -> None:
     done = run_cli()
     assert done.returncode == 2
     assert "usage: kafka-scorer" in done.stderr
+
+
+def test_version_names_the_installed_package() -> None:
+    from importlib.metadata import version
+
+    done = run_cli("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"kafka-scorer {version('kafka-scorer')}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
@@ -124,3 +124,137 @@ def test_tombstone_is_invalid_message() -> None:
     assert rejected.dead_letter is not None and rejected.dead_letter.value is None
     no_key = read_record(Rec(None, key=None), RULES)
     assert isinstance(no_key, Rejected) and no_key.dead_letter is None  # Kafka cannot carry it
+
+
+# ---- poison-proof intake (issue 12) --------------------------------------------------------------
+
+MSGPACK = [("content-type", b"application/msgpack")]
+
+
+def _assert_undecodable(rejected: Inbound | Rejected, value: bytes | None) -> None:
+    """`invalid_message`, answered by position, with an untouched dead-letter copy."""
+    assert isinstance(rejected, Rejected), rejected
+    assert rejected.result.error is not None
+    assert rejected.result.error.code is ErrorCode.INVALID_MESSAGE, rejected.result.error
+    assert rejected.dead_letter is not None and rejected.dead_letter.value == value
+
+
+def test_invalid_utf8_inside_a_msgpack_string_is_invalid_message_not_a_crash() -> None:
+    """The record that used to end the worker with UnicodeDecodeError, byte for byte."""
+    value = b"\x81\xa5query\xa2\xff\xfe"
+    rejected = read_record(Rec(value), RULES)
+    _assert_undecodable(rejected, value)
+    assert "UTF-8" in rejected.result.error.message  # type: ignore[union-attr]
+
+
+def test_invalid_utf8_inside_a_json_string_is_invalid_message() -> None:
+    value = b'{"id": "u", "query": "\xff\xfe", "items": []}'
+    _assert_undecodable(read_record(Rec(value), RULES), value)
+
+
+def test_ten_thousand_deep_nesting_is_invalid_message_not_a_recursion_error() -> None:
+    deep_json = b"[" * 10_000 + b"]" * 10_000
+    unknown_field = b'{"id": "deep", "z": ' + deep_json + b"}"  # used to blow up in the id salvage
+    deep_msgpack = b"\x81\xa1z" + b"\x91" * 10_000 + b"\x90"
+    for value, headers in ((deep_json, []), (unknown_field, []), (deep_msgpack, MSGPACK)):
+        rejected = read_record(Rec(value, headers), replace(RULES, max_message_bytes=1 << 20))
+        _assert_undecodable(rejected, value)
+        assert "nested too deeply" in rejected.result.error.message  # type: ignore[union-attr]
+
+
+def test_mislabelled_bodies_are_invalid_message_with_a_dead_letter_copy() -> None:
+    """msgspec reports a type error before it reaches the garbage; the worker must not believe it."""
+    cases = [
+        (b"12 garbage", [("content-type", b"application/json")]),
+        (encode_job(JOB), MSGPACK),  # a JSON body labelled MessagePack
+        (bytes.fromhex("05c1d9ffee00aa"), MSGPACK),  # random bytes labelled MessagePack
+    ]
+    for value, headers in cases:
+        _assert_undecodable(read_record(Rec(value, headers), RULES), value)
+
+
+def test_well_formed_documents_that_break_the_schema_stay_invalid_request() -> None:
+    """The well-formedness check must not turn schema errors into dead letters."""
+    for value, headers in (
+        (b'{"id": "big", "query": [1e400], "items": []}', []),  # well-formed JSON, number out of range
+        (b'{"id": "big", "query": [1, "two"], "items": []} ', []),
+        (msgspec.msgpack.encode({"id": "ext", "query": msgspec.msgpack.Ext(7, b"x"), "items": []}), []),
+        (msgspec.msgpack.encode({"id": "nan", "query": [float("nan")], "items": []}), MSGPACK),
+    ):
+        rejected = read_record(Rec(value, headers), RULES)
+        assert isinstance(rejected, Rejected) and rejected.result.error is not None
+        assert rejected.result.error.code is ErrorCode.INVALID_REQUEST, (value, rejected.result.error)
+        assert rejected.dead_letter is None
+        assert rejected.result.id in ("big", "ext", "nan")
+
+
+def test_headers_over_the_cap_are_invalid_request_and_not_echoed() -> None:
+    huge = b"c" * 2000
+    rules = replace(RULES, max_header_bytes=1000)
+    value = encode_job(Job(query="q", items=["a"], id="body-id"))
+    headers = [("correlation_id", huge), ("reply_topic", b"elsewhere"), ("content-type", b"application/json")]
+    rejected = read_record(Rec(value, headers), rules)
+    assert isinstance(rejected, Rejected) and rejected.result.error is not None
+    assert rejected.result.error.code is ErrorCode.INVALID_REQUEST
+    assert "max_header_bytes=1000" in rejected.result.error.message
+    assert rejected.result.id == "body-id"  # the body's id: the correlation header is not read
+    assert rejected.dead_letter is None
+    out = result_record(rejected.result, rejected.origin)
+    assert out.topic == "results"
+    assert all(name != "correlation_id" for name, _ in out.headers)
+    assert len(out.value) < 1000
+    honoured = read_record(Rec(value, headers), replace(rules, max_header_bytes=4000))  # under the cap
+    assert isinstance(honoured, Inbound) and honoured.origin.reply_topic == "elsewhere"
+
+
+def test_duplicated_headers_first_one_wins() -> None:
+    headers = [
+        ("correlation_id", b"first"),
+        ("reply_topic", b"replies-a"),
+        ("correlation_id", b"second"),
+        ("reply_topic", b"replies-b"),
+    ]
+    inbound = read_record(Rec(encode_job(JOB), headers), RULES)
+    assert isinstance(inbound, Inbound)
+    assert inbound.job_id == "first"
+    out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
+    assert out.topic == "replies-a"
+    assert [v for n, v in out.headers if n == "correlation_id"] == [b"first"]
+
+
+def test_headers_that_are_not_utf8_do_not_break_the_record() -> None:
+    headers = [
+        ("correlation_id", b"\xff\xfe\x00"),
+        ("reply_topic", b"\xff\xfe"),
+        ("content-type", b"\xc3\x28"),
+        ("trace", None),
+    ]
+    inbound = read_record(Rec(encode_job(JOB), headers), RULES)  # type: ignore[arg-type]
+    assert isinstance(inbound, Inbound)
+    assert inbound.job_id == "fffe00"  # binary correlation ids become hex
+    out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
+    assert out.topic == "results"
+    assert "not a valid topic name" in decode_result(out.value).warnings[0]
+
+
+def test_an_exception_while_reading_a_record_becomes_its_internal_answer() -> None:
+    """Second line of defence in the worker: a bug in the edge answers one record, it stops nothing."""
+    from types import SimpleNamespace
+
+    from kafka_scorer.worker.service import Worker
+
+    class Exploding(Rec):
+        @property
+        def headers(self):  # type: ignore[override]
+            raise RuntimeError("boom")
+
+        @headers.setter
+        def headers(self, _value) -> None:
+            pass
+
+    rejected = Worker._read(SimpleNamespace(rules=RULES), Exploding(b"{}"))  # type: ignore[arg-type]
+    assert isinstance(rejected, Rejected) and rejected.result.error is not None
+    assert rejected.result.error.code is ErrorCode.INTERNAL
+    assert "boom" in rejected.result.error.message
+    assert rejected.result.id == "jobs:2:41"
+    assert result_record(rejected.result, rejected.origin).topic == "results"

@@ -1,0 +1,93 @@
+"""`kafka-scorer broker`: the embedded Kafka-protocol broker on its own, until Ctrl-C.
+
+The demo and the tests start a broker for themselves; a person who wants to run `kafka-scorer worker`
+against their own producer on a laptop, without Docker or a Kafka install, needs one that stays up on
+a known port, with the request and reply topics already there. Storage is memory: everything is gone
+when it stops (docs/quickstart.md says so too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from kafka_scorer.errors import EXIT_USER_ERROR
+
+DEFAULT_TOPICS = ("scoring-requests", "scoring-results")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=9092, help="port to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        dest="topics",
+        metavar="NAME",
+        help="topic to create at start; repeat for more (default: scoring-requests and scoring-results)",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=3, help="partitions of each created topic (default: %(default)s)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from kafka_scorer.broker import BrokerError, EmbeddedBroker
+
+    if args.partitions < 1:
+        print("kafka-scorer broker: error: --partitions must be at least 1", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        if args.port:
+            _check_port_free(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"kafka-scorer broker: error: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
+            "choose another --port",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
+    topics = args.topics or list(DEFAULT_TOPICS)
+    try:
+        with EmbeddedBroker(host=args.host, port=args.port or None) as broker:
+            asyncio.run(_create_topics(broker.bootstrap_servers, topics, args.partitions))
+            print(
+                f"broker ready on {broker.bootstrap_servers} (memory storage; topics: {', '.join(topics)}); "
+                "Ctrl-C stops it",
+                flush=True,
+            )
+            _wait_for_signal()
+    except BrokerError as exc:
+        print(f"kafka-scorer broker: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print("broker stopped", flush=True)
+    return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, port))
+
+
+async def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    finally:
+        await admin.close()
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM; the broker is stopped by the caller's `with`."""
+    received = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda sig, _frame: received.append(sig))
+    while not received:
+        signal.pause()

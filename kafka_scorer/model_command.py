@@ -1,0 +1,67 @@
+"""`kafka-scorer model NAME DIR`: write one of the demo's small random models to a directory.
+
+Without a model hub (or before downloading gigabytes), a person trying the worker needs something to
+serve. This writes a tiny random checkpoint and tokenizer with `save_pretrained`, so the worker loads it
+through exactly the path a real checkpoint takes, and prints label ids that are valid for it, ready to
+paste into a job. Scores from a random model mean nothing; the plumbing is what it shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kafka_scorer.errors import EXIT_USER_ERROR
+
+MODELS = {
+    "causal": ("causal", "a tiny Qwen3-shaped CausalLM: jobs ask for label-token probabilities"),
+    "classification": ("classification", "a tiny Qwen3-shaped classifier with 3 classes"),
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "name",
+        choices=sorted(MODELS),
+        help="which model: " + "; ".join(f"{name}: {text}" for name, (_, text) in sorted(MODELS.items())),
+    )
+    parser.add_argument(
+        "directory", type=Path, help="where to write it (created; must be empty if it exists)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    directory: Path = args.directory
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        print(
+            f"kafka-scorer model: error: {directory} exists and is not an empty directory; name a new one",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
+    from kafka_scorer.testing.tiny_models import build_tiny_model
+
+    kind = MODELS[args.name][0]
+    build_tiny_model(directory, "qwen3", kind, num_labels=3, seed=args.seed)  # type: ignore[arg-type]
+    print(f"wrote {MODELS[args.name][1]} to {directory}")
+    print("serve it:  kafka-scorer worker --model " + str(directory))
+    print("a job:     " + json.dumps(sample_job(directory, kind)))
+    return 0
+
+
+def sample_job(directory: Path, kind: str) -> dict[str, object]:
+    """A job this model accepts; label ids are looked up in its own tokenizer, so they are in range."""
+    job: dict[str, object] = {
+        "id": "q1",
+        "query": "Is this review positive?",
+        "items": ["The food was great.", "Cold and late."],
+    }
+    if kind == "causal":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        job["label_token_ids"] = [tokenizer.encode(t, add_special_tokens=False)[0] for t in ("yes", "no")]
+        job["apply_softmax"] = True
+    return job
