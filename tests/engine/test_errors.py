@@ -5,7 +5,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from kafka_scorer.engine.inputs import text_char_bound
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.protocol import ErrorCode, Job, Result
 
@@ -113,3 +116,75 @@ def test_forward_failure_answers_every_job_with_internal(scorer_for, monkeypatch
 def test_no_items_is_a_valid_empty_result(scorer_for):
     result = scorer_for().score_jobs([Job(query=Q, items=[], label_token_ids=[1])])[0]
     assert result.error is None and result.scores == []
+
+
+# ---- bounded intake (issue 12) -------------------------------------------------------------------
+
+
+class _CountingTokenizer:
+    """Wraps the served tokenizer and counts the characters it was asked to tokenize."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.chars = 0
+
+    def __call__(self, text, **kwargs):
+        self.chars += len(text) if isinstance(text, str) else sum(len(t) for t in text)
+        return self.inner(text, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_text_longer_than_any_pair_can_hold_is_too_long_without_tokenizing(scorer_for, monkeypatch):
+    scorer = scorer_for("qwen3", "causal", 2, max_pair_tokens=10)
+    preparer = scorer._preparer
+    bound = preparer.max_text_chars
+    assert bound == 10 * preparer.longest_token
+    spy = _CountingTokenizer(scorer.loaded.tokenizer)
+    monkeypatch.setattr(scorer.loaded, "tokenizer", spy)
+    huge = "x" * (bound + 1)
+    for job, item in (
+        (Job(query=Q[:5], items=["ok", huge], label_token_ids=[1]), 1),
+        (Job(query=huge, items=["ok"], label_token_ids=[1]), None),
+    ):
+        result = prepared_error(scorer, job)
+        assert result.error.code is ErrorCode.TOO_LONG and result.error.item == item
+        assert "max_pair_tokens=10" in result.error.message
+    assert spy.chars == 0, "the over-long text must be rejected before the tokenizer sees it"
+
+
+def test_token_id_lists_over_the_pair_limit_are_too_long_before_per_token_checks(scorer_for):
+    scorer = scorer_for("qwen3", "causal", 2, max_pair_tokens=10)
+    result = prepared_error(scorer, Job(query=[1], items=[[10**9] * 11], label_token_ids=[1]))
+    assert result.error.code is ErrorCode.TOO_LONG and result.error.item == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(min_size=1, max_size=200))
+def test_the_character_bound_never_rejects_a_text_that_fits(scorer_for, text):
+    """For any text, characters <= tokens x longest token: a text the bound rejects cannot fit."""
+    scorer = scorer_for()
+    preparer = scorer._preparer
+    tokens = len(scorer.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert len(text) <= text_char_bound(max(tokens, 1), preparer.longest_token)
+
+
+def test_label_count_is_capped_by_max_labels_per_job(scorer_for):
+    scorer = scorer_for("qwen3", "causal", 2, max_labels_per_job=4)
+    result = prepared_error(scorer, Job(query=Q, items=["a"], label_token_ids=[1, 2, 3, 4, 5]))
+    assert result.error.code is ErrorCode.TOO_LONG and "max_labels_per_job=4" in result.error.message
+    assert not isinstance(
+        scorer.prepare(Job(query=Q, items=["a"], label_token_ids=[1, 2, 3, 4]), "j"), Result
+    )
+
+
+def test_score_with_one_string_scores_one_item(scorer_for):
+    """SGLang's `items: str` is one item; splitting it into characters would return len(str) rows."""
+    scorer = scorer_for()
+    one = scorer.score(Q, "Sacramento", label_token_ids=[1, 2])
+    listed = scorer.score(Q, ["Sacramento"], label_token_ids=[1, 2])
+    assert one.error is None and len(one.scores) == 1
+    assert one.scores == listed.scores
+    with pytest.raises(TypeError, match="lists of ints"):
+        scorer.score([1, 2], [3, 4], label_token_ids=[1])
