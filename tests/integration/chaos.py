@@ -179,14 +179,20 @@ class ReplyWatch:
     async def wait_for(self, distinct: int, timeout_s: float, trouble: Callable[[], str | None]) -> None:
         """Until `distinct` ids are answered; `trouble()` returning a text (say, every worker is dead)
         fails at once with it, instead of waiting out the timeout."""
+        await self.wait_until(lambda: self.distinct >= distinct, f"{distinct} answers", timeout_s, trouble)
+
+    async def wait_until(
+        self, done: Callable[[], bool], what: str, timeout_s: float, trouble: Callable[[], str | None]
+    ) -> None:
         deadline = time.monotonic() + timeout_s
-        while self.distinct < distinct:
+        while not done():
             if self._task is not None and self._task.done():
                 self._task.result()  # the reader itself failed: raise its error
             problem = trouble()
             if problem or time.monotonic() > deadline:
                 raise AssertionError(
-                    f"{self.distinct} of {distinct} answers after {timeout_s}s; {problem or 'timed out'}"
+                    f"waiting for {what}: {len(self.records)} records, {self.distinct} distinct ids after "
+                    f"{timeout_s}s; {problem or 'timed out'}"
                 )
             await asyncio.sleep(0.05)
 

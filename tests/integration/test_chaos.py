@@ -11,25 +11,31 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from kafka_scorer.protocol import Result
 from tests.integration.chaos import (
     CommitSample,
     CommitSampler,
     ReplyWatch,
+    Tally,
     commit_violations,
     tally,
     templated_jobs,
 )
-from tests.integration.jobs import expected_id, to_record
+from tests.integration.hostile import Hostile, hostile_records
+from tests.integration.jobs import expected_id, max_abs_diff, to_record
 from tests.integration.kafka_helpers import (
     Topics,
     WorkerProcess,
     decode_replies,
     fresh_topics,
+    produce,
     read_topic,
 )
 
@@ -51,6 +57,17 @@ async def _produce_paced(bootstrap: str, records, chunk: int, pause_s: float) ->
             await asyncio.sleep(pause_s)
     finally:
         await producer.stop()
+
+
+def _exited(worker: WorkerProcess) -> Callable[[], str | None]:
+    """A `trouble` check for ReplyWatch: the worker process has ended (with its log)."""
+
+    def trouble() -> str | None:
+        if worker.proc.poll() is None:
+            return None
+        return f"the worker exited (rc={worker.proc.returncode}):\n{worker.output()[-4000:]}"
+
+    return trouble
 
 
 # ---- three workers under SIGKILL churn ------------------------------------------------------------
@@ -191,3 +208,118 @@ def test_the_commit_check_catches_a_commit_ahead_of_its_answers() -> None:
     assert (
         commit_violations([CommitSample(500, {0: 2})], requests, replies[:2], lambda r: r.key.decode()) != []
     )  # offset 1 never answered
+
+
+# ---- a poison mix ---------------------------------------------------------------------------------
+
+POISON_HOSTILE, POISON_VALID, POISON_SEED = 150, 150, 1202
+
+
+def _code(result: Result) -> str | None:
+    return result.error.code.value if result.error is not None else None
+
+
+def _judge_hostile(hostile: Hostile, answers: list, dead: dict[bytes, object], reference) -> str | None:
+    expect, record = hostile.expect, hostile.record
+    if not answers:
+        return None  # counted as lost
+    _, result = answers[0]
+    code = _code(result)
+    where = f"{expect.kind} ({hostile.match[:40]!r})"
+    if code not in expect.codes:
+        message = result.error.message[:160] if result.error else "scored"
+        return f"{where}: answered {code} ({message}), expected one of {sorted(map(str, expect.codes))}"
+    if expect.job_id is not None and result.id != expect.job_id:
+        return f"{where}: answered with id {result.id[:60]!r}, expected {expect.job_id!r}"
+    if expect.job is not None:
+        diff = max_abs_diff(result.scores, reference.scores(expect.job))
+        if diff > 1e-4:
+            return f"{where}: scores off the reference by {diff:.2e}"
+    if expect.warned and not result.warnings:
+        return f"{where}: no warning about the unusable reply_topic header"
+    due = expect.dead_letter if expect.dead_letter is not None else code == "invalid_message"
+    copy = dead.get(record.key)
+    if due and copy is None:
+        return f"{where}: answered {code} but no dead-letter copy"
+    if not due and copy is not None:
+        return f"{where}: answered {code} and dead-lettered, the contract says no copy"
+    if copy is not None and (
+        copy.value != record.value or list(copy.headers)[: len(record.headers)] != record.headers
+    ):
+        return f"{where}: the dead-letter copy is not the record untouched"
+    return None
+
+
+async def test_a_poison_mix_is_answered_as_the_contract_says_and_never_restarts_the_worker(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    topics = await fresh_topics(kafka, partitions=2, dead_letters=True)
+    hostile = hostile_records(POISON_HOSTILE, POISON_SEED, topics.requests)
+    valid = templated_jobs(POISON_VALID, POISON_SEED, causal_scorer.model_name, prefix="poison-valid")
+    rng = random.Random(POISON_SEED)
+    order = [("hostile", h) for h in hostile] + [("valid", s) for s in valid]
+    rng.shuffle(order)
+    records = []
+    for i, (what, item) in enumerate(order):
+        record = item.record if what == "hostile" else to_record(item, topics.requests, None, i % 3 != 0)
+        record.partition = i % 2
+        records.append(record)
+    total = len(records)
+
+    settings = topics.settings(causal_model, client_id="poison", max_batch_tokens=256)
+    async with (
+        WorkerProcess(settings, "poison") as worker,
+        ReplyWatch(kafka.bootstrap, topics.replies) as watch,
+    ):
+        await produce(kafka.bootstrap, records, max_request_size=4 << 20)
+        await watch.wait_until(lambda: len(watch.records) >= total, f"{total} answers", 120, _exited(worker))
+        dead = await read_topic(kafka.bootstrap, topics.dead_letters, lambda rs: False, timeout_s=2.0)
+        committed, ends = await topics.wait_for_commits(total, timeout_s=30)
+        alive = worker.proc.poll() is None
+        worker.signal(signal.SIGTERM)
+        rc = await worker.wait()
+    replies = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=1.0)
+    log = worker.output()
+
+    answers: dict[bytes, list] = {}
+    for reply, result in zip(replies, decode_replies(replies), strict=True):
+        answers.setdefault(reply.key, []).append((reply, result))
+    dead_by_key = {d.key: d for d in dead}
+    problems = [
+        p
+        for h in hostile
+        if (p := _judge_hostile(h, answers.get(h.match, []), dead_by_key, causal_reference))
+    ]
+    scored = tally(
+        "poison (valid jobs)", [r for s in valid for _, r in answers.get(s.key, [])], valid, causal_reference
+    )
+    lost = [h.expect.kind for h in hostile if h.match not in answers]
+    result = Tally(
+        name="poison",
+        jobs=total,
+        answered=total - len(lost) - scored.lost,
+        lost=len(lost) + scored.lost,
+        duplicated=sum(len(a) - 1 for a in answers.values()),
+        wrong=len(problems) + scored.wrong,
+        problems=[f"lost: {lost[:10]}"] * bool(lost) + problems + scored.problems,
+        extra={
+            "hostile": len(hostile),
+            "dead_lettered": len(dead),
+            "kinds": len({h.expect.kind.split(" (")[0] for h in hostile}),
+        },
+    )
+    outcomes = Counter(
+        (
+            h.expect.kind.split(" (")[0].split(":")[0],
+            _code(answers[h.match][0][1]) if h.match in answers else "lost",
+        )
+        for h in hostile
+    )
+    print("poison outcomes:", ", ".join(f"{k}: {c} x{n}" for (k, c), n in sorted(outcomes.items())))
+    message = result.report() + f"\noutcomes: {dict(outcomes)}\nworker log:\n{log[-3000:]}"
+    assert alive, message
+    assert "fatal" not in log.lower(), message
+    assert log.count("worker ready") == 1, message
+    assert result.clean and result.duplicated == 0, message
+    assert len(dead) == len(dead_by_key), message  # one copy per dead-lettered record
+    assert rc == 0 and committed == ends, message
