@@ -8,6 +8,8 @@ through answered tickets, so a commit never passes an unanswered record.
 - `AtLeastOnceDelivery`: each answer is sent on its own and acknowledged; a committer task commits the
   per-partition watermarks through the consumer, coalescing acknowledgements that arrive while a commit
   is in flight. A crash between acknowledgement and commit repeats those jobs (duplicates, never losses).
+  An answer the broker refuses for good goes to the default reply topic as an error result; one that
+  cannot go anywhere stops the worker (`Undeliverable`) with its offset uncommitted. Nothing is skipped.
 - `ExactlyOnceDelivery`: one Kafka transaction per `deliver` call (one engine batch, or the rejections
   of one fetch) carrying the results and the offsets they move. A result that finished before an older
   record of its partition waits for it, so no transaction carries a result whose offset it does not
@@ -23,16 +25,27 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
 from kafka_scorer.protocol import ErrorCode, Result, error_result
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker, Watermark
-from kafka_scorer.worker.producer import FatalProducerError, ResultProducer
-from kafka_scorer.worker.retry import Backoff
+from kafka_scorer.worker.producer import FatalProducerError, Refused, ResultProducer
+from kafka_scorer.worker.retry import Backoff, is_retriable
 from kafka_scorer.worker.wire import Origin, OutRecord, result_record
 
 log = logging.getLogger(__name__)
+
+_TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
+_REFUSED_TRANSACTIONS = 3  # transactions refused in a row (not broker trouble) before the worker stops
+
+
+class Undeliverable(FatalProducerError):
+    """An answer that no topic will take: the worker stops without committing its record's offset."""
+
+
+def _where(ticket: Ticket) -> str:
+    return f"{ticket.tp.topic}:{ticket.tp.partition}@{ticket.offset}"
 
 
 @dataclass(slots=True, eq=False)
@@ -119,6 +132,42 @@ class Delivery:
                 live.append(answer)
         return live
 
+    def _fallback(self, answer: Answer, record: OutRecord, refused: Refused) -> tuple[Result, OutRecord]:
+        """What to send instead of a record the broker refused for good: an error result on the default
+        reply topic where that can help; otherwise `Undeliverable`, leaving the ticket unanswered.
+
+        Never "log and move on": the offset would be committed with no answer anywhere, which breaks
+        at-least-once (SPEC §7). Stopping instead leaves the record uncommitted for the next worker, and
+        the operator one line naming the topic and the setting to fix.
+        """
+        where = _where(answer.ticket)
+        if record is answer.dead_letter:
+            raise Undeliverable(
+                f"cannot copy {where} to the dead-letter topic {record.topic!r} ({refused.cause!r}); "
+                "create it or grant this worker write access (setting: dead_letter_topic)"
+            ) from refused
+        too_large = isinstance(refused.cause, _TOO_LARGE)
+        if record.topic == self.default_reply_topic and not too_large:
+            raise Undeliverable(
+                f"cannot answer {where} (job {answer.result.id}) on the reply topic {record.topic!r} "
+                f"({refused.cause!r}); create it or grant this worker write access (setting: reply_topic)"
+            ) from refused
+        code, why = (
+            (ErrorCode.TOO_LONG, "is over the topic's size limit")
+            if too_large
+            else (ErrorCode.INVALID_REQUEST, "refused it")
+        )
+        result = error_result(
+            answer.result.id,
+            code,
+            f"cannot produce the result to reply topic {record.topic!r}: "
+            f"the broker {why} ({refused.cause!r})",
+            model=self.model_name,
+        )
+        return result, result_record(
+            result, replace(answer.ticket.origin, reply_topic=self.default_reply_topic)
+        )
+
     async def deliver(self, answers: Sequence[Answer]) -> None:
         raise NotImplementedError
 
@@ -165,10 +214,8 @@ class AtLeastOnceDelivery(Delivery):
         for record in records:
             try:
                 await self.producer.send(record)
-            except FatalProducerError:
-                raise
-            except KafkaError as exc:
-                await self._undeliverable(answer, record, exc)
+            except Refused as exc:
+                result = await self._answer_elsewhere(answer, record, exc)
             else:
                 if record is answer.dead_letter:
                     self.metrics.dead_letters.inc()
@@ -178,28 +225,25 @@ class AtLeastOnceDelivery(Delivery):
         else:
             self.on_settled(answer.ticket, None)
 
-    async def _undeliverable(self, answer: Answer, record: OutRecord, exc: KafkaError) -> None:
-        """A non-retriable failure: answer on the default reply topic if we can, else log and move on.
-
-        Moving on (rather than retrying forever) keeps one unanswerable record from blocking every
-        later commit of its partition; the failure is logged and counted.
-        """
-        if record.topic != self.default_reply_topic and record is not answer.dead_letter:
-            fallback = error_result(
-                answer.result.id,
-                ErrorCode.INVALID_REQUEST,
-                f"cannot produce to reply topic {record.topic!r}: {exc!r}",
-                model=self.model_name,
-            )
-            origin = answer.ticket.origin
-            moved = result_record(fallback, replace(origin, reply_topic=self.default_reply_topic))
-            try:
-                await self.producer.send(moved)
-                log.warning("reply topic %r refused (%r); answered on %s", record.topic, exc, moved.topic)
-                return
-            except KafkaError as exc2:
-                exc = exc2
-        log.error("cannot produce to %s for job %s (%r); record skipped", record.topic, answer.result.id, exc)
+    async def _answer_elsewhere(self, answer: Answer, record: OutRecord, refused: Refused) -> Result:
+        """Send the fallback for a refused record; a fallback refused too is `Undeliverable`."""
+        result, moved = self._fallback(answer, record, refused)
+        try:
+            await self.producer.send(moved)
+        except Refused as exc:
+            raise Undeliverable(
+                f"cannot answer {_where(answer.ticket)} (job {answer.result.id}) on {record.topic!r} "
+                f"({refused.cause!r}) nor on the reply topic {moved.topic!r} ({exc.cause!r}) "
+                "(setting: reply_topic)"
+            ) from exc
+        log.warning(
+            "%s refused the result of %s (%r); answered on %s",
+            record.topic,
+            _where(answer.ticket),
+            refused,
+            moved.topic,
+        )
+        return result
 
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
         async with self._commit_lock:
@@ -250,6 +294,7 @@ class ExactlyOnceDelivery(Delivery):
         self._txn_lock = asyncio.Lock()
         self._backoff = Backoff()
         self._held: list[Answer] = []  # answered, waiting for an older record of the same partition
+        self._refusals = 0  # transactions refused (not merely failed) in a row
 
     async def deliver(self, answers: Sequence[Answer]) -> None:
         """Commit, in one transaction, every answer its partition's watermark has now passed.
@@ -276,7 +321,7 @@ class ExactlyOnceDelivery(Delivery):
             self._held = held
             if not ready:
                 return
-            built = [self._records(a) for a in ready]
+            built = [await self._producible(a) for a in ready]
             records = [r for _, recs in built for r in recs]
             offsets = self.tracker.to_commit()
             try:
@@ -284,6 +329,12 @@ class ExactlyOnceDelivery(Delivery):
             except FatalProducerError:
                 raise
             except Exception as exc:
+                self._refusals = self._refusals + 1 if not is_retriable(exc) else 0
+                if self._refusals >= _REFUSED_TRANSACTIONS:
+                    raise Undeliverable(
+                        f"{self._refusals} transactions in a row refused ({exc!r}); stopping with their "
+                        "offsets uncommitted (check the reply and dead-letter topics' ACLs and size limits)"
+                    ) from exc
                 log.error(
                     "transaction of %d results failed (%r); aborted, rewinding to committed offsets",
                     len(ready),
@@ -296,11 +347,32 @@ class ExactlyOnceDelivery(Delivery):
                 await self._backoff.sleep()
                 return
             self._backoff.reset()
+            self._refusals = 0
             self.tracker.committed(offsets)
             for answer, (result, records) in zip(ready, built, strict=True):
                 if answer.dead_letter is not None and answer.dead_letter in records:
                     self.metrics.dead_letters.inc()
                 self.on_settled(answer.ticket, result)
+
+    async def _producible(self, answer: Answer) -> tuple[Result, list[OutRecord]]:
+        """The answer's records, each bound for a topic the broker has and lets us write: one refused
+        record would abort its whole transaction, and the redo would be refused again, for ever."""
+        result, records = self._records(answer)
+        out = []
+        for record in records:
+            try:
+                await self.producer.ensure_topic(record.topic)
+            except Refused as exc:
+                result, record = self._fallback(answer, record, exc)
+                try:
+                    await self.producer.ensure_topic(record.topic)
+                except Refused as again:
+                    raise Undeliverable(
+                        f"cannot answer {_where(answer.ticket)} on {record.topic!r} either ({again.cause!r}) "
+                        "(setting: reply_topic)"
+                    ) from again
+            out.append(record)
+        return result, out
 
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
         async with self._txn_lock:  # wait for a transaction in flight: its offsets are the commit

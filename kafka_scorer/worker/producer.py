@@ -7,6 +7,11 @@ What this module decides:
   broker that is merely unreachable is not a refusal: start-up keeps retrying with backoff instead.
 - A send that fails with a retriable error (broker down, leader moving) is retried with backoff until it
   is acknowledged, because an offset is committed only after its answer is acknowledged (SPEC §7).
+- A send the broker refuses outright (topic not authorised, illegal name, record too large for the topic)
+  is tried `_REFUSAL_ATTEMPTS` times and then raised as a `Refused`, and a topic the broker answers for
+  but does not have is waited for `missing_topic_grace_s` and then refused the same way. aiokafka calls a
+  missing topic retriable and would retry it forever (a broker that does not auto-create never gets it),
+  stalling the partition's commits; bounding it lets the delivery layer answer elsewhere or stop.
 - Records that cannot fit a produce request are caught before they are sent (`fits`), so the caller
   can answer with an error result instead of looping on a request that can never succeed.
 """
@@ -16,11 +21,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import (
+    InvalidTopicError,
+    KafkaError,
+    ProducerFenced,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
@@ -31,18 +44,40 @@ from kafka_scorer.worker.wire import OutRecord
 log = logging.getLogger(__name__)
 
 _SLACK_BYTES = 1 << 20  # room for headers and batch framing on top of the largest record we accept
+_REFUSAL_ATTEMPTS = 3  # a refusal can be passing (ACLs propagating); three tries, ~0.3 s, then it stands
+_MISSING_TOPIC_GRACE_S = 10.0  # how long a topic the broker says it lacks may take to appear (auto-create)
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's rule for topic names
 
 
 class FatalProducerError(RuntimeError):
     """The producer cannot go on (fenced by a newer instance with the same transactional id)."""
 
 
+class Refused(KafkaError):
+    """The broker will not take this record, for good: the topic is missing, illegal or not authorised,
+    or the record is too large for it. Raised after bounded tries; `cause` is the broker's answer."""
+
+    retriable = False
+
+    def __init__(self, topic: str, cause: BaseException) -> None:
+        super().__init__(f"topic {topic!r} refused the record: {cause!r}")
+        self.topic = topic
+        self.cause = cause
+
+
 class ResultProducer:
     """One aiokafka producer for results and dead letters; `mode` says what the broker granted."""
 
-    def __init__(self, settings: Settings, transactional_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        transactional_id: str | None = None,
+        *,
+        missing_topic_grace_s: float = _MISSING_TOPIC_GRACE_S,
+    ) -> None:
         self._settings = settings
         self._transactional_id = transactional_id
+        self.missing_topic_grace_s = missing_topic_grace_s
         self.max_request_size = settings.max_message_bytes + _SLACK_BYTES
         self._producer: AIOKafkaProducer | None = None
         self.mode = "stopped"  # "transactional" | "idempotent" | "plain"
@@ -134,14 +169,16 @@ class ResultProducer:
         return self._producer
 
     async def send(self, record: OutRecord) -> None:
-        """Send one record and wait for its acknowledgement, retrying while the failure is retriable.
+        """Send one record and wait for its acknowledgement, retrying while the failure is passing.
 
-        Non-retriable failures (an invalid topic name, an authorization error) are raised: retrying
-        them would block the partition's commits forever.
+        A refusal (see the module docstring) is raised as `Refused` after bounded tries: retrying it for
+        ever would block the partition's commits for good.
         """
         backoff = Backoff()
+        refusals = 0
         while True:
             try:
+                await self.ensure_topic(record.topic)
                 future = await self._client.send(
                     record.topic, value=record.value, key=record.key, headers=record.headers
                 )
@@ -149,13 +186,42 @@ class ResultProducer:
                 return
             except ProducerFenced as exc:
                 raise FatalProducerError(str(exc)) from exc
+            except Refused:
+                raise
             except Exception as exc:
                 if not is_retriable(exc):
-                    raise
+                    refusals += 1
+                    if refusals >= _REFUSAL_ATTEMPTS or not isinstance(exc, KafkaError):
+                        raise Refused(record.topic, exc) from exc
                 log.warning(
                     "producer: send to %s failed (%r); retrying in %.1fs", record.topic, exc, backoff.next_s
                 )
                 await backoff.sleep()
+
+    async def ensure_topic(self, topic: str) -> None:
+        """Return once the cluster metadata has `topic`; `Refused` when the broker keeps answering without
+        it for `missing_topic_grace_s`. Time while the broker cannot be reached does not count: that is an
+        outage, retried like any other."""
+        client = self._client.client
+        if client.cluster.partitions_for_topic(topic) is not None:
+            return
+        if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+            raise Refused(topic, InvalidTopicError(f"{topic!r} is not a legal Kafka topic name"))
+        client.add_topic(topic)
+        backoff = Backoff(cap_s=1.0)
+        missing_since: float | None = None
+        while True:
+            answered = await client.force_metadata_update()
+            if client.cluster.partitions_for_topic(topic) is not None:
+                return
+            if topic in client.cluster.unauthorized_topics:
+                raise Refused(topic, TopicAuthorizationFailedError(topic))
+            if answered:
+                now = time.monotonic()
+                missing_since = missing_since if missing_since is not None else now
+                if now - missing_since >= self.missing_topic_grace_s:
+                    raise Refused(topic, UnknownTopicOrPartitionError(topic))
+            await backoff.sleep()
 
     async def send_transaction(
         self,
