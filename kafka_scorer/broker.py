@@ -191,19 +191,24 @@ class EmbeddedBroker(_BrokerProcess):
     name = "tansu"
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int | None = None, start_timeout_s: float = 20.0
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        start_timeout_s: float = 20.0,
+        advertised_port: int | None = None,
     ) -> None:
         super().__init__(host, port, start_timeout_s)
+        # Where metadata sends clients; another port when a proxy sits in front (the TLS/SASL tests).
+        self.advertised_port = advertised_port or self.port
 
     def command(self) -> list[str]:
-        url = f"tcp://{self.host}:{self.port}"
         return [
             tansu_binary(),
             "broker",
             "--listener-url",
-            url,
+            f"tcp://{self.host}:{self.port}",
             "--advertised-listener-url",
-            url,
+            f"tcp://{self.host}:{self.advertised_port}",
             "--storage-engine",
             "memory://tansu/",
         ]

@@ -7,9 +7,10 @@ start with the setting's name instead of deep inside aiokafka or torch.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DeliveryMode = Literal["at_least_once", "exactly_once"]
@@ -90,10 +91,14 @@ class Settings(EngineSettings):
     security_protocol: SecurityProtocol = Field("PLAINTEXT", description="Kafka security protocol.")
     sasl_mechanism: SaslMechanism | None = Field(None, description="SASL mechanism for SASL_* protocols.")
     sasl_username: str | None = Field(None, description="SASL user name.")
-    sasl_password: str | None = Field(None, description="SASL password.")
-    ssl_cafile: str | None = Field(None, description="CA bundle for SSL/SASL_SSL.")
-    ssl_certfile: str | None = Field(None, description="Client certificate for mutual TLS.")
-    ssl_keyfile: str | None = Field(None, description="Client key for mutual TLS.")
+    sasl_password: SecretStr | None = Field(
+        None, description="SASL password (never logged or shown: repr and errors print `**********`)."
+    )
+    ssl_cafile: str | None = Field(None, description="CA bundle for SSL/SASL_SSL (PEM file).")
+    ssl_certfile: str | None = Field(
+        None, description="Client certificate for mutual TLS (PEM file; may hold the key too)."
+    )
+    ssl_keyfile: str | None = Field(None, description="Client key for mutual TLS (PEM file).")
 
     max_batch_wait_ms: int = Field(5, ge=0, description="Longest a job waits for a batch to fill.")
     max_inflight_tokens: int = Field(
@@ -140,10 +145,25 @@ class Settings(EngineSettings):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
 
+    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _readable_file(cls, value: str | None) -> str | None:
+        """A TLS file that is missing or unreadable fails at start, not after the model has loaded."""
+        if not value:  # an empty variable (KAFKA_SCORER_SSL_CAFILE=) means unset
+            return None
+        if not os.path.exists(value):
+            raise ValueError(f"no such file {value!r}")
+        if not os.path.isfile(value):
+            raise ValueError(f"{value!r} is not a file")
+        if not os.access(value, os.R_OK):
+            raise ValueError(f"{value!r} is not readable (permission denied)")
+        return value
+
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:
         if not self.request_topics and not self.request_topic_pattern:
             raise ValueError("request_topics: give at least one topic or a request_topic_pattern")
+        self._check_security()
         if self.security_protocol.startswith("SASL") and not (
             self.sasl_mechanism and self.sasl_username and self.sasl_password
         ):
@@ -154,6 +174,26 @@ class Settings(EngineSettings):
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("heartbeat_interval_ms: must be below session_timeout_ms")
         return self
+
+    def _check_security(self) -> None:
+        """TLS and SASL settings that cannot work together; each message starts with the setting."""
+        protocol = self.security_protocol
+        if not protocol.endswith("SSL"):
+            given = [n for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if getattr(self, n)]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: set, but security_protocol={protocol} does not use TLS; "
+                    "set security_protocol to SSL or SASL_SSL, or unset them"
+                )
+        if not protocol.startswith("SASL"):
+            given = [n for n in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, n)]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: set, but security_protocol={protocol} does not use SASL; "
+                    "set security_protocol to SASL_PLAINTEXT or SASL_SSL, or unset them"
+                )
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ValueError("ssl_keyfile: given without ssl_certfile; mutual TLS needs the certificate too")
 
     def dead_letter_topic_for(self, request_topic: str) -> str:
         return self.dead_letter_topic or f"{request_topic}.DLT"

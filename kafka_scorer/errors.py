@@ -25,6 +25,16 @@ class UserFacingError(Exception):
     """Raised where the code already knows the one line a person should read (e.g. a missing topic)."""
 
 
+class SettingError(UserFacingError):
+    """A setting that passed validation but that the world refused: a CA the broker's certificate does
+    not chain to, a password the broker rejects. `setting` names it, for callers and tests; the
+    message is the one line to print, and never holds a secret."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 def setting_hint(field: str) -> str:
     """Where a setting comes from, in the words of the person who has to change it."""
     return f"--{field.replace('_', '-')} or KAFKA_SCORER_{field.upper()}"
@@ -63,12 +73,26 @@ def _explain_settings(exc: BaseException) -> str | None:
         if loc:
             field = str(loc[0])
             given = error.get("input")
-            shown = f"={given!r}" if not isinstance(given, dict) else ""
+            shown = f"={given!r}" if not isinstance(given, dict) and not _is_secret(field) else ""
             parts.append(f"setting {field}{shown}: {message} (set it with {setting_hint(field)})")
         else:
             # model-level checks already start with the field names they are about
             parts.append(f"setting {message}")
     return "; ".join(parts)
+
+
+def _is_secret(field: str) -> bool:
+    """Secret settings (a SecretStr, like sasl_password) never have their value echoed in an error."""
+    import typing
+
+    from pydantic import SecretStr
+
+    from kafka_scorer.config import Settings
+
+    info = Settings.model_fields.get(field)
+    if info is None:
+        return False
+    return info.annotation is SecretStr or SecretStr in typing.get_args(info.annotation)
 
 
 def _explain_kafka(exc: BaseException, bootstrap_servers: str | None) -> str | None:

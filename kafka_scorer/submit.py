@@ -205,7 +205,11 @@ async def submit_jobs(
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     from kafka_scorer.worker.connection import client_options
+    from kafka_scorer.worker.preflight import check_connection
 
+    # A refused TLS handshake or password is named here (SettingError); an unreachable broker is left
+    # to the producer's start below, which reports it as such.
+    await check_connection(settings)
     options = client_options(settings)
     async with contextlib.AsyncExitStack() as stack:
         # Each client is built only once the previous one started: aiokafka complains at exit about

@@ -18,8 +18,11 @@ import typing
 from pydantic import ValidationError
 
 from kafka_scorer.config import Settings
+from kafka_scorer.errors import EXIT_USER_ERROR
 
 log = logging.getLogger(__name__)
+
+_PROG = "kafka-scorer worker"
 
 
 def _flag(name: str) -> str:
@@ -70,13 +73,13 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args)
     except ValidationError as exc:
         print(describe_errors(exc), file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     if not settings.model:
         print(
             "invalid settings:\n  model (--model, KAFKA_SCORER_MODEL): required to run a worker",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USER_ERROR
     from kafka_scorer.worker.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
@@ -85,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def serve(settings: Settings) -> int:
     """Load the model, then run the worker until SIGTERM/SIGINT; a second signal exits at once."""
-    from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.worker.service import Worker
+    from kafka_scorer.errors import report
+    from kafka_scorer.worker.preflight import check_connection, wait_until_accepted
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -105,14 +108,27 @@ async def serve(settings: Settings) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        # TLS and SASL are proven before the model loads: a wrong CA or password is one line and
+        # exit 2 in a second, not minutes later, and never an endless "unreachable" retry.
+        reached = await check_connection(settings)
+    except Exception as exc:
+        return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
+    from kafka_scorer.engine.scorer import Scorer  # torch: seconds, so after the connection check
+    from kafka_scorer.worker.service import Worker
+
     log.info("loading model %s", settings.model)
     try:
         scorer = await asyncio.to_thread(Scorer.from_settings, settings)
     except Exception as exc:
-        from kafka_scorer.errors import report
-
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
-        return report(exc, prog="kafka-scorer worker")
+        return report(exc, prog=_PROG)
     if stop.is_set():
         return 0
+    if not reached:
+        try:
+            if not await wait_until_accepted(settings, stop):
+                return 0
+        except Exception as exc:
+            return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
     return await Worker(settings, scorer).run(stop)

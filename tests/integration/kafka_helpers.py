@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from pydantic import SecretStr
 
 from kafka_scorer.config import Settings
 from kafka_scorer.protocol import Result, decode_result
@@ -307,6 +308,8 @@ def settings_flags(settings: Settings) -> list[str]:
         if value == getattr(defaults, name, None):
             continue
         flag = "--" + name.replace("_", "-")
+        if isinstance(value, SecretStr):  # str() would give the mask, not the password
+            value = value.get_secret_value()
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, list):
