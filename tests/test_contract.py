@@ -1,0 +1,94 @@
+"""The published contract (docs/contract/) is what the code generates, and the Job schema accepts
+exactly the JSON documents the worker's decoder accepts — checked with an independent validator
+(jsonschema) on generated documents, valid and broken alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafka_scorer.contract import asyncapi, documents, json_schema
+from kafka_scorer.protocol import ErrorCode, Job, MessageDecodeError, Result, decode_job, encode_result
+
+CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "contract"
+
+_INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_SCALARS = st.one_of(st.none(), st.booleans(), _INT64, st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
+_TOKENS = st.lists(st.integers(min_value=0, max_value=1000), max_size=4)
+_FIELD_VALUES = {
+    "id": st.one_of(st.text(max_size=8), st.none(), _INT64),
+    "query": st.one_of(st.text(max_size=8), _TOKENS, _SCALARS),
+    "items": st.one_of(
+        st.lists(st.text(max_size=8), max_size=3), st.lists(_TOKENS, max_size=3), _SCALARS, st.lists(_SCALARS)
+    ),
+    "label_token_ids": st.one_of(_TOKENS, st.none(), st.lists(_SCALARS, max_size=2), _SCALARS),
+    "apply_softmax": st.one_of(st.booleans(), _SCALARS),
+    "item_first": st.one_of(st.booleans(), _SCALARS),
+    "return_pooled_hidden_states": st.booleans(),
+    "multi_item": st.one_of(st.booleans(), st.none(), _SCALARS),
+    "model": st.one_of(st.text(max_size=8), st.none(), _INT64),
+    "no_such_field": _SCALARS,
+}
+
+
+@st.composite
+def job_documents(draw: st.DrawFn) -> object:
+    """Mostly objects with a random subset of fields (some mistyped, some unknown), sometimes not an
+    object at all."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.one_of(_SCALARS, st.lists(_SCALARS, max_size=2)))
+    names = draw(st.sets(st.sampled_from(sorted(_FIELD_VALUES)), max_size=len(_FIELD_VALUES)))
+    if draw(st.booleans()):
+        names |= {"query", "items"}
+    return {name: draw(_FIELD_VALUES[name]) for name in sorted(names)}
+
+
+def _decodes(document: object) -> bool:
+    try:
+        decode_job(json.dumps(document).encode(), "application/json")
+    except MessageDecodeError as exc:
+        assert exc.code is ErrorCode.INVALID_REQUEST, exc  # well-formed JSON is never invalid_message
+        return False
+    return True
+
+
+def test_published_documents_are_current() -> None:
+    """Regenerate with `python -m kafka_scorer.contract docs/contract` after changing a wire struct."""
+    for name, text in documents().items():
+        path = CONTRACT / name
+        assert path.exists(), f"{path} missing: run python -m kafka_scorer.contract docs/contract"
+        assert path.read_text() == text, f"{path} is stale: run python -m kafka_scorer.contract docs/contract"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job_documents())
+def test_job_schema_accepts_exactly_what_the_worker_decodes(document: object) -> None:
+    validator = jsonschema.Draft202012Validator(json_schema(Job, "job"))
+    assert validator.is_valid(document) is _decodes(document), document
+
+
+def test_a_real_result_validates() -> None:
+    from kafka_scorer.protocol import ErrorInfo
+
+    ok = Result(id="a", scores=[[0.25, 0.75]], prompt_tokens=9, model="m", warnings=["w"])
+    failed = Result(id="b", scores=None, error=ErrorInfo(code=ErrorCode.TOO_LONG, message="long", item=1))
+    validator = jsonschema.Draft202012Validator(json_schema(Result, "result"))
+    for result in (ok, failed):
+        validator.validate(json.loads(encode_result(result, "json")))
+
+
+def test_asyncapi_document_is_well_formed() -> None:
+    doc = asyncapi()
+    assert doc["asyncapi"].startswith("3.")
+    for operation in doc["operations"].values():
+        channel = operation["channel"]["$ref"].removeprefix("#/channels/")
+        assert channel in doc["channels"]
+        for message in operation["messages"]:
+            name = message["$ref"].rsplit("/", 1)[-1]
+            assert name in doc["channels"][channel]["messages"]
+            assert name in doc["components"]["messages"]
+    jsonschema.Draft202012Validator.check_schema(doc["components"]["messages"]["job"]["payload"])
