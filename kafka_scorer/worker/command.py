@@ -56,16 +56,22 @@ def load_settings(args: argparse.Namespace) -> Settings:
 
 
 def describe_errors(exc: ValidationError) -> str:
-    """One line per problem, each starting with the setting's name (the flag and env var follow)."""
+    """One self-contained line per problem, each naming the setting (its flag and env var follow).
+
+    Input values are not repeated (a secret's would be the secret); messages that need the value,
+    like a missing file's path, carry it themselves.
+    """
     lines = []
     for error in exc.errors():
         name = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if name:
-            lines.append(f"  {name} ({_flag(name)}, KAFKA_SCORER_{name.upper()}): {message}")
-        else:
-            lines.append(f"  {message}")
-    return "invalid settings:\n" + "\n".join(lines)
+            lines.append(
+                f"{_PROG}: invalid setting {name} ({_flag(name)}, KAFKA_SCORER_{name.upper()}): {message}"
+            )
+        else:  # checks across settings start with the names they are about
+            lines.append(f"{_PROG}: invalid setting {message}")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     if not settings.model:
         print(
-            "invalid settings:\n  model (--model, KAFKA_SCORER_MODEL): required to run a worker",
+            f"{_PROG}: invalid setting model (--model, KAFKA_SCORER_MODEL): required to run a worker",
             file=sys.stderr,
         )
         return EXIT_USER_ERROR

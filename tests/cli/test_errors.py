@@ -126,3 +126,39 @@ def test_worker_with_a_missing_model_says_so_in_one_line(tmp_path) -> None:
     line = _one_line(done.stderr)
     assert line.startswith("kafka-scorer worker: error: model: cannot load config")
     assert "--model or KAFKA_SCORER_MODEL" in line
+
+
+def test_worker_with_a_missing_ca_file_says_so_before_the_model(tmp_path) -> None:
+    """Issue 12: this was a bare FileNotFoundError after the model loaded, naming neither the path nor
+    the setting, exit 1. The model path does not exist either: the CA file must be the line we get."""
+    missing_ca = tmp_path / "ca.pem"
+    done = run_cli(
+        "worker", "--model", str(tmp_path / "no-such-model"), "--metrics-port", "0",
+        "--security-protocol", "SSL", "--ssl-cafile", str(missing_ca),
+    )  # fmt: skip
+    assert done.returncode == errors.EXIT_USER_ERROR
+    line = _one_line(done.stderr)
+    assert "ssl_cafile (--ssl-cafile, KAFKA_SCORER_SSL_CAFILE)" in line
+    assert f"no such file '{missing_ca}'" in line
+    assert "model" not in line.replace("kafka-scorer", "")
+
+
+def test_submit_with_a_missing_ca_file_names_it(tmp_path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"query": [1], "items": [[2]], "label_token_ids": [3]}\n')
+    done = run_cli(
+        "submit", str(jobs), "--security-protocol", "SSL", "--ssl-cafile", str(tmp_path / "ca.pem")
+    )
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert "setting ssl_cafile=" in line and "no such file" in line and "--ssl-cafile" in line
+
+
+def test_a_secret_in_a_bad_setting_is_not_echoed(tmp_path) -> None:
+    """The submit client's settings errors repeat the value given, except for a secret's."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"query": [1], "items": [[2]], "label_token_ids": [3]}\n')
+    done = run_cli("submit", str(jobs), "--sasl-password", "hunter2-secret")  # SASL needs SASL_*
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert "sasl_password" in line and "hunter2-secret" not in line

@@ -70,3 +70,101 @@ def test_run_refuses_bad_settings_with_exit_code_2(capsys: pytest.CaptureFixture
 def test_run_requires_a_model(capsys: pytest.CaptureFixture[str]) -> None:
     assert command.run(_parse()) == 2
     assert "model (--model" in capsys.readouterr().err
+
+
+# ---- TLS and SASL: what can be checked before anything connects ---------------------------------------
+
+
+def test_missing_ssl_cafile_is_named_with_its_path_at_start(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    """Issue 12: a missing CA file was found only after the model loaded, as a bare FileNotFoundError
+    naming neither path nor setting (exit 1). Now it is one line before anything loads, exit 2."""
+    missing = tmp_path / "no-such-ca.pem"
+    args = _parse("--model", "m", "--security-protocol", "SSL", "--ssl-cafile", str(missing))
+    assert command.run(args) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert "ssl_cafile (--ssl-cafile, KAFKA_SCORER_SSL_CAFILE)" in lines[0]
+    assert f"no such file '{missing}'" in lines[0]
+
+
+@pytest.mark.parametrize("field", ["ssl_cafile", "ssl_certfile", "ssl_keyfile"])
+def test_tls_files_must_be_readable_files(field: str, tmp_path) -> None:
+    pem = tmp_path / "cert.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    others = {"--ssl-certfile": str(pem)} if field == "ssl_keyfile" else {}
+    flag = "--" + field.replace("_", "-")
+    base = ["--security-protocol", "SSL", *[p for kv in others.items() for p in kv]]
+    assert f"{field} (" in _error_text(*base, flag, str(tmp_path / "missing.pem"))
+    assert "is not a file" in _error_text(*base, flag, str(tmp_path))  # a directory
+    if os.geteuid() != 0:  # root reads anything
+        pem.chmod(0)
+        assert "not readable" in _error_text(*base, flag, str(pem))
+
+
+def test_an_empty_tls_file_variable_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_SCORER_SSL_CAFILE", "")
+    assert command.load_settings(_parse("--security-protocol", "SSL")).ssl_cafile is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "names", "fix"),
+    [
+        (("--ssl-cafile", "{pem}"), "ssl_cafile", "does not use TLS"),
+        (("--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "PLAIN", "--sasl-username", "u",
+          "--sasl-password", "p", "--ssl-certfile", "{pem}"), "ssl_certfile", "does not use TLS"),
+        (("--security-protocol", "SSL", "--sasl-username", "u"), "sasl_username", "does not use SASL"),
+        (("--security-protocol", "SSL", "--ssl-keyfile", "{pem}"), "ssl_keyfile", "without ssl_certfile"),
+    ],
+)  # fmt: skip
+def test_tls_and_sasl_settings_that_cannot_work_together(
+    argv: tuple[str, ...], names: str, fix: str, tmp_path
+) -> None:
+    pem = tmp_path / "x.pem"
+    pem.write_text("pem")
+    text = _error_text(*(a.format(pem=pem) for a in argv))
+    assert names in text and fix in text
+
+
+def test_sasl_password_never_shows_in_repr_errors_or_help(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from kafka_scorer import errors
+    from kafka_scorer.config import Settings
+
+    secret = "hunter2-do-not-print"
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        security_protocol="SASL_SSL",
+        sasl_mechanism="PLAIN",
+        sasl_username="u",
+        sasl_password=secret,
+    )
+    assert secret not in repr(settings) and secret not in str(settings)
+    assert secret not in settings.model_dump_json()
+    assert settings.sasl_password is not None and settings.sasl_password.get_secret_value() == secret
+    # a value that fails validation is not echoed either, by either error path
+    with pytest.raises(ValidationError) as bad:
+        Settings(_env_file=None, sasl_password=[secret])  # type: ignore[call-arg, arg-type]
+    line = errors.explain(bad.value)
+    assert line is not None and "sasl_password" in line and secret not in line
+    assert secret not in command.describe_errors(bad.value)
+    # --help shows no defaults taken from the environment
+    monkeypatch.setenv("KAFKA_SCORER_SASL_PASSWORD", secret)
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    assert secret not in parser.format_help()
+
+
+def test_sasl_password_reaches_the_client_unmasked() -> None:
+    from kafka_scorer.config import Settings
+    from kafka_scorer.worker.connection import client_options
+
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="u",
+        sasl_password="s3cret",
+    )
+    options = client_options(settings)
+    assert options["sasl_plain_password"] == "s3cret" and options["sasl_mechanism"] == "SCRAM-SHA-256"
