@@ -28,7 +28,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import SettingError
 from kafka_scorer.protocol import Job, Result
 from kafka_scorer.worker.connection import client_options
-from kafka_scorer.worker.preflight import check_connection
+from kafka_scorer.worker.preflight import check_connection, wait_until_accepted
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
     ROOT,
@@ -64,8 +64,8 @@ class Listener:
 
 
 @contextlib.contextmanager
-def _listener(material: TlsMaterial, config: ProxyConfig) -> Iterator[Listener]:
-    port = free_port()
+def _listener(material: TlsMaterial, config: ProxyConfig, port: int | None = None) -> Iterator[Listener]:
+    port = port or free_port()
     with EmbeddedBroker(advertised_port=port) as broker, TlsProxy(config, port, broker.port) as proxy:
         yield Listener(proxy, material)
 
@@ -293,3 +293,28 @@ async def test_start_up_check_names_the_setting(
     line = str(refused.value)
     assert words in line and "\n" not in line
     assert PASSWORD not in line and WRONG not in line
+
+
+async def test_a_cluster_down_at_start_is_waited_for_and_then_its_refusal_named(
+    material: TlsMaterial,
+) -> None:
+    """A broker unreachable at start is an outage (retried), but once it answers, a wrong CA stops
+    the wait with the setting's name instead of an endless reconnect loop."""
+    port = free_port()
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        bootstrap_servers=f"127.0.0.1:{port}",
+        **_security("tls", material, ssl_cafile=str(material.other_ca)),
+    )
+    stop = asyncio.Event()
+    waiting = asyncio.create_task(wait_until_accepted(settings, stop))
+    await asyncio.sleep(1.0)
+    assert not waiting.done()  # nothing listens yet: still retrying
+    with _listener(material, ProxyConfig(material.server), port=port), pytest.raises(SettingError) as refused:
+        await asyncio.wait_for(waiting, 15)
+    assert refused.value.setting == "ssl_cafile"
+    # and a stop request ends a wait for a cluster that never comes
+    waiting = asyncio.create_task(wait_until_accepted(settings, stop))
+    await asyncio.sleep(0.3)
+    stop.set()
+    assert await asyncio.wait_for(waiting, 5) is False
