@@ -107,6 +107,8 @@ _JSON_JOB_DECODER = msgspec.json.Decoder(Job)
 _MSGPACK_JOB_DECODER = msgspec.msgpack.Decoder(Job)
 _JSON_ID_DECODER = msgspec.json.Decoder(_IdOnly)
 _MSGPACK_ID_DECODER = msgspec.msgpack.Decoder(_IdOnly)
+_JSON_UNTYPED_DECODER = msgspec.json.Decoder(float_hook=str)
+_MSGPACK_UNTYPED_DECODER = msgspec.msgpack.Decoder()
 _JSON_ENCODER = msgspec.json.Encoder()
 _MSGPACK_ENCODER = msgspec.msgpack.Encoder()
 
@@ -162,13 +164,12 @@ def _malformation(value: bytes, fmt: WireFormat) -> str | None:
     """Why `value` is not a well-formed document of its format, or None when it is one.
 
     Runs only for records that already failed the schema, so the cost of an untyped decode is paid by
-    bad jobs alone. A `ValidationError` here (a number out of float range, a bad timestamp extension)
-    still means the syntax was read to the end: well-formed.
+    bad jobs alone. The decode must read to the end to prove anything, so nothing may stop it early:
+    JSON floats are kept as text (`1e400` is valid JSON, only out of a float's range). What still
+    fails is undecodable here, a MessagePack timestamp of an invalid length among them.
     """
     try:
-        (msgspec.json.decode if fmt == "json" else msgspec.msgpack.decode)(value)
-    except msgspec.ValidationError:
-        return None
+        (_JSON_UNTYPED_DECODER if fmt == "json" else _MSGPACK_UNTYPED_DECODER).decode(value)
     except Exception as exc:
         return _describe(exc)
     return None

@@ -6,10 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# `pytest --hypothesis-profile=long ...`: property tests that keep CI short run thousands of examples.
+settings.register_profile("long", max_examples=5000, deadline=None)
 
 
 class TinyModels:

@@ -3,7 +3,10 @@ jobs after them are scored normally, and the worker stays up."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import struct
+import time
 from collections import Counter
 
 import msgspec
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.integration
 JSON = [("content-type", b"application/json")]
 
 
-def _job(job_id: str, **fields) -> bytes:
+def _job(job_id: str | None, **fields) -> bytes:
     base = {"query": [5, 6, 7], "items": [[8, 9]], "label_token_ids": [1, 2]}
     return msgspec.json.encode({"id": job_id, **base, **fields})
 
@@ -144,3 +147,142 @@ def test_job_fixture_is_valid() -> None:
         id="x", query=[5, 6, 7], items=[[8, 9]], label_token_ids=[1, 2]
     )
     assert encode_job(Job(query="q", items=[]))
+
+
+# ---- issue 12: records that used to stop the worker, and head-of-line stalls ----------------------
+
+MSGPACK = [("content-type", b"application/msgpack")]
+
+
+def _keyed(records) -> dict[bytes, list]:
+    """Replies by the request's key (the worker answers with the request's key, SPEC §3)."""
+    out: dict[bytes, list] = {}
+    for r in records:
+        out.setdefault(r.key, []).append(decode_replies([r])[0])
+    return out
+
+
+async def test_records_that_used_to_be_fatal_get_typed_answers_between_valid_jobs(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    stream = await mixed_stream(
+        kafka, 16, seed=12, model_name=causal_scorer.model_name, prefix="mid", partitions=2, dead_letters=True
+    )
+    requests = stream.requests
+    deep = b"[" * 10_000 + b"]" * 10_000
+    # (record, expected code, dead-lettered?); keys name them, replies come back under the same key
+    hostile = [
+        (Out(requests, b"\x81\xa5query\xa2\xff\xfe", b"h-utf8-msgpack"), "invalid_message", True),
+        (Out(requests, b'{"query": "\xff\xfe", "items": []}', b"h-utf8-json", JSON), "invalid_message", True),
+        (Out(requests, b'{"id": "d", "x": ' + deep + b"}", b"h-deep"), "invalid_message", True),
+        (Out(requests, b"12 garbage", b"h-garbage", JSON), "invalid_message", True),
+        (Out(requests, _job("json-as-mp"), b"h-json-as-msgpack", MSGPACK), "invalid_message", True),
+        (
+            Out(requests, bytes.fromhex("05c1d9ffee00aa"), b"h-random-msgpack", MSGPACK),
+            "invalid_message",
+            True,
+        ),
+        (
+            Out(requests, _job("big-corr"), b"h-big-corr", [("correlation_id", b"c" * (1 << 20))]),
+            "invalid_request",
+            False,
+        ),
+        (Out(requests, _job("labels", label_token_ids=list(range(300))), b"h-labels"), "too_long", False),
+    ]
+    # Odd headers on a valid job: it is scored, its binary correlation id becomes its hex id.
+    odd_headers = [("correlation_id", b"\xff\x01"), ("correlation_id", b"second"), ("reply_topic", b"\xfe")]
+    odd = Out(requests, _job(None), b"h-odd-headers", odd_headers)
+    valid = stream.records
+    mixed: list[Out] = []
+    for i, record in enumerate(valid):
+        mixed.append(record)
+        if i < len(hostile):
+            hostile[i][0].partition = record.partition
+            mixed.append(hostile[i][0])
+    odd.partition = 1
+    mixed.append(odd)
+    total = len(mixed)
+
+    settings = stream.settings(causal_model)
+    async with InProcessWorker(settings, causal_scorer) as worker:
+        await produce(kafka.bootstrap, mixed, max_request_size=4 << 20)
+        got = await stream.read_replies(total, timeout_s=60, settle_s=0.3)
+        dead = await read_topic(
+            kafka.bootstrap, stream.dead_letters, lambda rs: len(rs) >= 6, timeout_s=15, settle_s=0.3
+        )
+        committed, ends = await stream.wait_for_commits(total)
+        assert worker.running, "no record may stop the worker"
+        assert await worker.stop() == 0
+
+    by_key = _keyed(got)
+    assert sum(len(v) for v in by_key.values()) == total
+    for record, code, _ in hostile:
+        (result,) = by_key[record.key]
+        assert result.error is not None and result.error.code == ErrorCode(code), (record.key, result.error)
+    big = by_key[b"h-big-corr"][0]
+    assert big.id == "big-corr" and "max_header_bytes" in big.error.message
+    assert all(name != "correlation_id" for r in got if r.key == b"h-big-corr" for name, _ in r.headers)
+    (odd_result,) = by_key[b"h-odd-headers"]
+    assert odd_result.error is None and odd_result.id == "ff01"
+    assert sorted(d.key for d in dead) == sorted(r.key for r, _, dlt in hostile if dlt)
+    assert all(d.value == next(r.value for r, *_ in hostile if r.key == d.key) for d in dead)
+    assert_answers(
+        [r for k, rs in by_key.items() if k.startswith(b"key-") for r in rs], stream.sent, causal_reference
+    )
+    assert committed == ends
+
+
+async def test_a_huge_record_on_one_partition_does_not_hold_up_small_jobs_on_another(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    """A 7 MiB text and a 7 MiB, 1,024-item job (each item short enough to be tokenized, so its prepare
+    takes seconds) sit on partition 0; small jobs on partition 1 are answered while they are prepared."""
+    stream = await mixed_stream(
+        kafka, 6, seed=5, model_name=causal_scorer.model_name, prefix="s", partitions=2
+    )
+    requests = stream.requests
+    words = " ".join(["capital", "California", "rivers", "mountains", "fox"] * 1500)  # ~37 KB
+    huge_text = _job("huge-text", query="q", items=[(words * 200)[: 7 << 20]])
+    chunk = words[:7200]
+    many_items = _job("many-items", query=chunk, items=[chunk] * 1024)  # every pair over the limit
+    assert len(huge_text) > 7 << 20 and len(many_items) > 7 << 20
+    small = [dataclasses.replace(r, partition=1) for r in stream.records]
+    warm = Out(requests, _job("warm"), b"warm", partition=1)
+
+    async with InProcessWorker(stream.settings(causal_model), causal_scorer) as worker:
+        await produce(kafka.bootstrap, [warm])
+        await stream.read_replies(1, timeout_s=30)
+        await produce(
+            kafka.bootstrap,
+            [
+                Out(requests, huge_text, b"huge-text", partition=0),
+                Out(requests, many_items, b"many", partition=0),
+            ],
+            max_request_size=16 << 20,
+        )
+        deadline = time.monotonic() + 30
+        while worker.worker.inflight_jobs == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # the big records have been fetched and are being prepared
+        started = time.monotonic()
+        await produce(kafka.bootstrap, small)
+        got = await read_topic(
+            kafka.bootstrap,
+            stream.replies,
+            lambda rs: {r.key for r in rs} >= {s.key for s in small},
+            timeout_s=30,
+        )
+        small_latency = time.monotonic() - started
+        got = await stream.read_replies(len(small) + 3, timeout_s=60)
+        assert worker.running
+        assert await worker.stop() == 0
+
+    by_key = _keyed(got)
+    for key in (b"huge-text", b"many"):
+        (result,) = by_key[key]
+        assert result.error is not None and result.error.code is ErrorCode.TOO_LONG, result.error
+    stamps = {r.key: r.timestamp for r in got}
+    assert max(stamps[s.key] for s in small) <= stamps[b"many"], "small jobs waited for the big prepare"
+    assert small_latency < 3.0, f"small jobs answered {small_latency:.2f}s after they were produced"
+    assert_answers(
+        [r for k, rs in by_key.items() if k.startswith(b"key-") for r in rs], stream.sent, causal_reference
+    )
