@@ -50,6 +50,11 @@ class EngineSettings(BaseSettings):
     max_pair_tokens: int = Field(
         0, ge=0, description="Longest allowed pair (or packed MIS sequence); 0: the model's context length."
     )
+    truncate: bool = Field(
+        False,
+        description="Default of a job's `truncate`: cut an item too long for the pair limit from its end "
+        "(listed in `truncated_items`) instead of answering `too_long`.",
+    )
     max_labels_per_job: int = Field(
         256,
         gt=0,

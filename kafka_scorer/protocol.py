@@ -56,6 +56,8 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     return_pooled_hidden_states: bool = False
     multi_item: bool | None = None
     model: str | None = None
+    truncate: bool | None = None
+    """SPEC §8: cut an item too long for the pair limit from its end; null: the worker's `truncate`."""
 
 
 class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -72,6 +74,8 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     pooled_hidden_states: Tensor | None = None
     error: ErrorInfo | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
+    truncated_items: list[int] = msgspec.field(default_factory=list)
+    """SPEC §8: indices of the items cut to fit the pair limit (omitted when empty)."""
 
     @property
     def ok(self) -> bool:

@@ -3,7 +3,9 @@
 The batch is one flat token stream. `AttentionLayout` (built on the CPU by `engine/batch.py`, once per
 batch) says where each sequence starts, how long its shared prefix (the query) is and how long each
 item after it is. Rule (SPEC §5): a prefix token sees the prefix causally; an item token sees the whole
-prefix and the earlier tokens of its own item. A plain pair is a sequence with no items.
+prefix and the earlier tokens of its own item. A plain pair is a sequence with no items. An encoder's
+layout (`causal=False`, SPEC §8) has plain pairs only, and each pair's tokens see all of that pair's
+tokens, and nothing of any other pair: block-diagonal bidirectional attention over the flat stream.
 
 The function is registered in transformers' attention registry, so HF decoder layers call it with
 RoPE already applied; it reads the layout from the forward's kwargs, never from `input_ids`.
@@ -53,6 +55,8 @@ class AttentionLayout:
     backend: str = "dense"
     sliding_window: int | None = None
     """The model's window, for layers whose call does not name their own (see `scorer_attention`)."""
+    causal: bool = True
+    """False for encoders: plain pairs only, each token sees its whole pair (a window is then |i - j|)."""
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
     @property
@@ -85,15 +89,22 @@ def segment_ids(prefix_len: int, item_lens: tuple[int, ...]) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def sequence_mask(prefix_len: int, item_lens: tuple[int, ...], window: int | None = None) -> torch.Tensor:
-    """Boolean [L, L] mask (True = may attend) of one sequence, SPEC §5."""
+def sequence_mask(
+    prefix_len: int, item_lens: tuple[int, ...], window: int | None = None, causal: bool = True
+) -> torch.Tensor:
+    """Boolean [L, L] mask (True = may attend) of one sequence, SPEC §5 (causal) or §8 (bidirectional)."""
     seg = segment_ids(prefix_len, item_lens)
     length = seg.numel()
     idx = torch.arange(length)
-    allowed = idx[None, :] <= idx[:, None]
-    allowed &= (seg[None, :] == 0) | (seg[None, :] == seg[:, None])
+    distance = idx[:, None] - idx[None, :]
+    if causal:
+        allowed = distance >= 0
+        allowed &= (seg[None, :] == 0) | (seg[None, :] == seg[:, None])
+    else:
+        allowed = torch.ones(length, length, dtype=torch.bool)
+        distance = distance.abs()
     if window is not None and not item_lens:
-        allowed &= (idx[:, None] - idx[None, :]) < window
+        allowed &= distance < window
     return allowed
 
 
@@ -118,7 +129,7 @@ def dense_attention(
             if plain:
                 masks.append(None)
             else:
-                masks.append(sequence_mask(prefix, items, window).to(layout.device))
+                masks.append(sequence_mask(prefix, items, window, layout.causal).to(layout.device))
         return masks
 
     masks = layout.cached(f"dense_masks:{window}", build_masks)
@@ -128,7 +139,8 @@ def dense_attention(
         end = start + length
         if softcap is not None:
             if mask is None:
-                mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril_()
+                mask = torch.ones(length, length, dtype=torch.bool, device=q.device)
+                mask = mask.tril_() if layout.causal else mask
             out = _capped_attention(
                 q[None, :, start:end], k[None, :, start:end], v[None, :, start:end], mask, scale, softcap
             )
@@ -140,7 +152,7 @@ def dense_attention(
                 k[:, start:end],
                 v[:, start:end],
                 attn_mask=mask,
-                is_causal=mask is None,
+                is_causal=mask is None and layout.causal,
                 scale=scale,
                 enable_gqa=gqa,
             )
@@ -183,9 +195,10 @@ def _capped_attention(
 class _CascadeIndex:
     """Gather/scatter indices of the cascade backend, built once per batch on the CPU."""
 
-    prefix_groups: list[tuple[torch.Tensor, torch.Tensor]]
-    """(gather index [S, Lmax], [2, valid] rows of the padded output and their flat positions) per group
-    of similar-length prefixes."""
+    prefix_groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+    """(gather index [S, Lmax], [2, valid] rows of the padded output and their flat positions, key mask
+    [S, 1, 1, Lmax] or None) per group of similar-length prefixes. The key mask hides the right padding
+    from bidirectional (encoder) sequences of unequal length; a causal prefix never sees its padding."""
     mis: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
     """Per MIS sequence: prefix start, prefix length, item gather index [n, I], item key mask
     [n, I, I], valid-row selector [n*I] and the valid rows' flat positions."""
@@ -195,7 +208,10 @@ class _CascadeIndex:
             return tensor.to(device, non_blocking=True)
 
         return _CascadeIndex(
-            prefix_groups=[(move(gather), move(rows)) for gather, rows in self.prefix_groups],
+            prefix_groups=[
+                (move(gather), move(rows), None if keys is None else move(keys))
+                for gather, rows, keys in self.prefix_groups
+            ],
             mis=[(start, prefix, *map(move, tensors)) for start, prefix, *tensors in self.mis],  # type: ignore[misc]
         )
 
@@ -228,7 +244,11 @@ def _cascade_host_index(layout: AttentionLayout) -> _CascadeIndex:
         flat_valid = torch.cat(
             [row * longest + torch.arange(length) for row, (_, length) in enumerate(group)]
         )
-        prefix_groups.append((pin(gather), pin(torch.stack([flat_valid, valid]))))
+        keys = None
+        if not layout.causal and group[-1][1] != longest:
+            lengths = torch.tensor([length for _, length in group])
+            keys = pin((offsets[None, :] < lengths[:, None])[:, None, None, :])
+        prefix_groups.append((pin(gather), pin(torch.stack([flat_valid, valid])), keys))
     mis = []
     for start, prefix, items in zip(layout.seq_starts, layout.prefix_lens, layout.item_lens):
         if not items or max(items) == 0:
@@ -282,6 +302,8 @@ def cascade_attention(
     """
     if window is not None and max(layout.seq_lens) > window:
         return dense_attention(q, k, v, layout, scale, softcap, window)
+    if softcap is not None and not layout.causal:
+        return dense_attention(q, k, v, layout, scale, softcap, window)
     index = layout.cached("cascade_index", lambda: _host_index(layout, "cascade").to(layout.device))
     assert isinstance(index, _CascadeIndex)
     heads, _, dim = q.shape
@@ -289,13 +311,13 @@ def cascade_attention(
     groups = heads // kv_heads
     out = torch.empty_like(q)
 
-    for gather, (flat_valid, positions) in index.prefix_groups:
+    for gather, (flat_valid, positions), keys in index.prefix_groups:
         qp = q[:, gather].transpose(0, 1)  # [S, H, L, d]
         kp = k[:, gather].transpose(0, 1)
         vp = v[:, gather].transpose(0, 1)
         if softcap is None:
             op = F.scaled_dot_product_attention(
-                qp, kp, vp, is_causal=True, scale=scale, enable_gqa=groups > 1
+                qp, kp, vp, attn_mask=keys, is_causal=layout.causal, scale=scale, enable_gqa=groups > 1
             )
         else:
             length = gather.shape[1]
@@ -378,8 +400,12 @@ def _flex_block_mask(layout: AttentionLayout) -> object:
         same_item = (seg[kv_idx] == 0) | (seg[kv_idx] == seg[q_idx])
         return (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx) & same_item
 
+    def bidirectional(batch, head, q_idx, kv_idx):
+        return doc[q_idx] == doc[kv_idx]
+
     total = layout.total_tokens
-    return create_block_mask(allowed, None, None, total, total, device=layout.device)
+    rule = allowed if layout.causal else bidirectional
+    return create_block_mask(rule, None, None, total, total, device=layout.device)
 
 
 def _flex_host_index(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,10 @@
 Layout of the stream, sequence after sequence, no padding:
 - a packed (MIS) sequence: `query | item 0 | item 1 | ...`; jobs whose query token ids are identical
   share one sequence (their items are concatenated job after job, and split back by row ranges);
-- a plain pair: `query + item` (or `item + query`) as a sequence with no items.
+- a plain pair: `query + item` (or `item + query`) as a sequence with no items;
+- an encoder pair (SPEC §8): the tokenizer's pair encoding, with its token type ids and the family's
+  position ids, scored at its first token (or pooled over all its tokens); attention is bidirectional
+  inside the pair.
 Every index the forward needs — where sequences start, their prefix and item lengths, the flat
 position of each item's scoring token — is computed here from lengths known at tokenization time,
 so nothing on the device scans `input_ids` or syncs to find a boundary.
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kafka_scorer.engine.attention import AttentionLayout
+from kafka_scorer.engine.encoders import EncoderSpec
 from kafka_scorer.engine.inputs import PreparedJob
 
 
@@ -40,6 +44,10 @@ class ForwardBatch:
     """[R] True for rows of jobs with apply_softmax."""
     hidden_rows: torch.Tensor
     """Rows whose pooled hidden states are returned (only jobs that asked)."""
+    token_types: torch.Tensor | None = None
+    """[T] token type ids of encoder pairs whose tokenizer gives them (BERT); None otherwise."""
+    token_rows: torch.Tensor | None = None
+    """[T] the row (pair) of each token, for encoders that pool by the mean of the pair's tokens."""
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +67,8 @@ class _Sequence:
     prefix: list[int]
     members: list[tuple[int, list[list[int]]]]
     """(job index, that job's items) in the order they are laid out after the prefix."""
+    types: list[int] | None = None
+    """Token type ids of an encoder pair (the whole sequence)."""
 
 
 def _group_sequences(jobs: Sequence[PreparedJob]) -> list[_Sequence]:
@@ -72,7 +82,11 @@ def _group_sequences(jobs: Sequence[PreparedJob]) -> list[_Sequence]:
                 sequences.append(seq)
             seq.members.append((index, job.items))
         else:
-            sequences.extend(_Sequence(prefix=pair, members=[(index, [])]) for pair in job.items)
+            types = job.token_types or [None] * len(job.items)
+            sequences.extend(
+                _Sequence(prefix=pair, members=[(index, [])], types=pair_types)
+                for pair, pair_types in zip(job.items, types)
+            )
     return sequences
 
 
@@ -82,8 +96,10 @@ def build_forward_batch(
     device: torch.device,
     attention_backend: str = "dense",
     sliding_window: int | None = None,
+    encoder: EncoderSpec | None = None,
 ) -> ForwardBatch:
     ids: list[int] = []
+    types: list[int] = []
     positions: list[int] = []
     seq_starts: list[int] = []
     seq_lens: list[int] = []
@@ -95,7 +111,11 @@ def build_forward_batch(
         start = len(ids)
         prefix_len = len(seq.prefix)
         ids.extend(seq.prefix)
-        positions.extend(range(prefix_len))
+        if encoder is not None:
+            positions.extend(encoder.position_ids(seq.prefix))
+            types.extend(seq.types or ())
+        else:
+            positions.extend(range(prefix_len))
         lens: list[int] = []
         for job_index, items in seq.members:
             for item in items:
@@ -105,7 +125,8 @@ def build_forward_batch(
                 # An empty item scores at the query's last token, exactly like the pair `query + ""`.
                 scoring[job_index].append(len(ids) - 1 if item else start + prefix_len - 1)
             if not items:
-                scoring[job_index].append(start + prefix_len - 1)
+                # Decoders score a pair at its last token, encoders at their first ([CLS] / <s>).
+                scoring[job_index].append(start if encoder is not None else start + prefix_len - 1)
         seq_starts.append(start)
         seq_lens.append(len(ids) - start)
         prefix_lens.append(prefix_len)
@@ -149,6 +170,7 @@ def build_forward_batch(
         device=device,
         backend=attention_backend,
         sliding_window=sliding_window,
+        causal=encoder is None,
     )
     layout.prepare_on_host()
     return ForwardBatch(
@@ -162,4 +184,12 @@ def build_forward_batch(
         label_mask=host(label_mask, torch.bool, rows, max_labels),
         softmax_rows=host(softmax_rows, torch.bool),
         hidden_rows=host(hidden_rows, torch.long),
+        token_types=host(types, torch.long) if encoder is not None and encoder.takes_token_types else None,
+        token_rows=_token_rows(seq_lens, host) if encoder is not None and encoder.mean_pooling else None,
     )
+
+
+def _token_rows(seq_lens: list[int], host) -> torch.Tensor:
+    """Encoder batches hold one pair per sequence, in row order, so sequence i is row i."""
+    rows = torch.repeat_interleave(torch.arange(len(seq_lens)), torch.tensor(seq_lens, dtype=torch.long))
+    return host(rows.tolist(), torch.long)

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from kafka_scorer.engine.model import LoadedModel, ModelKind
 from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
 
 LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
+_TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
 
 
 @dataclass
@@ -30,6 +33,10 @@ class PreparedJob:
     label_ids: list[int]
     num_tokens: int
     warnings: list[str] = field(default_factory=list)
+    token_types: list[list[int]] | None = None
+    """Token type ids of each pair, for encoders whose tokenizer gives them (BERT); None otherwise."""
+    truncated_items: list[int] = field(default_factory=list)
+    """Items cut to fit the pair limit (SPEC §8 `truncate`)."""
 
     @property
     def num_items(self) -> int:
@@ -53,6 +60,8 @@ class InputLimits:
     max_items_per_job: int
     max_pair_tokens: int
     """Longest pair or packed sequence (already resolved against the model's context length)."""
+    truncate: bool = False
+    """What a job's `truncate: null` means (the worker's `truncate` setting)."""
     max_labels_per_job: int = 256
 
 
@@ -121,7 +130,12 @@ class JobPreparer:
         if not job.items:
             return Result(id=job_id, scores=[], prompt_tokens=0, model=model.name, warnings=warnings)
 
+        truncate = self.limits.truncate if job.truncate is None else job.truncate
+        job, precut = self._cut_overlong(job) if truncate else (job, set())
         query, items = self._tokenize(job)
+        if model.encoder is not None:
+            return self._prepare_encoder(job, job_id, query, items, truncate, precut, warnings)
+        items, truncated = self._fit_items(job, query, items, truncate, precut)
         packed = self._decide_packing(job, query, items)
         if packed:
             pair_lens = [len(query) + len(item) for item in items]
@@ -137,7 +151,8 @@ class JobPreparer:
             if length > self.limits.max_pair_tokens:
                 raise InputError(
                     ErrorCode.TOO_LONG,
-                    f"item {index}: the pair has {length} tokens; the limit is {self.limits.max_pair_tokens}",
+                    f"item {index}: the pair has {length} tokens; the limit is {self.limits.max_pair_tokens}"
+                    + _TRUNCATE_HINT * (not truncate),
                     item=index,
                 )
         num_tokens = len(query) + sum(len(item) for item in items)
@@ -150,6 +165,101 @@ class JobPreparer:
             label_ids=label_ids,
             num_tokens=num_tokens,
             warnings=warnings,
+            truncated_items=truncated,
+        )
+
+    def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
+        """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
+        bound before tokenizing instead of being rejected; the token-level cut then finishes the job."""
+        bound = self.max_text_chars
+        cut, items = set(), list(job.items)
+        for index, item in enumerate(items):
+            limit = bound if isinstance(item, str) else self.limits.max_pair_tokens
+            if len(item) > limit:
+                items[index] = item[:limit]
+                cut.add(index)
+        return (msgspec.structs.replace(job, items=items), cut) if cut else (job, cut)
+
+    def _fit_items(
+        self, job: Job, query: list[int], items: list[list[int]], truncate: bool, precut: set[int]
+    ) -> tuple[list[list[int]], list[int]]:
+        """SPEC §8: an item whose pair is over the limit loses tokens from its end, never the query's.
+
+        A leading text item (`item_first`) carries the tokenizer's special tokens; any it has at its end
+        are kept, so only the item's own text is cut.
+        """
+        if not truncate:
+            return items, []
+        room = self.limits.max_pair_tokens - len(query)
+        special = set(getattr(self.model.tokenizer, "all_special_ids", ()) or ())
+        keep_tail = job.item_first and isinstance(job.query, str)
+        fitted, cut = [], []
+        for index, item in enumerate(items):
+            if len(item) > room >= 0:
+                tail = 0
+                while keep_tail and tail < len(item) and item[len(item) - 1 - tail] in special:
+                    tail += 1
+                item = item[: max(0, room - tail)] + item[len(item) - tail :]
+            if len(item) < len(items[index]) or index in precut:
+                cut.append(index)
+            fitted.append(item)
+        return fitted, cut
+
+    def _prepare_encoder(
+        self,
+        job: Job,
+        job_id: str,
+        query: list[int],
+        items: list[list[int]],
+        truncate: bool,
+        precut: set[int],
+        warnings: list[str],
+    ) -> PreparedJob:
+        """SPEC §8: one pair per item in the tokenizer's own pair encoding; never packed."""
+        encoder = self.model.encoder
+        assert encoder is not None
+        if job.multi_item is True:
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                f"multi_item: true, but this model is an encoder: {self.model.mis_block_reason}",
+            )
+        template = encoder.template
+        if template is None:
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                "this cross-encoder was loaded without a tokenizer, so its pair encoding (special tokens) "
+                "is unknown; serve a checkpoint directory that includes the tokenizer files",
+            )
+        limit = self.limits.max_pair_tokens
+        room = limit - len(query) - template.num_special
+        pairs, types, cut = [], [], []
+        for index, item in enumerate(items):
+            if truncate and len(item) > room >= 0:
+                item = item[:room]
+                cut.append(index)
+            elif index in precut:
+                cut.append(index)
+            ids, pair_types = template.join(item, query) if job.item_first else template.join(query, item)
+            if len(ids) > limit:
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"item {index}: the pair has {len(ids)} tokens; the limit is {limit}"
+                    + (_TRUNCATE_HINT if not truncate else " (the query alone leaves no room for the item)"),
+                    item=index,
+                )
+            pairs.append(ids)
+            types.append(pair_types)
+        return PreparedJob(
+            job_id=job_id,
+            job=job,
+            query=[],
+            items=pairs,
+            packed=False,
+            label_ids=[],
+            num_tokens=sum(len(pair) for pair in pairs),
+            warnings=warnings,
+            token_types=types if template.types is not None else None,
+            truncated_items=cut,
         )
 
     def _label_ids(self, job: Job) -> list[int]:
@@ -197,9 +307,11 @@ class JobPreparer:
             raise InputError(
                 ErrorCode.UNSUPPORTED, "text inputs need a tokenizer; this model has none: send token ids"
             )
-        query_leads = not job.item_first
+        # An encoder's pair template adds its special tokens when the pair is joined (SPEC §8).
+        query_leads = not job.item_first and self.model.encoder is None
+        item_leads = job.item_first and self.model.encoder is None
         query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]  # type: ignore[operator]
-        items = tokenizer(list(job.items), add_special_tokens=not query_leads)["input_ids"]  # type: ignore[operator]
+        items = tokenizer(list(job.items), add_special_tokens=item_leads)["input_ids"]  # type: ignore[operator]
         return list(query), [list(item) for item in items]
 
     def _check_lengths(self, job: Job, text: bool) -> None:

@@ -1,9 +1,11 @@
 """Loading a checkpoint and deciding what it can do.
 
 The model kind comes from the config's `architectures`, never from the checkpoint's name: a reranker
-called "...-Reranker" may be a CausalLM or a classifier. The HF model is loaded unchanged; only its
-attention function is swapped for ours (registered in transformers' attention registry), so any
-decoder whose attention goes through that registry gets packing and MIS without a model rewrite.
+called "...-Reranker" may be a CausalLM or a classifier; a classifier whose `model_type` is an encoder
+family (BERT, RoBERTa, ...) is a cross-encoder with bidirectional attention (`engine/encoders.py`).
+The HF model is loaded unchanged; only its attention function is swapped for ours (registered in
+transformers' attention registry), so any decoder whose attention goes through that registry gets
+packing and MIS without a model rewrite, and any encoder gets varlen pairs without padding.
 """
 
 from __future__ import annotations
@@ -17,11 +19,19 @@ import torch
 from torch import nn
 
 from kafka_scorer.engine.attention import ATTENTION_IMPLEMENTATION, register_attention
+from kafka_scorer.engine.encoders import (
+    EncoderHead,
+    EncoderSetupError,
+    EncoderSpec,
+    encoder_family,
+    encoder_spec,
+)
 
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _CLASSIFICATION_HEAD_NAMES = ("score", "classifier", "v_head")
+_ENCODER_MIS_REASON = "bidirectional attention would let the query and every item see each other"
 
 
 class ModelKind(str, enum.Enum):
@@ -54,6 +64,8 @@ class LoadedModel:
     final_logit_softcap: float | None = None
     """Gemma 2's `cap · tanh(logit / cap)` on LM-head logits; CausalLM only, since transformers' score
     heads (e.g. Gemma2ForSequenceClassification) do not apply it."""
+    encoder: EncoderSpec | None = None
+    """Set for encoder cross-encoders (bidirectional, first-token or mean pooling); None for decoders."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -147,6 +159,10 @@ def load_model(
         )
         raise ModelLoadError(f"model: cannot load config of {model_path!r}{hint}: {exc}") from exc
     kind = detect_kind(getattr(config, "architectures", None))
+    try:
+        family = encoder_family(config) if kind is ModelKind.CLASSIFICATION else None
+    except EncoderSetupError as exc:
+        raise ModelLoadError(f"model: {exc}") from exc
     auto = AutoModelForCausalLM if kind is ModelKind.CAUSAL_LM else AutoModelForSequenceClassification
     try:
         model = auto.from_pretrained(
@@ -180,6 +196,21 @@ def load_model(
     else:
         head = _classification_head(model)
         output_vocab = int(config.vocab_size)
+    encoder = None
+    if family is not None:
+        try:
+            encoder = encoder_spec(family, config, model, tokenizer)
+            head = EncoderHead(family, model)
+        except EncoderSetupError as exc:
+            raise ModelLoadError(f"model: {exc}") from exc
+        log.info(
+            "%s: %s cross-encoder; pairs in one varlen forward with block-diagonal bidirectional attention, "
+            "%s pooling, at most %d tokens per pair",
+            model_path,
+            family,
+            "mean" if encoder.mean_pooling else "first-token",
+            encoder.max_positions,
+        )
     return LoadedModel(
         name=served_name or model_path,
         kind=kind,
@@ -191,8 +222,10 @@ def load_model(
         dtype=torch_dtype,
         input_vocab_size=int(model.get_input_embeddings().num_embeddings),
         output_vocab_size=output_vocab,
-        max_positions=getattr(config, "max_position_embeddings", None),
-        mis_block_reason=_mis_block_reason(config),
-        sliding_window=_sliding_window(config),
+        max_positions=encoder.max_positions if encoder else getattr(config, "max_position_embeddings", None),
+        mis_block_reason=_ENCODER_MIS_REASON if encoder else _mis_block_reason(config),
+        # An encoder's windowed layers (ModernBERT) name their own window in each attention call.
+        sliding_window=None if encoder else _sliding_window(config),
         final_logit_softcap=_final_logit_softcap(config, kind),
+        encoder=encoder,
     )

@@ -1,8 +1,10 @@
 """ForwardBatch -> hidden states -> scores, for both model kinds with one code path.
 
-The decoder runs once over the flat stream; only the scoring rows are gathered, and the model kind
-picks the head. The single device->host copy is at the end, when scores (and the hidden rows that
-were asked for) come back.
+The decoder (or encoder) runs once over the flat stream; only the scoring rows are gathered, and the
+model kind picks the head. An encoder's row is its pair's first token, or the mean over the pair's
+tokens (ModernBERT's mean pooling), and its head is the stock classifier (`engine/encoders.py`).
+The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
+come back.
 """
 
 from __future__ import annotations
@@ -37,14 +39,20 @@ class ModelRunner:
         def to_device(tensor: torch.Tensor) -> torch.Tensor:
             return tensor.to(device, non_blocking=True)
 
-        output = model.body(
-            input_ids=to_device(batch.input_ids)[None],
-            position_ids=to_device(batch.positions)[None],
-            use_cache=False,
-            **{LAYOUT_KWARG: batch.layout},
-        )
-        hidden = output[0][0]
-        rows = hidden.index_select(0, to_device(batch.score_index))
+        inputs = {
+            "input_ids": to_device(batch.input_ids)[None],
+            "position_ids": to_device(batch.positions)[None],
+            LAYOUT_KWARG: batch.layout,
+        }
+        if model.encoder is None:
+            inputs["use_cache"] = False
+        if batch.token_types is not None:
+            inputs["token_type_ids"] = to_device(batch.token_types)[None]
+        hidden = model.body(**inputs)[0][0]
+        if batch.token_rows is not None:
+            rows = _mean_rows(hidden, to_device(batch.token_rows), batch.score_index.numel())
+        else:
+            rows = hidden.index_select(0, to_device(batch.score_index))
         softmax_rows = to_device(batch.softmax_rows)
         if model.kind is ModelKind.CAUSAL_LM:
             scores = causal_label_scores(
@@ -61,3 +69,11 @@ class ModelRunner:
             scores = classification_scores(rows, model.head, softmax_rows)
         pooled = rows.index_select(0, to_device(batch.hidden_rows))
         return BatchOutput(scores=scores.cpu(), hidden=pooled.cpu())
+
+
+def _mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> torch.Tensor:
+    """Mean of each pair's token states ([T, H] -> [count, H]), as ModernBERT's mean pooling computes it."""
+    sums = torch.zeros(count, hidden.shape[-1], dtype=hidden.dtype, device=hidden.device)
+    sums.index_add_(0, token_rows, hidden)
+    sizes = torch.bincount(token_rows, minlength=count).to(hidden.dtype)
+    return sums / sizes[:, None]

@@ -53,6 +53,7 @@ class Scorer:
         max_batch_tokens: int = 8192,
         max_items_per_job: int = 1024,
         max_pair_tokens: int = 0,
+        truncate: bool = False,
         max_labels_per_job: int = 256,
     ) -> None:
         self.loaded: LoadedModel = load_model(
@@ -66,6 +67,7 @@ class Scorer:
         limits = InputLimits(
             max_items_per_job=max_items_per_job,
             max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
+            truncate=truncate,
             max_labels_per_job=max_labels_per_job,
         )
         self.max_batch_tokens = max_batch_tokens
@@ -88,6 +90,7 @@ class Scorer:
             max_batch_tokens=settings.max_batch_tokens,
             max_items_per_job=settings.max_items_per_job,
             max_pair_tokens=settings.max_pair_tokens,
+            truncate=settings.truncate,
             max_labels_per_job=settings.max_labels_per_job,
         )
 
@@ -125,6 +128,7 @@ class Scorer:
                         device=self.loaded.device,
                         attention_backend=self.attention_backend,
                         sliding_window=self.loaded.sliding_window,
+                        encoder=self.loaded.encoder,
                     ),
                 )
                 for group in plan
@@ -160,6 +164,7 @@ class Scorer:
                 model=self.model_name,
                 pooled_hidden_states=to_wire(torch.cat(job_hidden)) if job_hidden else None,
                 warnings=job.warnings,
+                truncated_items=job.truncated_items,
             )
             for job, job_rows, job_hidden in zip(jobs, rows, hidden)
         ]

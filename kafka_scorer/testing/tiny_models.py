@@ -194,3 +194,151 @@ def save_random_model(
     model.save_pretrained(path)
     del model
     return path
+
+
+EncoderArch = Literal["bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert"]
+
+# Special tokens in the order of real checkpoints: RoBERTa/XLM-R put <s> <pad> </s> <unk> first (pad = 1,
+# so positions start at 2), BERT-style vocabularies put [PAD] first.
+_ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+_BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_ENCODER_CORPUS = [
+    *_CORPUS,
+    "Crème brûlée, naïve café owners and the Zürich résumé: accents, CAPITALS and punctuation!",
+    "Passage: the Rhine flows from the Alps to the North Sea (1,230 km); it crosses six countries.",
+]
+
+
+def build_encoder_tokenizer(directory: Path, arch: EncoderArch, vocab_size: int = 400):
+    """A small tokenizer of the family's kind with its real pair template, trained on the spot.
+
+    RoBERTa: byte-level BPE, `<s> A </s></s> B </s>`, no token type ids. XLM-R: Unigram (SentencePiece's
+    model) with the same template. BERT, ELECTRA, DistilBERT, ModernBERT: WordPiece with `[CLS] A [SEP]
+    B [SEP]`; BERT and ELECTRA return token type ids 0/1, the other two return none, like their real
+    tokenizers.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if arch in ("roberta", "xlm-roberta"):
+        specials = _ROBERTA_SPECIALS
+        if arch == "roberta":
+            tok = Tokenizer(models.BPE(unk_token="<unk>"))
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = decoders.ByteLevel()
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size,
+                special_tokens=specials,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                show_progress=False,
+            )
+        else:
+            tok = Tokenizer(models.Unigram())
+            tok.pre_tokenizer = pre_tokenizers.Metaspace()
+            tok.decoder = decoders.Metaspace()
+            trainer = trainers.UnigramTrainer(
+                vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>", show_progress=False
+            )
+        tok.train_from_iterator(_ENCODER_CORPUS * 4, trainer=trainer)
+        cls_id, sep_id = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>",
+            pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", cls_id), ("</s>", sep_id)],
+        )
+        names = dict(bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>", pad_token="<pad>")
+        names |= dict(unk_token="<unk>", mask_token="<mask>")
+    else:
+        specials = _BERT_SPECIALS
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=arch != "modernbert")
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=specials, show_progress=False
+        )
+        tok.train_from_iterator(_ENCODER_CORPUS * 4, trainer=trainer)
+        cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+        names = dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", unk_token="[UNK]")
+        names |= dict(mask_token="[MASK]")
+    with_types = arch in ("bert", "electra")
+    input_names = (
+        ["input_ids", "token_type_ids", "attention_mask"] if with_types else ["input_ids", "attention_mask"]
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=input_names, **names)
+    fast.save_pretrained(directory)
+    return fast
+
+
+def encoder_config(arch: EncoderArch, *, tokenizer, num_labels: int, overrides: dict[str, Any] | None = None):
+    """A tiny `*ForSequenceClassification` config of `arch` (2-3 layers, hidden 64, wide init)."""
+    import transformers
+
+    class_names = {
+        "bert": "Bert",
+        "roberta": "Roberta",
+        "xlm-roberta": "XLMRoberta",
+        "distilbert": "DistilBert",
+        "electra": "Electra",
+        "modernbert": "ModernBert",
+    }
+    name = class_names[arch]
+    config_cls = getattr(transformers, name + "Config")
+    pad = tokenizer.pad_token_id
+    common: dict[str, Any] = dict(vocab_size=len(tokenizer), num_labels=num_labels, pad_token_id=pad)
+    if arch == "distilbert":
+        fields = dict(dim=64, hidden_dim=128, n_layers=2, n_heads=4, max_position_embeddings=256)
+    elif arch == "modernbert":
+        fields = dict(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            global_attn_every_n_layers=2,
+            local_attention=16,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+        )
+    else:
+        # RoBERTa's positions start at pad + 1, so its table is pad + 1 longer than the longest pair.
+        positions = 256 + (pad + 1 if arch in ("roberta", "xlm-roberta") else 0)
+        fields = dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=positions,
+            type_vocab_size=2 if arch in ("bert", "electra") else 1,
+        )
+        if arch == "electra":
+            fields["embedding_size"] = 32
+    config = config_cls(
+        **common, **fields, initializer_range=0.2, architectures=[name + "ForSequenceClassification"]
+    )
+    for key, value in (overrides or {}).items():
+        setattr(config, key, value)
+    return config
+
+
+def build_tiny_encoder(
+    directory: str | Path,
+    arch: EncoderArch = "bert",
+    *,
+    num_labels: int = 2,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+) -> Path:
+    """Write a tiny random encoder cross-encoder and its tokenizer to `directory`."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_encoder_tokenizer(path, arch)
+    config = encoder_config(arch, tokenizer=tokenizer, num_labels=num_labels, overrides=overrides)
+    return save_random_model(config, "classification", path, seed=seed)

@@ -18,3 +18,43 @@ def scorer_for(tiny_models):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def minilm_cross_encoder(tmp_path_factory):
+    """Directory of the real-weight MiniLM cross-encoder per label count (see testing/real_models.py).
+
+    A missing checkpoint package fails the test instead of skipping it: CI must not pass without the
+    real-weight comparisons.
+    """
+    from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_cross_encoder
+
+    cache: dict[int, object] = {}
+
+    def get(num_labels: int = 1):
+        if num_labels not in cache:
+            try:
+                directory = tmp_path_factory.mktemp(f"minilm-cross-encoder-{num_labels}")
+                cache[num_labels] = build_minilm_cross_encoder(directory, num_labels=num_labels)
+            except MissingCheckpoint as exc:
+                pytest.fail(f"real-weight cross-encoder tests cannot run: {exc}")
+        return cache[num_labels]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory):
+    """Tiny random encoder cross-encoders (testing/tiny_models.py), one per (arch, labels, overrides)."""
+    from kafka_scorer.testing.tiny_models import build_tiny_encoder
+
+    cache: dict[tuple, object] = {}
+
+    def get(arch: str = "bert", num_labels: int = 2, **overrides):
+        key = (arch, num_labels, tuple(sorted(overrides.items())))
+        if key not in cache:
+            directory = tmp_path_factory.mktemp(f"tiny-{arch}-{num_labels}")
+            cache[key] = build_tiny_encoder(directory, arch, num_labels=num_labels, overrides=overrides)  # type: ignore[arg-type]
+        return cache[key]
+
+    return get
