@@ -7,12 +7,23 @@ the service, which settles in-flight work before aiokafka lets the partitions go
 Pausing is how backpressure reaches the broker: paused partitions are not fetched, but the loop keeps
 calling `getmany`, so the member keeps its place in the group (aiokafka #848: a long gap between polls
 gets a member evicted).
+
+A log that was reset under the worker (a broker that lost its data, a topic deleted and recreated) must
+not receive the old positions: they would make every new record below them look consumed. Two guards:
+- no commit without group membership. Partitions taken away because the membership was lost (the
+  group vanished with the broker's data, or the session expired) are *lost*, not revoked: committing
+  them would write old-log offsets into whatever group the broker has now (tansu accepts such a commit).
+- a position beyond the partition's log end, seen in two fetch responses in a row, is logged once and
+  reset as `auto_offset_reset` says. The end is the fetch response's high watermark, never ListOffsets:
+  tansu answers ListOffsets with a number far too small once a partition holds multi-record batches
+  (../shared/BROKERS.md); its fetch high watermark is right. No commit goes past that watermark either.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
@@ -25,6 +36,15 @@ from kafka_scorer.worker.retry import UNREACHABLE, Backoff
 log = logging.getLogger(__name__)
 
 PartitionsCallback = Callable[[set[TopicPartition]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Suspect:
+    """A position seen beyond its log end, waiting for a second fetch response to confirm it."""
+
+    position: int
+    log_end: int
+    fetched_at: int  # aiokafka's timestamp of the fetch response that showed it
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -63,6 +83,7 @@ class JobConsumer:
             isolation_level="read_committed" if settings.delivery == "exactly_once" else "read_uncommitted",
         )
         self._listener = _Listener(on_revoked, on_assigned)
+        self._suspects: dict[TopicPartition, _Suspect] = {}
 
     async def start(self) -> None:
         """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
@@ -113,12 +134,77 @@ class JobConsumer:
     def paused(self) -> set[TopicPartition]:
         return set(self._consumer.paused())
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit offsets of partitions still assigned (a revoked one is the new owner's to commit)."""
+    @property
+    def membership_lost(self) -> bool:
+        """True while this member has no generation in the group (lost it, or not joined yet)."""
+        return getattr(self._consumer._coordinator, "generation", -1) < 0
+
+    def committable(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The offsets that may be committed now: partitions still assigned (a revoked one is the new
+        owner's), only while a member of the group, never beyond the last fetched high watermark."""
+        if self.membership_lost:
+            return {}
         assigned = self.assignment()
-        mine = {tp: off for tp, off in offsets.items() if tp in assigned}
+        out = {}
+        for tp, offset in offsets.items():
+            log_end = self._consumer.highwater(tp) if tp in assigned else None
+            if tp in assigned and (log_end is None or offset <= log_end):
+                out[tp] = offset
+        return out
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Commit what `committable` allows of `offsets`; returns what was committed."""
+        mine = self.committable(offsets)
         if mine:
             await self._consumer.commit(mine)
+        return mine
+
+    async def reset_beyond_log_end(self) -> set[TopicPartition]:
+        """Partitions whose position was beyond their log end (confirmed by two fetch responses), now
+        reset as `auto_offset_reset` says; the caller restarts their watermarks."""
+        reset = set()
+        for tp, (position, log_end, fetched_at) in self._fetch_states().items():
+            if log_end >= position:
+                self._suspects.pop(tp, None)
+                continue
+            seen = self._suspects.get(tp)
+            if seen is None or seen.fetched_at == fetched_at:
+                self._suspects[tp] = _Suspect(position, log_end, fetched_at)
+                continue
+            del self._suspects[tp]
+            log.warning(
+                "%s[%d]: position %d is beyond the log end %d (the broker lost its data, or the topic was "
+                "recreated); resetting to the %s offset (auto_offset_reset) and restarting its watermark",
+                tp.topic,
+                tp.partition,
+                position,
+                log_end,
+                self._settings.auto_offset_reset,
+            )
+            await self._seek_reset(tp)
+            reset.add(tp)
+        return reset
+
+    def _fetch_states(self) -> dict[TopicPartition, tuple[int, int, int]]:
+        """(position, high watermark, fetch timestamp) of each assigned partition that has all three.
+
+        Read from aiokafka's subscription state: `position()` can block while a position is being
+        reset, and this runs on every poll."""
+        subscription = self._consumer._subscription.subscription
+        if subscription is None or subscription.assignment is None:
+            return {}
+        out = {}
+        for tp in subscription.assignment.tps:
+            state = subscription.assignment.state_value(tp)
+            if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
+                out[tp] = (state.position, state.highwater, state.timestamp)
+        return out
+
+    async def _seek_reset(self, tp: TopicPartition) -> None:
+        if self._settings.auto_offset_reset == "earliest":
+            await self._consumer.seek_to_beginning(tp)
+        else:
+            await self._consumer.seek_to_end(tp)
 
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
         """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction)."""
@@ -126,7 +212,5 @@ class JobConsumer:
             committed = await self._consumer.committed(tp)
             if committed is not None:
                 self._consumer.seek(tp, committed)
-            elif self._settings.auto_offset_reset == "earliest":
-                await self._consumer.seek_to_beginning(tp)
             else:
-                await self._consumer.seek_to_end(tp)
+                await self._seek_reset(tp)

@@ -189,7 +189,7 @@ class AtLeastOnceDelivery(Delivery):
         tracker: OffsetTracker[TopicPartition],
         on_settled: Settled,
         metrics: WorkerMetrics,
-        commit_offsets: Callable[[dict[TopicPartition, int]], Awaitable[None]],
+        commit_offsets: Callable[[dict[TopicPartition, int]], Awaitable[dict[TopicPartition, int]]],
         *,
         default_reply_topic: str,
         model_name: str,
@@ -250,8 +250,7 @@ class AtLeastOnceDelivery(Delivery):
             offsets = self.tracker.to_commit(partitions)
             if not offsets:
                 return
-            await self._commit_offsets(offsets)
-            self.tracker.committed(offsets)
+            self.tracker.committed(await self._commit_offsets(offsets))
 
     async def run(self) -> None:
         backoff = Backoff()

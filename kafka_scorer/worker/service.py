@@ -144,6 +144,7 @@ class Worker:
                 records = await self.consumer.fetch(_POLL_MS, self.settings.max_poll_records)
                 if records:
                     await self._accept(records)
+                self._restart_watermarks(await self.consumer.reset_beyond_log_end())
             if self._fatal is None:
                 await self._drain()
         except Exception as exc:
@@ -403,8 +404,18 @@ class Worker:
 
         Work still unanswered after `rebalance_grace_s` is dropped uncommitted (its late results are
         discarded), so the next owner scores it and nobody answers a job twice after the handover.
+        Partitions *lost* with the group membership are dropped at once, uncommitted (consumer.py).
         """
         if not revoked:
+            return
+        if self.consumer.membership_lost and not self._closing:
+            log.warning(
+                "group membership lost (the broker restarted or the session expired): partitions %s "
+                "dropped without a commit, %d in-flight jobs left to their next reader",
+                _names(revoked),
+                self.tracker.unanswered(revoked),
+            )
+            self._restart_watermarks(revoked, reassign=False)
             return
         if not self._closing:
             self.batcher.drain()
@@ -429,6 +440,16 @@ class Worker:
         if self.delivery is not None:
             self.delivery.discard_closed()
         log.info("partitions revoked: %s (%d in-flight jobs left to the next owner)", _names(revoked), left)
+
+    def _restart_watermarks(self, partitions: set[TopicPartition], reassign: bool = True) -> None:
+        """Close the partitions' watermarks (late answers to their in-flight records move no commit)."""
+        if not partitions:
+            return
+        self.tracker.revoke(partitions)
+        if reassign:
+            self.tracker.assign(partitions)
+        if self.delivery is not None:
+            self.delivery.discard_closed()
 
     async def _rewind(self) -> None:
         """Exactly-once recovery: forget in-flight work and read again from the committed offsets."""

@@ -66,8 +66,9 @@ class Harness:
         def on_settled(ticket: Ticket, result: Result | None) -> None:
             self.settled[ticket.offset] = result
 
-        async def commit(offsets: dict[TopicPartition, int]) -> None:
+        async def commit(offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
             self.commits.append(dict(offsets))
+            return offsets
 
         async def rewind() -> None:
             return None

@@ -1,0 +1,113 @@
+"""A log reset under a running worker: the embedded broker restarted on its port loses every topic,
+offset and group (memory storage), just as a topic deleted and recreated does on real Kafka. The jobs
+the new log acknowledges must all be answered, and no commit may land beyond the new log's end.
+
+Before the fix the worker committed its old positions into the new log while rejoining (a member that
+has lost its group still committed), then read on from there: every new record below them was skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import TopicAlreadyExistsError
+
+from kafka_scorer.broker import EmbeddedBroker
+from tests.integration.jobs import assert_answers, expected_id, mixed_jobs, to_record
+from tests.integration.kafka_helpers import (
+    BrokerInfo,
+    InProcessWorker,
+    committed_offsets,
+    create_topics,
+    decode_replies,
+    end_offsets,
+    fresh_topics,
+    produce,
+    read_topic,
+)
+
+pytestmark = pytest.mark.integration
+
+OLD_JOBS = 150
+NEW_JOBS = 90
+
+
+async def test_no_new_job_is_lost_and_no_commit_passes_the_log_end_after_the_broker_lost_its_data(
+    causal_model, causal_scorer, causal_reference, caplog
+) -> None:
+    broker = EmbeddedBroker().start()
+    try:
+        info = BrokerInfo(broker.bootstrap_servers, "tansu", transactions=False, min_session_timeout_ms=0)
+        topics = await fresh_topics(info, partitions=3)
+        old = mixed_jobs(OLD_JOBS, seed=51, model_name=causal_scorer.model_name, prefix="old")
+        new = mixed_jobs(NEW_JOBS, seed=52, model_name=causal_scorer.model_name, prefix="new")
+        settings = topics.settings(causal_model, max_batch_tokens=64, rebalance_grace_s=3.0)
+
+        async with InProcessWorker(settings, causal_scorer) as worker:
+            await produce(
+                info.bootstrap, [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(old)]
+            )
+            await topics.read_replies(20, timeout_s=60)  # the rest is in flight when the data goes
+            broker.stop(timeout_s=0.2)
+            await asyncio.sleep(0.5)
+            broker.start()  # same port, empty memory
+            with contextlib.suppress(TopicAlreadyExistsError):  # the worker's answers may auto-create one
+                await create_topics(info.bootstrap, [topics.requests, topics.replies], partitions=3)
+            await produce(
+                info.bootstrap, [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(new)]
+            )
+
+            want = {expected_id(s) for s in new}
+            records = await read_topic(
+                info.bootstrap,
+                topics.replies,
+                lambda rs: want <= {r.id for r in decode_replies(rs)},
+                timeout_s=90,
+            )
+            answered = [r for r in decode_replies(records) if r.id in want]
+            lost = want - {r.id for r in answered}
+            ends = await end_offsets(info.bootstrap, topics.requests, 3, NEW_JOBS)
+            await asyncio.sleep(0.5)  # let the committer catch up before reading the group's offsets
+            committed = await committed_offsets(info.bootstrap, topics.group, topics.requests, 3)
+            assert worker.running
+            assert await worker.stop() == 0
+
+        print(f"log reset: {NEW_JOBS} new jobs, {len(want) - len(lost)} answered, {len(lost)} lost")
+        assert not lost, f"{len(lost)} of {NEW_JOBS} jobs the new log acknowledged were never answered"
+        assert_answers(answered, new, causal_reference, once=False)
+        for partition, offset in committed.items():
+            assert offset is None or offset <= ends[partition], (committed, ends)
+        assert any("group membership lost" in r.getMessage() for r in caplog.records)
+    finally:
+        broker.stop(timeout_s=0.2)
+
+
+async def test_a_committed_offset_beyond_the_log_end_is_reset_not_trusted(
+    kafka, causal_model, causal_scorer, causal_reference, caplog
+) -> None:
+    """The group already holds offsets past the log's end when the worker joins (written into a log
+    that was then recreated). Reading on from there would skip every record of the new log."""
+    topics = await fresh_topics(kafka, partitions=2)
+    sent = mixed_jobs(24, seed=53, model_name=causal_scorer.model_name, prefix="beyond")
+    await produce(kafka.bootstrap, [to_record(s, topics.requests, i % 2, True) for i, s in enumerate(sent)])
+    stale = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, group_id=topics.group, enable_auto_commit=False
+    )
+    await stale.start()
+    try:
+        partitions = [TopicPartition(topics.requests, p) for p in range(2)]
+        stale.assign(partitions)
+        await stale.commit(dict.fromkeys(partitions, 500))
+    finally:
+        await stale.stop()
+
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+        results = await topics.read_answers(len(sent), timeout_s=60)
+        committed, ends = await topics.wait_for_commits(len(sent))
+    assert_answers(results, sent, causal_reference, once=False)
+    assert committed == ends
+    resets = [r for r in caplog.records if "beyond the log end" in r.getMessage()]
+    assert len(resets) == 2, [r.getMessage() for r in resets]  # once per partition
