@@ -173,6 +173,15 @@ def test_mislabelled_bodies_are_invalid_message_with_a_dead_letter_copy() -> Non
         _assert_undecodable(read_record(Rec(value, headers), RULES), value)
 
 
+def test_an_early_invalid_timestamp_cannot_hide_invalid_utf8_behind_it() -> None:
+    """Found by the fuzzer: the well-formedness check stopped at a bad timestamp extension and called
+    the record a schema error, with invalid UTF-8 further on. Both make the value undecodable."""
+    value = b"\x82\xa0\x91\xc7\x00\xff\xa5query\xa7\xffaaaaaa"
+    _assert_undecodable(read_record(Rec(value, MSGPACK), RULES), value)
+    alone = b"\x81\xa0\xc7\x00\xff"  # a timestamp of length 0: not a valid MessagePack timestamp
+    _assert_undecodable(read_record(Rec(alone), RULES), alone)
+
+
 def test_well_formed_documents_that_break_the_schema_stay_invalid_request() -> None:
     """The well-formedness check must not turn schema errors into dead letters."""
     for value, headers in (
