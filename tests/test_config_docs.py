@@ -15,6 +15,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from kafka_scorer.config import Settings
 from kafka_scorer.config_docs import cli_flag, env_var, render
@@ -74,13 +75,37 @@ def _sample(name: str) -> tuple[str, object]:
     return "x-value", "x-value"
 
 
+def _companions(name: str, tmp_path: Path) -> dict[str, str]:
+    """TLS and SASL settings are checked against the protocol and the disk: give them what they need."""
+    pem = tmp_path / "x.pem"
+    pem.write_text("pem")
+    if name.startswith("ssl_"):
+        return {"security_protocol": "SSL", "ssl_certfile": str(pem), name: str(pem)}
+    if name.startswith("sasl_"):
+        return {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "PLAIN",
+            "sasl_username": "u",
+            "sasl_password": "p",
+        }
+    return {}
+
+
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
-def test_documented_env_var_is_the_one_settings_reads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_documented_env_var_is_the_one_settings_reads(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Feed each documented variable to pydantic-settings and check it lands in that very field."""
     raw, expected = _sample(name)
+    companions = _companions(name, tmp_path)
+    if name.startswith("ssl_"):
+        raw = expected = companions[name]
     monkeypatch.chdir(ROOT / "tests")  # no stray .env file
+    for other, value in companions.items():
+        monkeypatch.setenv(env_var(other), value)
     monkeypatch.setenv(env_var(name), raw)
-    assert getattr(Settings(), name) == expected
+    value = getattr(Settings(), name)
+    assert (value.get_secret_value() if isinstance(value, SecretStr) else value) == expected
 
 
 def test_rows_show_name_flag_and_default() -> None:
