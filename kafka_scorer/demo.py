@@ -166,10 +166,14 @@ def _make_job(model: DemoModel, variant: dict[str, Any], n: int) -> Job:
     query = _QUERIES[n % len(_QUERIES)]
     items = [_ITEMS[(n + k) % len(_ITEMS)] for k in range(2 + n % 3)]
     tokenizer = model.scorer.loaded.tokenizer
+    # A cross-encoder adds its own special tokens around both parts and is never packed (SPEC §8), so
+    # its token ids go bare and `multi_item: true` (which it answers `unsupported`) becomes auto.
+    encoder = model.scorer.loaded.encoder is not None
+    multi_item = None if encoder and variant["multi_item"] else variant["multi_item"]
     encoded_query: str | list[int] = query
     encoded_items: list[str | list[int]] = list(items)
     if variant["tokens"] and tokenizer is not None:
-        encoded_query = tokenizer.encode(query)
+        encoded_query = tokenizer.encode(query, add_special_tokens=not encoder)
         encoded_items = [tokenizer.encode(" " + item, add_special_tokens=False) for item in items]
     return Job(
         id=f"{model.id_prefix}-{n:02d}",
@@ -177,7 +181,7 @@ def _make_job(model: DemoModel, variant: dict[str, Any], n: int) -> Job:
         items=encoded_items,
         label_token_ids=model.label_ids or None,
         apply_softmax=variant["apply_softmax"],
-        multi_item=variant["multi_item"],
+        multi_item=multi_item,
         return_pooled_hidden_states=bool(variant.get("pooled")),
     )
 

@@ -1,0 +1,53 @@
+"""`kafka-scorer demo --model DIR` with a real cross-encoder (MiniLM's BERT weights under a seeded head):
+a new user's first run with a reranker goes through the embedded broker and a worker and comes back
+with the stock model's scores, not the demo's RANDOM fallback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kafka_scorer.demo import _ITEMS, _QUERIES
+from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_cross_encoder
+from tests.cli.helpers import ROOT, cli_env
+from tests.integration.test_demo import parse_table
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_serves_a_real_cross_encoder(tmp_path) -> None:
+    try:
+        path = build_minilm_cross_encoder(tmp_path / "minilm-cross-encoder", num_labels=1)
+    except MissingCheckpoint as exc:
+        pytest.fail(str(exc))
+    done = subprocess.run(
+        [sys.executable, "-m", "kafka_scorer", "demo", "--model", str(path), "--short", "--no-progress"],
+        cwd=ROOT,
+        env=cli_env(COLUMNS="120"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "RANDOM" not in out and "12/12 jobs answered (1 with an error reply)" in out
+    rows = parse_table(out)
+    assert " ".join(rows.pop("bad-job").cells).startswith("ERROR invalid_request")
+    assert all(len(row.scores) == row.items for row in rows.values()), out
+
+    # The first job: text, no softmax, the first query against the first two items (demo.sample_jobs).
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    with torch.inference_mode():
+        want = [
+            model(**tokenizer(_QUERIES[0], item, return_tensors="pt")).logits[0, 0].item()
+            for item in _ITEMS[:2]
+        ]
+    got = [row[0] for row in rows["cls-00"].scores]
+    assert got == pytest.approx(want, abs=6e-4), out  # the table prints 3 decimals
