@@ -122,7 +122,12 @@ async def _run(*args: str, stdin: bytes | None = None, timeout_s: float = 120) -
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+    except TimeoutError:
+        proc.kill()  # e.g. a worker retrying forever: the failure is the timeout, not a stray process
+        await proc.wait()
+        raise
     return proc.returncode or 0, out.decode(), err.decode()
 
 
