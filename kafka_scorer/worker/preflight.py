@@ -2,12 +2,13 @@
 
 aiokafka treats every failed connection alike — a certificate it does not trust, a client certificate
 the broker wants, a wrong password and a broker that is down all end in a retry — so the worker would
-log "unreachable" forever for a mistake that never fixes itself. Before anything else starts, the
-worker (and `kafka-scorer submit`) opens one connection to a bootstrap server with the real settings:
-TLS handshake, ApiVersions (where TLS 1.3 delivers a rejected client certificate) and SASL
-authentication, exactly as aiokafka does it. A refusal becomes a `SettingError` naming the setting
-(exit code 2); a broker that cannot be reached at all is not a settings problem and keeps the
-ordinary retry. Nothing here is sent but the handshake: no topic is touched.
+log "unreachable" forever for a mistake that never fixes itself. Before the model loads, the worker
+(and `kafka-scorer submit`) tries one bootstrap server after another with the real settings: TLS
+handshake and ApiVersions over a plain socket (TLS 1.3 delivers a rejected client certificate as an
+alert after the handshake, which asyncio would hide), one Metadata request when SASL is off (a SASL
+listener hangs up there), and the SASL exchange exactly as aiokafka runs it. A refusal becomes a
+`SettingError` naming the setting (exit code 2); a broker that cannot be reached at all is not a
+settings problem and keeps the ordinary retry. No topic is read, written or created.
 """
 
 from __future__ import annotations
