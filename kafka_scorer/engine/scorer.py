@@ -19,12 +19,13 @@ import torch
 
 from kafka_scorer.config import EngineSettings
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.tensors import to_wire
-from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
+from kafka_scorer.protocol import Job, Result
 
 log = logging.getLogger(__name__)
 
@@ -139,23 +140,58 @@ class Scorer:
         return PackedBatch(jobs, forwards)
 
     def run_packed(self, packed: PackedBatch) -> list[Result]:
-        """On the device thread: the forwards of one packed batch; results in the jobs' order."""
+        """On the device thread: the forwards of one packed batch; results in the jobs' order.
+
+        A batch that fails is run again in halves until the job that breaks it stands alone; that job
+        alone is answered `internal` and its batch-mates are scored. An error that poisons the device
+        is raised instead (engine/failures.py): the worker must stop.
+        """
+        try:
+            return self._run_packed_once(packed)
+        except Exception as exc:
+            return self._after_failure(packed.jobs, exc)
+
+    def _after_failure(self, jobs: list[PreparedJob], exc: Exception) -> list[Result]:
+        if is_fatal(exc):
+            raise exc
+        if is_out_of_memory(exc):
+            release_device_memory(self.loaded.device)
+        if len(jobs) > 1:
+            log.warning(
+                "forward pass failed for %d jobs (%s: %s); retrying in halves",
+                len(jobs),
+                type(exc).__name__,
+                exc,
+            )
+            half = len(jobs) // 2
+            return self.run_packed(self.pack(jobs[:half])) + self.run_packed(self.pack(jobs[half:]))
+        job = jobs[0]
+        if is_out_of_memory(exc):  # alone, with the cache freed: one more try, then the device is too small
+            try:
+                return self._run_packed_once(self.pack(jobs))
+            except Exception as again:
+                if is_out_of_memory(again):
+                    raise FatalDeviceError(
+                        f"out of memory on one job of {job.num_tokens} tokens after freeing the cache: "
+                        "lower max_batch_tokens or max_pair_tokens, or use a larger device"
+                    ) from again
+                return self._after_failure(jobs, again)
+        log.error(
+            "job %s breaks the forward pass (%s: %s); answered internal", job.job_id, type(exc).__name__, exc
+        )
+        return failed_results([job.job_id], exc, self.model_name)
+
+    def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
+        """The forwards of one packed batch; raises on the first failure."""
         jobs = packed.jobs
         if not jobs:
             return []
+        if packed.failure is not None:
+            raise RuntimeError(packed.failure)
         rows: list[list[list[float]]] = [[] for _ in jobs]
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
-        failure = packed.failure
-        if failure is None:
-            try:
-                for group, batch in packed.forwards:
-                    self._run_forward(group, batch, rows, hidden)
-            except Exception as exc:  # a failed batch must still answer every job
-                log.exception("forward pass failed for %d jobs", len(jobs))
-                failure = f"forward pass failed: {type(exc).__name__}: {exc}"
-        if failure is not None:
-            name = self.model_name
-            return [error_result(job.job_id, ErrorCode.INTERNAL, failure, model=name) for job in jobs]
+        for group, batch in packed.forwards:
+            self._run_forward(group, batch, rows, hidden)
         return [
             Result(
                 id=job.job_id,
@@ -251,6 +287,12 @@ def _as_items(items: str | Sequence[str] | Sequence[list[int]]) -> list:
     if any(isinstance(item, int) for item in out):
         raise TypeError("items: token-id items are lists of ints; pass [ids] for a single item")
     return out
+
+
+def release_device_memory(device: torch.device) -> None:
+    """Give cached blocks back after an out-of-memory error, so a smaller retry can fit."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def choose_attention_backend(device: torch.device) -> str:

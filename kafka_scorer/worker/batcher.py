@@ -9,6 +9,10 @@ Up to two batches are out at a time: one computing and the next one already clos
 thread of its own, while the first computes) and queued behind it on the device thread, so the device
 goes from one forward to the next without waiting for the event loop or for packing. A third batch
 waits here, where it can keep growing until a slot frees.
+
+An error that poisons the device (engine/failures.py) ends `run` with that error: the worker stops, and
+the jobs of that batch stay unanswered and uncommitted. Any other exception escaping the engine is
+answered `internal` for the batch, so every job still gets an answer.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from kafka_scorer.engine.failures import failed_results, is_fatal
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler
-from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.protocol import Result
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,7 @@ class Batcher(Generic[T]):
         self._slots = asyncio.Semaphore(_SLOTS)
         self._running: set[asyncio.Future[None]] = set()
         self._draining = False
+        self.failure: BaseException | None = None  # the fatal error that stopped the batcher
         self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-device")
         self._packer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-pack")
 
@@ -110,6 +116,8 @@ class Batcher(Generic[T]):
             except BaseException:
                 self._slots.release()
                 raise
+            if self.failure is not None:
+                raise self.failure
             contexts = []
             enqueued = []
             for prepared in batch:
@@ -122,6 +130,8 @@ class Batcher(Generic[T]):
 
     async def _next_batch(self) -> list:
         while True:
+            if self.failure is not None:
+                return []
             if not self._scheduler:
                 self._added.clear()
                 await self._added.wait()
@@ -153,8 +163,8 @@ class Batcher(Generic[T]):
             return exc
 
     def _compute(self, batch: list, packed: Any) -> tuple[list[Result], float, float, int]:
-        """On the device thread. The engine answers a failed batch with `internal` results; this also
-        covers the engine itself raising, so every job is always answered."""
+        """On the device thread. The engine answers a failed job with `internal` itself; this covers the
+        engine raising anyway, so every job is answered, unless the error is fatal (then it is raised)."""
         started = time.monotonic()
         try:
             if isinstance(packed, Exception):
@@ -163,10 +173,10 @@ class Batcher(Generic[T]):
             if len(results) != len(batch):
                 raise RuntimeError(f"run_packed returned {len(results)} results for {len(batch)} jobs")
         except Exception as exc:
+            if is_fatal(exc):
+                raise
             log.exception("batch of %d jobs failed", len(batch))
-            message = f"forward pass failed: {type(exc).__name__}: {exc}"
-            name = getattr(self._scorer, "model_name", "")
-            results = [error_result(p.job_id, ErrorCode.INTERNAL, message, model=name) for p in batch]
+            results = failed_results([p.job_id for p in batch], exc, getattr(self._scorer, "model_name", ""))
         return results, started, time.monotonic() - started, sum(p.num_tokens for p in batch)
 
     def _finished(self, future: asyncio.Future, contexts: list[T], enqueued: list[float]) -> None:
@@ -175,8 +185,10 @@ class Batcher(Generic[T]):
         if future.cancelled():
             return
         exc = future.exception()
-        if exc is not None:  # _compute catches Exception; this is a BaseException from the thread
-            log.error("device thread failed: %r", exc)
+        if exc is not None:  # fatal (the device is poisoned), or a BaseException from the thread
+            log.critical("device error, the worker can no longer score: %r", exc)
+            self.failure = self.failure or exc
+            self._added.set()  # wake `run`, which raises it
             return
         results, started, compute_s, tokens = future.result()
         queue_s = [max(0.0, started - at) for at in enqueued]

@@ -1,5 +1,9 @@
 """Prometheus metrics plus `/healthz` and `/readyz`, served on one port from the event loop.
 
+`/healthz` is red once the worker can no longer score (a fatal device or delivery error; it is on its
+way out and, should the exit hang, the orchestrator restarts it); `/readyz` is red also before start-up
+and while draining.
+
 prometheus_client's own server serves metrics only and runs on a thread; probes need a second answer
 per path and should reflect the event loop itself (a loop that stops answering is not healthy), so a
 tiny asyncio HTTP server serves all three. Each `WorkerMetrics` has its own registry, which keeps
@@ -66,9 +70,17 @@ class WorkerMetrics:
 class ProbeServer:
     """GET /metrics, /healthz, /readyz on one port; anything else is 404."""
 
-    def __init__(self, metrics: WorkerMetrics, ready: Callable[[], bool], host: str, port: int) -> None:
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        ready: Callable[[], bool],
+        host: str,
+        port: int,
+        healthy: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._metrics = metrics
         self._ready = ready
+        self._healthy = healthy
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -112,7 +124,9 @@ class ProbeServer:
         if path == "/metrics":
             return "200 OK", self._metrics.render(), CONTENT_TYPE_LATEST
         if path == "/healthz":
-            return "200 OK", b"ok\n", "text/plain"
+            if self._healthy():
+                return "200 OK", b"ok\n", "text/plain"
+            return "503 Service Unavailable", b"cannot score\n", "text/plain"
         if path == "/readyz":
             if self._ready():
                 return "200 OK", b"ready\n", "text/plain"

@@ -11,7 +11,9 @@ A record's path, top to bottom:
 
 Lifecycle: `run(stop)` serves until `stop` is set, then stops fetching, answers and commits what is in
 flight within `shutdown_grace_s`, and closes. Broker outages are retried inside the consumer, producer
-and committer; only a fenced producer or a bug in the worker itself ends `run` early (exit code 1).
+and committer; only what is really fatal ends `run` early (exit code 1), without committing anything
+unanswered: a fenced producer, an answer no topic takes, a device error that poisons the process
+(engine/failures.py), or a bug in the worker itself. The probes turn red at once.
 """
 
 from __future__ import annotations
@@ -107,15 +109,24 @@ class Worker:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     @property
+    def healthy(self) -> bool:
+        """False once the worker can no longer score: a fatal error, or a device the batcher gave up on."""
+        return self._fatal is None and self.batcher.failure is None
+
+    @property
     def ready(self) -> bool:
-        return self._started and not self._draining and self._fatal is None
+        return self._started and not self._draining and self.healthy
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
         probe = None
         if self.settings.metrics_port:
             probe = ProbeServer(
-                self.metrics, lambda: self.ready, self.settings.metrics_host, self.settings.metrics_port
+                self.metrics,
+                lambda: self.ready,
+                self.settings.metrics_host,
+                self.settings.metrics_port,
+                healthy=lambda: self.healthy,
             )
             await probe.start()
         background: list[asyncio.Task[None]] = []
@@ -185,9 +196,10 @@ class Worker:
         )
 
     def _check(self, background: list[asyncio.Task[None]]) -> None:
+        """Raise what ended a background task (a device error from the batcher, a bug): fatal."""
         for task in background:
             if task.done() and not task.cancelled() and task.exception() is not None:
-                raise RuntimeError(f"{task.get_name()} task failed") from task.exception()
+                raise task.exception()  # type: ignore[misc]
 
     async def _drain(self) -> None:
         """Stop fetching; answer and commit everything in flight, within the grace period."""
