@@ -299,9 +299,10 @@ def commit_violations(
 
 
 def rss_bytes(pid: int) -> int:
-    """Resident set size of a process (psutil is not a test dependency; Linux /proc is enough here)."""
+    """Resident set size of a process (psutil is not a test dependency; Linux /proc is enough here).
+    OSError once the process is gone."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    raise ProcessLookupError(f"pid {pid} has exited (a zombie has no VmRSS)")

@@ -9,28 +9,34 @@ a loaded machine sees the same faults in the same order, only later.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from kafka_scorer.protocol import Result
+from kafka_scorer.broker import free_port
+from kafka_scorer.protocol import Job, Result
 from tests.integration.chaos import (
     CommitSample,
     CommitSampler,
     ReplyWatch,
     Tally,
     commit_violations,
+    rss_bytes,
     tally,
     templated_jobs,
 )
 from tests.integration.hostile import Hostile, hostile_records
-from tests.integration.jobs import expected_id, max_abs_diff, to_record
+from tests.integration.jobs import Sent, expected_id, max_abs_diff, to_record
 from tests.integration.kafka_helpers import (
+    Out,
     Topics,
     WorkerProcess,
     decode_replies,
@@ -180,36 +186,6 @@ async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_
     assert len(done) == len(CHURN_FAULTS)
 
 
-def test_the_commit_check_catches_a_commit_ahead_of_its_answers() -> None:
-    """Guard for the check the churn and outage tests rely on: it must see a commit that passed a record
-    before its answer was written, and one beyond the log's end; and pass a commit that trails."""
-    from types import SimpleNamespace
-
-    from kafka_scorer.protocol import Result, encode_result
-
-    def request(offset: int) -> SimpleNamespace:
-        return SimpleNamespace(partition=0, offset=offset, key=f"k{offset}".encode())
-
-    def reply(offset: int, at_ms: int) -> SimpleNamespace:
-        value = encode_result(Result(id=f"k{offset}", scores=[]))
-        return SimpleNamespace(value=value, headers=[("content-type", b"application/json")], timestamp=at_ms)
-
-    requests = [request(o) for o in range(3)]
-    replies = [reply(0, 100), reply(2, 110), reply(1, 300), reply(1, 120)]  # 1 answered twice, first at 120
-
-    def check(at_ms: int, committed: int) -> list[str]:
-        samples = [CommitSample(at_ms, {0: committed})]
-        return commit_violations(samples, requests, replies, lambda r: r.key.decode())
-
-    assert check(at_ms=130, committed=3) == []
-    assert check(at_ms=105, committed=1) == []
-    assert check(at_ms=115, committed=3) != []  # offset 1 was answered only at 120
-    assert check(at_ms=500, committed=4) != []  # beyond the end
-    assert (
-        commit_violations([CommitSample(500, {0: 2})], requests, replies[:2], lambda r: r.key.decode()) != []
-    )  # offset 1 never answered
-
-
 # ---- a poison mix ---------------------------------------------------------------------------------
 
 POISON_HOSTILE, POISON_VALID, POISON_SEED = 150, 150, 1202
@@ -323,3 +299,156 @@ async def test_a_poison_mix_is_answered_as_the_contract_says_and_never_restarts_
     assert result.clean and result.duplicated == 0, message
     assert len(dead) == len(dead_by_key), message  # one copy per dead-lettered record
     assert rc == 0 and committed == ends, message
+
+
+# ---- a flood faster than the model ------------------------------------------------------------------
+
+FLOOD_JOBS, FLOOD_PARTITIONS, FLOOD_SEED = 5000, 3, 1203
+FLOOD_POLL = 50  # max_poll_records: the worker holds at most 4 polls' worth of records
+WARM_JOBS = 300
+RSS_MARGIN = 128 << 20
+
+
+class WorkerGauges:
+    """The worker's RSS (from /proc) and its in-flight and paused gauges (from /metrics), every 50 ms."""
+
+    def __init__(self, pid: int, metrics_port: int) -> None:
+        self.pid, self.url = pid, f"http://127.0.0.1:{metrics_port}/metrics"
+        self.rss: list[int] = []
+        self.inflight_jobs: list[float] = []
+        self.paused: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> WorkerGauges:
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _sample(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):  # the process is going away: nothing more to sample
+                self.rss.append(rss_bytes(self.pid))
+                text = await asyncio.to_thread(_get_text, self.url)
+                self.inflight_jobs.append(_gauge(text, "kafka_scorer_inflight_jobs"))
+                self.paused.append(_gauge(text, "kafka_scorer_paused_partitions"))
+            await asyncio.sleep(0.05)
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def _gauge(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def _flood(n: int, seed: int, topic: str) -> tuple[list[Sent], list[Out]]:
+    """Tiny jobs (a few tokens each, a handful of distinct bodies so the reference runs once each)."""
+    rng = random.Random(seed)
+    shapes = [
+        Job(
+            query=[rng.randrange(4, 380) for _ in range(3)],
+            items=[[rng.randrange(4, 380) for _ in range(2)]],
+            label_token_ids=[3, 77],
+        )
+        for _ in range(8)
+    ]
+    sent = [
+        Sent(
+            msgspec.structs.replace(rng.choice(shapes), id=f"flood-{i}"),
+            "msgpack",
+            f"flood-{i}".encode(),
+            None,
+        )
+        for i in range(n)
+    ]
+    return sent, [to_record(s, topic, i % FLOOD_PARTITIONS, True) for i, s in enumerate(sent)]
+
+
+async def test_a_flood_faster_than_the_model_is_answered_with_bounded_memory(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    topics = await fresh_topics(kafka, partitions=FLOOD_PARTITIONS)
+    sent, records = _flood(WARM_JOBS + FLOOD_JOBS, FLOOD_SEED, topics.requests)
+    port = free_port()
+    settings = topics.settings(
+        causal_model, client_id="flood", max_batch_tokens=1024, max_poll_records=FLOOD_POLL, metrics_port=port
+    )
+    async with (
+        WorkerProcess(settings, "flood") as worker,
+        ReplyWatch(kafka.bootstrap, topics.replies) as watch,
+        WorkerGauges(worker.proc.pid, port) as gauges,
+    ):
+        # Warm-up: the model has run full batches, the allocator has its working set.
+        await produce(kafka.bootstrap, records[:WARM_JOBS])
+        await watch.wait_for(WARM_JOBS, timeout_s=60, trouble=_exited(worker))
+        warm, flood_from = max(gauges.rss), len(gauges.rss)
+        await produce(kafka.bootstrap, records[WARM_JOBS:])
+        await watch.wait_for(len(sent), timeout_s=150, trouble=_exited(worker))
+        committed, ends = await topics.wait_for_commits(len(sent), timeout_s=30)
+        worker.signal(signal.SIGTERM)
+        assert await worker.wait() == 0, worker.output()[-3000:]
+    replies = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=1.0)
+
+    peak = max(gauges.rss[flood_from:])
+    result = tally("flood", decode_replies(replies), sent, causal_reference)
+    result.extra.update(
+        rss_warm_mib=warm >> 20,
+        rss_peak_mib=peak >> 20,
+        peak_inflight_jobs=int(max(gauges.inflight_jobs)),
+        paused_samples=sum(1 for p in gauges.paused if p),
+    )
+    message = result.report()
+    assert result.clean, message
+    # Faster than the model: backpressure paused fetching, and held the records in flight to its cap
+    # (4 polls' worth, plus the poll that crossed it) while thousands waited in the topic.
+    assert any(gauges.paused), message
+    assert max(gauges.inflight_jobs) <= 5 * FLOOD_POLL, message
+    # Memory: after warm-up a bounded worker moves within allocator churn and fetch buffers (+15 to
+    # +90 MiB measured here, depending on record sizes; +60 MiB over a 50,000-job flood in issue 12).
+    # A worker that leaked or buffered in proportion to the flood would pass the margin long before
+    # the flood is over: it is the bound on what a run of any length may add.
+    assert peak - warm <= RSS_MARGIN, message
+    assert committed == ends, message
+
+
+# ---- the checks' own guards -----------------------------------------------------------------------
+
+
+def test_the_commit_check_catches_a_commit_ahead_of_its_answers() -> None:
+    """Guard for the check the churn and outage tests rely on: it must see a commit that passed a record
+    before its answer was written, and one beyond the log's end; and pass a commit that trails."""
+    from types import SimpleNamespace
+
+    from kafka_scorer.protocol import Result, encode_result
+
+    def request(offset: int) -> SimpleNamespace:
+        return SimpleNamespace(partition=0, offset=offset, key=f"k{offset}".encode())
+
+    def reply(offset: int, at_ms: int) -> SimpleNamespace:
+        value = encode_result(Result(id=f"k{offset}", scores=[]))
+        return SimpleNamespace(value=value, headers=[("content-type", b"application/json")], timestamp=at_ms)
+
+    requests = [request(o) for o in range(3)]
+    replies = [reply(0, 100), reply(2, 110), reply(1, 300), reply(1, 120)]  # 1 answered twice, first at 120
+
+    def check(at_ms: int, committed: int) -> list[str]:
+        samples = [CommitSample(at_ms, {0: committed})]
+        return commit_violations(samples, requests, replies, lambda r: r.key.decode())
+
+    assert check(at_ms=130, committed=3) == []
+    assert check(at_ms=105, committed=1) == []
+    assert check(at_ms=115, committed=3) != []  # offset 1 was answered only at 120
+    assert check(at_ms=500, committed=4) != []  # beyond the end
+    assert (
+        commit_violations([CommitSample(500, {0: 2})], requests, replies[:2], lambda r: r.key.decode()) != []
+    )  # offset 1 never answered
