@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError, RecordTooLargeError
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    InconsistentGroupProtocolError,
+    InvalidSessionTimeoutError,
+    KafkaError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+)
 
 from kafka_scorer.config import Settings
 from kafka_scorer.worker.connection import client_options
@@ -36,6 +43,22 @@ from kafka_scorer.worker.retry import UNREACHABLE, Backoff
 log = logging.getLogger(__name__)
 
 PartitionsCallback = Callable[[set[TopicPartition]], Awaitable[None]]
+
+# Errors after which this member can never (re)join its group or read its topics: what the operator must
+# change, by the setting it concerns.
+_MEMBERSHIP_FATAL: dict[type[KafkaError], str] = {
+    GroupAuthorizationFailedError: "grant this worker's principal Read on the group (setting: group_id)",
+    TopicAuthorizationFailedError: "grant this worker's principal Read on the request topics "
+    "(setting: request_topics)",
+    InvalidSessionTimeoutError: "the broker refuses this session timeout; use one inside the broker's "
+    "group.min/max.session.timeout.ms (setting: session_timeout_ms)",
+    InconsistentGroupProtocolError: "another kind of consumer uses this group id; give the workers their "
+    "own (setting: group_id)",
+}
+
+
+class FatalConsumerError(RuntimeError):
+    """The consumer lost its group membership, or its topics, for good: the worker must stop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +138,18 @@ class JobConsumer:
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
+            fix = next((fix for kind, fix in _MEMBERSHIP_FATAL.items() if isinstance(exc, kind)), None)
+            if fix is not None:
+                raise FatalConsumerError(f"consumer cannot (re)join its group: {exc!r}; {fix}") from exc
+            if self._coordination_dead():
+                raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
         return {}
+
+    def _coordination_dead(self) -> bool:
+        """aiokafka's group coordination task ended: the member will never rejoin by itself."""
+        task = getattr(self._consumer._coordinator, "_coordination_task", None)
+        return task is not None and task.done()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())

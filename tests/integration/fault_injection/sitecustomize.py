@@ -1,8 +1,13 @@
-"""Fault injection for worker subprocesses: put this folder on PYTHONPATH and set
-SCORER_TEST_HANG_IN_COMMIT_AFTER=N, and the worker's transactional producer commits N transactions,
-then hangs inside the next `commit_transaction` (its results and offsets already sent, EndTxn not),
-printing a marker line. A SIGKILL then is a crash with a transaction open, every time, instead of
-whenever the timing happens to allow it."""
+"""Fault injection for worker subprocesses: put this folder on PYTHONPATH and set one of
+
+- SCORER_TEST_HANG_IN_COMMIT_AFTER=N: the worker's transactional producer commits N transactions, then
+  hangs inside the next `commit_transaction` (its results and offsets already sent, EndTxn not),
+  printing a marker line. A SIGKILL then is a crash with a transaction open, every time, instead of
+  whenever the timing happens to allow it.
+- SCORER_TEST_DEVICE_FAULT_AFTER=N: the model runner runs N forward passes, then every later one
+  raises the error CUDA gives after an illegal memory access (printing a marker line first): a device
+  fault that poisons the process, on a machine with no GPU.
+"""
 
 import os
 
@@ -24,3 +29,22 @@ if os.environ.get("SCORER_TEST_HANG_IN_COMMIT_AFTER"):
         await _commit(self)
 
     aiokafka.AIOKafkaProducer.commit_transaction = _commit_or_hang
+
+if os.environ.get("SCORER_TEST_DEVICE_FAULT_AFTER"):
+    from kafka_scorer.engine import runner
+
+    _forwards_left = int(os.environ["SCORER_TEST_DEVICE_FAULT_AFTER"])
+    _forward = runner.ModelRunner.forward
+
+    def _forward_or_fault(self, batch):  # type: ignore[no-untyped-def]
+        global _forwards_left
+        if _forwards_left <= 0:
+            print("FAULT-INJECTION: illegal memory access in forward", flush=True)
+            raise RuntimeError(
+                "CUDA error: an illegal memory access was encountered\n"
+                "CUDA kernel errors might be asynchronously reported at some other API call"
+            )
+        _forwards_left -= 1
+        return _forward(self, batch)
+
+    runner.ModelRunner.forward = _forward_or_fault
