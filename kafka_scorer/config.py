@@ -8,6 +8,7 @@ start with the setting's name instead of deep inside aiokafka or torch.
 from __future__ import annotations
 
 import os
+import typing
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -21,10 +22,32 @@ DType = Literal["auto", "float32", "float16", "bfloat16"]
 AttentionBackend = Literal["auto", "dense", "cascade", "flex"]
 
 
+def choices(annotation: object) -> tuple[str, ...]:
+    """The allowed strings of a `Literal[...]` (or `Literal[...] | None`) setting; () for any other."""
+    if typing.get_origin(annotation) is Literal:
+        return tuple(a for a in typing.get_args(annotation) if isinstance(a, str))
+    return tuple(c for arg in typing.get_args(annotation) for c in choices(arg))
+
+
 class EngineSettings(BaseSettings):
     """What the engine needs; usable without any Kafka setting (`Scorer.from_settings`)."""
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_SCORER_", env_file=".env", extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _any_case_choices(cls, data: object) -> object:
+        """`info`, `Info` and `INFO` all mean `INFO`: a value of a fixed set is matched whatever its case."""
+        if not isinstance(data, dict):
+            return data
+        fixed = dict(data)
+        for name, field in cls.model_fields.items():
+            value, allowed = fixed.get(name), choices(field.annotation)
+            if isinstance(value, str) and allowed and value not in allowed:
+                match = [c for c in allowed if c.lower() == value.strip().lower()]
+                if match:
+                    fixed[name] = match[0]
+        return fixed
 
     model: str = Field("", description="Local model directory or Hugging Face id to serve.")
     served_model_name: str | None = Field(
@@ -142,6 +165,20 @@ class Settings(EngineSettings):
     metrics_host: str = Field("0.0.0.0", description="Address the metrics server binds.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_ports(cls, value: str) -> str:
+        servers = [s.strip() for s in value.split(",") if s.strip()]
+        if not servers:
+            raise ValueError("empty: give at least one HOST:PORT, e.g. localhost:9092")
+        for server in servers:
+            host, colon, port = server.rpartition(":")
+            if not colon or server.endswith("]"):  # a bare host (or [IPv6]): the client adds port 9092
+                continue
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{server!r} is not HOST:PORT (e.g. localhost:9092)")
+        return ",".join(servers)
 
     @field_validator("request_topics", mode="before")
     @classmethod

@@ -72,6 +72,8 @@ def _sample(name: str) -> tuple[str, object]:
         return str(value), value
     if typing.get_origin(annotation) is list:
         return "a,b", ["a", "b"]
+    if name == "bootstrap_servers":  # validated as HOST:PORT list
+        return "x-value:9093", "x-value:9093"
     return "x-value", "x-value"
 
 

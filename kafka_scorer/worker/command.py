@@ -16,8 +16,9 @@ import sys
 import typing
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
-from kafka_scorer.config import Settings
+from kafka_scorer.config import Settings, choices
 from kafka_scorer.errors import EXIT_USER_ERROR
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,10 @@ def _flag(name: str) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--env-file", default=".env", help="Settings file read under the environment (default: .env)."
+        "--env-file", default=".env", help="settings file read under the environment (default: .env)"
     )
     for name, field in Settings.model_fields.items():
-        help_text = (field.description or "").replace("%", "%%")
+        help_text = setting_help(name, field)
         args = typing.get_args(field.annotation)
         if field.annotation is bool or (bool in args and type(None) in args):
             parser.add_argument(
@@ -46,8 +47,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
             )
         else:
             parser.add_argument(
-                _flag(name), dest=name, default=argparse.SUPPRESS, metavar="VALUE", help=help_text
+                _flag(name),
+                dest=name,
+                default=argparse.SUPPRESS,
+                metavar=_metavar(name, field),
+                help=help_text,
             )
+
+
+def _metavar(name: str, field: FieldInfo) -> str:
+    """What kind of value a flag takes, at a glance: its choices, or its unit."""
+    allowed = choices(field.annotation)
+    if allowed:
+        return "{" + ",".join(allowed) + "}"
+    kinds = set(typing.get_args(field.annotation)) | {field.annotation}
+    if name.endswith("_ms"):
+        return "MS"
+    if name.endswith("_s"):
+        return "SECONDS"
+    if name.endswith(("_file", "cafile", "certfile", "keyfile")):
+        return "PATH"
+    if int in kinds:
+        return "N"
+    if any(typing.get_origin(k) is list for k in kinds):
+        return "A,B,..."
+    return "TEXT"
+
+
+def setting_help(name: str, field: FieldInfo) -> str:
+    """The setting's description, then its default and environment variable: the same three facts for
+    every setting, so `--help` answers "what is it now and where else can I set it"."""
+    description = (field.description or "").rstrip(".")
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, list):
+        default = ",".join(map(str, default))
+    shown = "unset" if default in (None, "") else {True: "on", False: "off"}.get(default, default)
+    return f"{description} (default: {shown}; env: KAFKA_SCORER_{name.upper()})".replace("%", "%%")
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
@@ -86,9 +121,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
+    from kafka_scorer.env_check import unknown_variables
     from kafka_scorer.worker.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
+    for line in unknown_variables(os.environ, Settings.model_fields):
+        log.warning(line)
     return asyncio.run(serve(settings))
 
 

@@ -162,3 +162,13 @@ def test_a_secret_in_a_bad_setting_is_not_echoed(tmp_path) -> None:
     assert done.returncode == 2
     line = _one_line(done.stderr)
     assert "sasl_password" in line and "hunter2-secret" not in line
+
+
+def test_a_misspelt_variable_is_named_with_the_right_one(tmp_path) -> None:
+    done = run_cli(
+        "worker",
+        *("--model", str(tmp_path / "no-such-model"), "--metrics-port", "0"),
+        env=cli_env(KAFKA_SCORER_BOOTSTRAP_SERVER="kafka:9092"),
+    )
+    assert "KAFKA_SCORER_BOOTSTRAP_SERVER is not a setting" in done.stderr
+    assert "did you mean KAFKA_SCORER_BOOTSTRAP_SERVERS?" in done.stderr

@@ -168,3 +168,38 @@ def test_sasl_password_reaches_the_client_unmasked() -> None:
     )
     options = client_options(settings)
     assert options["sasl_plain_password"] == "s3cret" and options["sasl_mechanism"] == "SCRAM-SHA-256"
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "canonical"),
+    [
+        ("log_level", "info", "INFO"),
+        ("delivery", "Exactly_Once", "exactly_once"),
+        ("security_protocol", "plaintext", "PLAINTEXT"),
+        ("dtype", "BFLOAT16", "bfloat16"),
+    ],
+)
+def test_choices_are_matched_whatever_their_case(
+    monkeypatch: pytest.MonkeyPatch, field: str, given: str, canonical: str
+) -> None:
+    monkeypatch.setenv(f"KAFKA_SCORER_{field.upper()}", given)
+    assert getattr(command.load_settings(_parse()), field) == canonical
+    flag = "--" + field.replace("_", "-")
+    assert getattr(command.load_settings(_parse(flag, given)), field) == canonical
+
+
+@pytest.mark.parametrize("servers", ["", " , ", ":9092", "kafka:port", "kafka:0", "a:9092,b:"])
+def test_bootstrap_servers_must_be_host_ports(servers: str) -> None:
+    assert "bootstrap_servers" in _error_text("--bootstrap-servers", servers)
+
+
+def test_help_gives_every_setting_its_default_and_variable() -> None:
+    from kafka_scorer.config import Settings
+
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    helps = {a.dest: a.help or "" for a in parser._actions}
+    for name in Settings.model_fields:
+        assert f"env: KAFKA_SCORER_{name.upper()})" in helps[name], name
+        assert "(default: " in helps[name], name
+    assert "{DEBUG,INFO,WARNING,ERROR}" in parser.format_help()
