@@ -156,8 +156,10 @@ class Worker:
                 if records:
                     await self._accept(records)
                 self._restart_watermarks(await self.consumer.reset_beyond_log_end())
+            self._check(background)  # a fault that came with the stop request still makes the exit fatal
             if self._fatal is None:
                 await self._drain()
+                self._check(background)
         except Exception as exc:
             log.exception("worker failed")
             self._fatal = self._fatal or exc
@@ -197,6 +199,8 @@ class Worker:
 
     def _check(self, background: list[asyncio.Task[None]]) -> None:
         """Raise what ended a background task (a device error from the batcher, a bug): fatal."""
+        if self.batcher.failure is not None:
+            raise self.batcher.failure
         for task in background:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
@@ -209,7 +213,7 @@ class Worker:
         grace = self.settings.shutdown_grace_s
         deadline = time.monotonic() + grace
         log.info("stopping: %d jobs in flight, %.1fs grace", self.inflight_jobs, grace)
-        while self.inflight_jobs and time.monotonic() < deadline and self._fatal is None:
+        while self.inflight_jobs and time.monotonic() < deadline and self.healthy:
             # Keep polling (all partitions paused) so the group membership stays alive meanwhile.
             records = await self.consumer.fetch(20, self.settings.max_poll_records)
             if records:
