@@ -185,3 +185,25 @@ async def test_a_packing_failure_still_answers_every_job(done) -> None:
     assert result.error is not None and result.error.code is ErrorCode.INTERNAL
     assert "packing on fire" in result.error.message
     assert engine.calls == [], "nothing reaches the device for a batch that could not be packed"
+
+
+class PoisonedDevice(RecordingEngine):
+    def run_packed(self, jobs):
+        self.calls.append([j.job_id for j in jobs])
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+async def test_a_device_error_that_poisons_the_process_stops_the_batcher_unanswered(done) -> None:
+    engine = PoisonedDevice()
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=5, max_batch_wait_ms=0)
+    for name in ("x", "y", "z"):
+        batcher.add(FakePrepared(name, 5), f"ctx-{name}")
+    task = asyncio.create_task(batcher.run())
+    try:
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            await asyncio.wait_for(task, 5)
+    finally:
+        batcher.close()
+    assert batcher.failure is not None
+    assert done == [], "no job of a poisoned device may be answered (its offset must stay uncommitted)"
+    assert len(engine.calls) <= 2, "no batch may start on the device after the fault is known"
