@@ -54,6 +54,9 @@ class WorkerMetrics:
         self.batches = counter("batches", "Forward passes")
         self.pauses = counter("backpressure_pauses", "Times fetching was paused by backpressure")
         self.commit_failures = counter("commit_failures", "Failed offset commits")
+        self.partition_resets = counter(
+            "partition_resets", "Partitions restarted uncommitted: group membership lost, or a log reset"
+        )
         self.batch_jobs = histogram("batch_jobs", "Jobs per batch", _SIZE_BUCKETS)
         self.batch_tokens = histogram("batch_tokens", "Tokens per batch", _SIZE_BUCKETS)
         self.queue_seconds = histogram("queue_seconds", "Job wait before its batch starts", _LATENCY)

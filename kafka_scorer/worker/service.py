@@ -461,6 +461,7 @@ class Worker:
         """Close the partitions' watermarks (late answers to their in-flight records move no commit)."""
         if not partitions:
             return
+        self.metrics.partition_resets.inc(len(partitions))
         self.tracker.revoke(partitions)
         if reassign:
             self.tracker.assign(partitions)

@@ -35,6 +35,10 @@ OLD_JOBS = 150
 NEW_JOBS = 90
 
 
+def _metric(text: str, name: str) -> float:
+    return next(float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
 async def test_no_new_job_is_lost_and_no_commit_passes_the_log_end_after_the_broker_lost_its_data(
     causal_model, causal_scorer, causal_reference, caplog
 ) -> None:
@@ -74,6 +78,7 @@ async def test_no_new_job_is_lost_and_no_commit_passes_the_log_end_after_the_bro
             committed = await committed_offsets(info.bootstrap, topics.group, topics.requests, 3)
             assert worker.running
             assert await worker.stop() == 0
+        resets = _metric(worker.worker.metrics.render().decode(), "kafka_scorer_partition_resets_total")
 
         print(f"log reset: {NEW_JOBS} new jobs, {len(want) - len(lost)} answered, {len(lost)} lost")
         assert not lost, f"{len(lost)} of {NEW_JOBS} jobs the new log acknowledged were never answered"
@@ -81,6 +86,7 @@ async def test_no_new_job_is_lost_and_no_commit_passes_the_log_end_after_the_bro
         for partition, offset in committed.items():
             assert offset is None or offset <= ends[partition], (committed, ends)
         assert any("group membership lost" in r.getMessage() for r in caplog.records)
+        assert resets >= 1
     finally:
         broker.stop(timeout_s=0.2)
 
