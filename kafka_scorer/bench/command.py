@@ -11,7 +11,9 @@ import sys
 
 from kafka_scorer.cli import add_device_arguments
 
-WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "all")
+WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "all")
+"""`all`: the decoder workloads; `cross-encoder` (a real MiniLM cross-encoder against sentence-transformers
+on the CPU, `bench/cross_encoder.py`) runs only when named."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 
@@ -22,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         choices=WORKLOAD_CHOICES,
-        help="repeat to pick several (default: all)",
+        help="repeat to pick several (default: all, the decoder workloads; cross-encoder only when named)",
     )
     parser.add_argument(
         "--model-shape",
@@ -41,7 +43,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-label-kernel", action="store_true", help="leave out the label-kernel micro-benchmark"
     )
-    parser.add_argument("--jobs", type=int, help="jobs per workload (default: per workload and device)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="jobs per workload (default: per workload and device); cross-encoder: queries of 100 documents "
+        "(default 2)",
+    )
     parser.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget of one forward")
     parser.add_argument(
         "--repeats",
@@ -66,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.bench.workloads import WORKLOADS
 
     workloads = tuple(args.workload or ["all"])
+    if "cross-encoder" in workloads:
+        code = _run_cross_encoder(args)
+        workloads = tuple(w for w in workloads if w != "cross-encoder")
+        if not workloads or code:
+            return code
     backends = tuple(args.backend or ["all"])
     config = BenchConfig(
         device=args.device,
@@ -91,6 +103,30 @@ def run(args: argparse.Namespace) -> int:
             json.dump(report, fh, indent=2)
     if not report["ok"]:
         print("cross-check FAILED: some contender's scores disagree with the baseline", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_cross_encoder(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.cross_encoder import format_cross_encoder_report, run_cross_encoder_bench
+
+    report = run_cross_encoder_bench(
+        num_queries=args.jobs or (1 if args.quick else 2),
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        skip_worker=args.skip_worker,
+        repeats=max(1, args.repeats),
+        repeat_budget_s=args.repeat_budget,
+        max_batch_tokens=args.max_batch_tokens,
+    )
+    print()
+    print(format_cross_encoder_report(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"cross-encoder": report}, fh, indent=2)
+    if not report["ok"]:
+        print("cross-check FAILED: a contender's scores disagree with CrossEncoder.predict", file=sys.stderr)
         return 1
     return 0
 

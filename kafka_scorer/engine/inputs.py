@@ -6,7 +6,7 @@ without ever reaching the device, and the token count the scheduler budgets with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
@@ -41,6 +41,12 @@ class PreparedJob:
     @property
     def num_items(self) -> int:
         return len(self.items)
+
+    def piece(self, start: int, end: int, num_tokens: int) -> PreparedJob:
+        """Items [start, end) as a job of their own (a forward's share of a job larger than the budget),
+        with every per-item field cut alike."""
+        types = None if self.token_types is None else self.token_types[start:end]
+        return replace(self, items=self.items[start:end], token_types=types, num_tokens=num_tokens)
 
     @property
     def query_key(self) -> tuple[int, ...]:

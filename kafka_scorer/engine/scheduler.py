@@ -7,7 +7,6 @@ when records arrive; this class only decides what goes together.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
 
 from kafka_scorer.engine.inputs import PreparedJob
 
@@ -67,15 +66,13 @@ def plan_forwards(jobs: list[PreparedJob], max_batch_tokens: int) -> ForwardPlan
             pieces.append((index, job))
             continue
         prefix = len(job.query) if job.packed else 0
-        chunk: list[list[int]] = []
-        tokens = prefix
-        for item in job.items:
-            if chunk and tokens + len(item) > max_batch_tokens:
-                pieces.append((index, replace(job, items=chunk, num_tokens=tokens)))
-                chunk, tokens = [], prefix
-            chunk.append(item)
+        start, tokens = 0, prefix
+        for end, item in enumerate(job.items):
+            if end > start and tokens + len(item) > max_batch_tokens:
+                pieces.append((index, job.piece(start, end, tokens)))
+                start, tokens = end, prefix
             tokens += len(item)
-        pieces.append((index, replace(job, items=chunk, num_tokens=tokens)))
+        pieces.append((index, job.piece(start, len(job.items), tokens)))
 
     groups: ForwardPlan = []
     group: list[tuple[int, PreparedJob]] = []

@@ -224,3 +224,14 @@ def test_overlong_text_is_cut_before_tokenizing_when_truncating(family_scorer):
         encoded = tokenizer(QUERY, huge, truncation="only_second", max_length=32, return_tensors="pt")
         want = model(**encoded).logits[0].tolist()
     _assert_close(cut.scores, [want], "cut long text")
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_job_larger_than_the_budget_is_cut_with_its_token_types(family_scorer, family):
+    """A job over `max_batch_tokens` runs as several forwards; each piece keeps its pairs' type ids."""
+    scorer, path = family_scorer(family, max_batch_tokens=64)
+    items = ITEMS * 3
+    result = scorer.score_jobs([Job(query=QUERY, items=items), Job(query="yes", items=ITEMS)])
+    assert all(r.ok for r in result), [r.error for r in result]
+    _assert_close(result[0].scores, [_stock_logits(path, QUERY, item) for item in items], family)
+    _assert_close(result[1].scores, [_stock_logits(path, "yes", item) for item in ITEMS], family)
