@@ -237,19 +237,23 @@ class CommitSampler:
             try:
                 await consumer.start()
                 while True:
-                    offsets = {}
-                    for tp in self.tps:
-                        committed = await consumer.committed(tp)
-                        if committed is not None:
-                            offsets[tp.partition] = committed
+                    offsets = await asyncio.wait_for(self._read(consumer), 5.0)
                     self.samples.append(CommitSample(int(time.time() * 1000), offsets))
                     await asyncio.sleep(self.every_s)
-            except (KafkaError, OSError):
+            except (KafkaError, OSError, TimeoutError):  # aiokafka may retry a lost coordinator forever
                 self.errors += 1
                 await asyncio.sleep(self.every_s)
             finally:
                 with contextlib.suppress(KafkaError, OSError):
                     await consumer.stop()
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> dict[int, int]:
+        offsets = {}
+        for tp in self.tps:
+            committed = await consumer.committed(tp)
+            if committed is not None:
+                offsets[tp.partition] = committed
+        return offsets
 
     def since(self, at_ms: int) -> list[CommitSample]:
         return [s for s in self.samples if s.at_ms >= at_ms]
