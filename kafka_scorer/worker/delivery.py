@@ -279,6 +279,7 @@ class ExactlyOnceDelivery(Delivery):
         group_id: str,
         default_reply_topic: str,
         model_name: str,
+        committable: Callable[[dict[TopicPartition, int]], dict[TopicPartition, int]] = dict,
     ) -> None:
         super().__init__(
             producer,
@@ -290,6 +291,7 @@ class ExactlyOnceDelivery(Delivery):
         )
         self._rewind = rewind
         self._group_id = group_id
+        self._committable = committable  # the consumer's guards: membership held, within the log end
         self._txn_lock = asyncio.Lock()
         self._backoff = Backoff()
         self._held: list[Answer] = []  # answered, waiting for an older record of the same partition
@@ -318,11 +320,12 @@ class ExactlyOnceDelivery(Delivery):
                 else:
                     held.append(answer)
             self._held = held
+            offsets = self.tracker.to_commit()
+            ready, offsets = self._within_guards(ready, offsets)
             if not ready:
                 return
             built = [await self._producible(a) for a in ready]
             records = [r for _, recs in built for r in recs]
-            offsets = self.tracker.to_commit()
             try:
                 await self.producer.send_transaction(records, offsets, self._group_id)
             except FatalProducerError:
@@ -352,6 +355,22 @@ class ExactlyOnceDelivery(Delivery):
                 if answer.dead_letter is not None and answer.dead_letter in records:
                     self.metrics.dead_letters.inc()
                 self.on_settled(answer.ticket, result)
+
+    def _within_guards(
+        self, ready: list[Answer], offsets: dict[TopicPartition, int]
+    ) -> tuple[list[Answer], dict[TopicPartition, int]]:
+        """Drop the answers of partitions whose offsets may not be committed now (membership lost, or a
+        log reset): a transaction must not carry results whose offsets it cannot commit."""
+        allowed = self._committable(offsets)
+        if allowed == offsets:
+            return ready, offsets
+        keep = []
+        for answer in ready:
+            if answer.ticket.tp in allowed:
+                keep.append(answer)
+            else:
+                self.on_settled(answer.ticket, None)
+        return keep, allowed
 
     async def _producible(self, answer: Answer) -> tuple[Result, list[OutRecord]]:
         """The answer's records, each bound for a topic the broker has and lets us write: one refused

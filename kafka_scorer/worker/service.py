@@ -191,6 +191,7 @@ class Worker:
                 self.metrics,
                 self._rewind,
                 group_id=self.settings.group_id,
+                committable=self.consumer.committable,
                 **common,
             )
         return AtLeastOnceDelivery(

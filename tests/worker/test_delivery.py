@@ -56,7 +56,9 @@ class FakeProducer:
 
 
 class Harness:
-    def __init__(self, refused: dict[str, BaseException], exactly_once: bool = False) -> None:
+    def __init__(
+        self, refused: dict[str, BaseException], exactly_once: bool = False, committable=dict
+    ) -> None:
         self.producer = FakeProducer(refused)
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.tracker.assign([TP])
@@ -76,7 +78,14 @@ class Harness:
         common = {"default_reply_topic": DEFAULT, "model_name": "m"}
         if exactly_once:
             self.delivery = ExactlyOnceDelivery(
-                self.producer, self.tracker, on_settled, WorkerMetrics(), rewind, group_id="g", **common
+                self.producer,
+                self.tracker,
+                on_settled,
+                WorkerMetrics(),
+                rewind,
+                group_id="g",
+                committable=committable,
+                **common,
             )  # type: ignore[arg-type]
         else:
             self.delivery = AtLeastOnceDelivery(

@@ -115,3 +115,13 @@ async def test_no_commit_beyond_the_fetched_log_end() -> None:
     done = await consumer.commit({TP: 10, OTHER: 9, TopicPartition("requests", 7): 1})
     assert done == {TP: 10}, "OTHER's log ends at 5; partition 7 is not assigned"
     assert fake.committed == [{TP: 10}]
+
+
+async def test_exactly_once_sends_no_result_whose_offset_may_not_be_committed() -> None:
+    """Membership lost (or a log reset): the consumer's guard lets no offset through, so the results
+    must not go out either; a transaction may only carry results whose offsets it commits."""
+    h = Harness({}, exactly_once=True, committable=lambda offsets: {})
+    await h.delivery.deliver([h.answer(0), h.answer(1)])
+    assert h.producer.sent == []
+    assert h.settled == {0: None, 1: None}, "dropped for the partition's next reader, not answered"
+    assert h.tracker.watermark(TP).committed is None
