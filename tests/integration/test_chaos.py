@@ -129,6 +129,8 @@ class Crew:
         return f"{kind} slot {slot}"
 
     async def stop(self) -> None:
+        for worker in self.slots:  # a replacement still importing torch has no SIGTERM handler yet
+            await worker.wait_for_log("worker ready", timeout_s=120)
         for worker in self.slots:
             worker.signal(signal.SIGTERM)
         for worker in self.slots:
