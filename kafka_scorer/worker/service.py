@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 _POLL_MS = 100  # longest the loop sits in one poll, so a stop request is seen quickly
 _PREPARE_THREADS = 4  # tokenizers release the GIL: one huge record holds one thread, not the others
+_PREPARE_WAIT_S = 0.25  # longest a poll waits for its own prepares before the next fetch (see _accept)
 _RECORDS_PER_POLL_IN_FLIGHT = (
     4  # in-flight records cap, in polls' worth (bounds answers not counted in tokens)
 )
@@ -233,16 +234,22 @@ class Worker:
     # ---- records in ------------------------------------------------------------------------------
 
     async def _accept(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        """Ticket, decode and answer-or-prepare every polled record; returns without waiting for prepares.
+        """Ticket, decode and answer-or-prepare every polled record.
 
         Each job is prepared on its own task in the prepare pool and joins the batcher the moment its
         own prepare ends, so a record that takes seconds to tokenize delays nobody else's job. Answers
         may therefore complete out of offset order; the watermark commits only what lies below the
-        oldest unanswered record. A prepare still running counts in `inflight_jobs`, so backpressure,
-        draining and rebalances wait for it like for any other job.
+        oldest unanswered record. A prepare still running counts in `inflight_jobs`, so draining and
+        rebalances wait for it like for any other job.
+
+        The next fetch waits until this poll's prepares are done, so their tokens count in the
+        backpressure budget before more is read (the budget is overrun by at most one poll) — but at
+        most `_PREPARE_WAIT_S`: a record that takes longer to prepare goes on alone, without holding
+        back the other partitions' records.
         """
         now = time.monotonic()
         answers: list[Answer] = []
+        preparing: list[asyncio.Future[Any]] = []
         for tp, records in polled.items():
             mark = self.tracker.watermark(tp)
             for record in records:
@@ -262,10 +269,13 @@ class Worker:
                     ticket.items = len(decoded.job.items)
                     future = asyncio.wrap_future(self._prepare_pool.submit(self._prepare_all, decoded))
                     future.add_done_callback(functools.partial(self._on_prepared, ticket))
+                    preparing.append(future)
                 else:
                     answers.append(Answer(ticket, decoded.result, decoded.dead_letter))
         if answers:
             self._spawn(answers)
+        if preparing:
+            await asyncio.wait(preparing, timeout=_PREPARE_WAIT_S)
         self._backpressure()
 
     def _read(self, record: ConsumerRecord) -> Inbound | Rejected:
