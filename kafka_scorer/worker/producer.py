@@ -190,8 +190,10 @@ class ResultProducer:
                 raise
             except Exception as exc:
                 if not is_retriable(exc):
+                    if not isinstance(exc, KafkaError):
+                        raise  # not the broker's answer: a bug, which must not pass for a refusal
                     refusals += 1
-                    if refusals >= _REFUSAL_ATTEMPTS or not isinstance(exc, KafkaError):
+                    if refusals >= _REFUSAL_ATTEMPTS:
                         raise Refused(record.topic, exc) from exc
                 log.warning(
                     "producer: send to %s failed (%r); retrying in %.1fs", record.topic, exc, backoff.next_s
