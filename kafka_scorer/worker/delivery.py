@@ -14,7 +14,8 @@ through answered tickets, so a commit never passes an unanswered record.
   of one fetch) carrying the results and the offsets they move. A result that finished before an older
   record of its partition waits for it, so no transaction carries a result whose offset it does not
   commit. A failed transaction is aborted and the consumer rewinds to the last committed offsets, so
-  the work is redone inside a later transaction.
+  the work is redone inside a later transaction. Records bound for a refused topic are answered on the
+  default reply topic before the transaction starts; three refused transactions in a row stop the worker.
 """
 
 from __future__ import annotations
@@ -44,10 +45,6 @@ class Undeliverable(FatalProducerError):
     """An answer that no topic will take: the worker stops without committing its record's offset."""
 
 
-def _where(ticket: Ticket) -> str:
-    return f"{ticket.tp.topic}:{ticket.tp.partition}@{ticket.offset}"
-
-
 @dataclass(slots=True, eq=False)
 class Ticket:
     """One consumed record on its way through the worker."""
@@ -64,6 +61,10 @@ class Ticket:
     @property
     def offset(self) -> int:
         return self.origin.offset
+
+
+def _where(ticket: Ticket) -> str:
+    return f"{ticket.tp.topic}:{ticket.tp.partition}@{ticket.offset}"
 
 
 @dataclass(slots=True)
