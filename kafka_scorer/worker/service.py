@@ -267,7 +267,7 @@ class Worker:
                 self.peak_inflight_jobs = max(self.peak_inflight_jobs, self.inflight_jobs)
                 if isinstance(decoded, Inbound):
                     ticket.items = len(decoded.job.items)
-                    future = asyncio.wrap_future(self._prepare_pool.submit(self._prepare_all, decoded))
+                    future = asyncio.wrap_future(self._prepare_pool.submit(self._prepare_one, decoded))
                     future.add_done_callback(functools.partial(self._on_prepared, ticket))
                     preparing.append(future)
                 else:
@@ -292,7 +292,7 @@ class Worker:
             )
             return internal_rejection(record, self.rules, exc)
 
-    def _prepare_all(self, inbound: Inbound) -> Any:
+    def _prepare_one(self, inbound: Inbound) -> Any:
         """On a prepare thread: tokenization and validation of one job; never raises."""
         try:
             return self.scorer.prepare(inbound.job, inbound.job_id)
@@ -309,23 +309,37 @@ class Worker:
             return error_result(inbound.job_id, ErrorCode.INTERNAL, message, model=self.scorer.model_name)
 
     def _on_prepared(self, ticket: Ticket, future: asyncio.Future[Any]) -> None:
-        """On the event loop, as each prepare ends: the job joins the batcher, or its error is answered."""
+        """On the event loop, as each prepare ends: the job joins the batcher, or its error is answered.
+
+        A done-callback's exception would only be logged by the loop, leaving the ticket unsettled and
+        its partition's commits stuck behind it; so anything raised here answers the job instead.
+        """
         if self._closing or future.cancelled():
             return  # shutting down: nothing more is answered or committed
-        item = future.result()
-        if isinstance(item, Result):
-            if not self._prepared_answers:  # the first this turn: send them all once the turn ends
-                asyncio.get_running_loop().call_soon(self._flush_prepared_answers)
-            self._prepared_answers.append(Answer(ticket, item))
-        elif ticket.watermark.closed:  # revoked while it was being prepared
-            self._on_settled(ticket, None)
-        else:
-            ticket.tokens = item.num_tokens
-            ticket.enqueued_at = time.monotonic()
-            self.inflight_tokens += ticket.tokens
-            self.peak_inflight_tokens = max(self.peak_inflight_tokens, self.inflight_tokens)
-            self.batcher.add(item, ticket)
-            self._backpressure()
+        try:
+            item = future.result()
+            if isinstance(item, Result):
+                self._answer_prepared(ticket, item)
+            elif ticket.watermark.closed:  # revoked while it was being prepared
+                self._on_settled(ticket, None)
+            else:
+                ticket.tokens = item.num_tokens
+                ticket.enqueued_at = time.monotonic()
+                self.inflight_tokens += ticket.tokens
+                self.peak_inflight_tokens = max(self.peak_inflight_tokens, self.inflight_tokens)
+                self.batcher.add(item, ticket)
+                self._backpressure()
+        except Exception as exc:
+            log.exception("queueing job %s failed; answered as internal", ticket.job_id)
+            message = f"queueing the job failed: {type(exc).__name__}: {exc}"
+            self._answer_prepared(
+                ticket, error_result(ticket.job_id, ErrorCode.INTERNAL, message, model=self.scorer.model_name)
+            )
+
+    def _answer_prepared(self, ticket: Ticket, result: Result) -> None:
+        if not self._prepared_answers:  # the first this turn: send them all once the turn ends
+            asyncio.get_running_loop().call_soon(self._flush_prepared_answers)
+        self._prepared_answers.append(Answer(ticket, result))
 
     def _flush_prepared_answers(self) -> None:
         """Errors found by prepare go out together (one transaction in exactly-once mode, not one each)."""
