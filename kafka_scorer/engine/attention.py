@@ -195,10 +195,9 @@ def _capped_attention(
 class _CascadeIndex:
     """Gather/scatter indices of the cascade backend, built once per batch on the CPU."""
 
-    prefix_groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
-    """(gather index [S, Lmax], [2, valid] rows of the padded output and their flat positions, key mask
-    [S, 1, 1, Lmax] or None) per group of similar-length prefixes. The key mask hides the right padding
-    from bidirectional (encoder) sequences of unequal length; a causal prefix never sees its padding."""
+    prefix_groups: list[tuple[torch.Tensor, torch.Tensor]]
+    """(gather index [S, Lmax], [2, valid] rows of the padded output and their flat positions) per group
+    of similar-length prefixes."""
     mis: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
     """Per MIS sequence: prefix start, prefix length, item gather index [n, I], item key mask
     [n, I, I], valid-row selector [n*I] and the valid rows' flat positions."""
@@ -208,10 +207,7 @@ class _CascadeIndex:
             return tensor.to(device, non_blocking=True)
 
         return _CascadeIndex(
-            prefix_groups=[
-                (move(gather), move(rows), None if keys is None else move(keys))
-                for gather, rows, keys in self.prefix_groups
-            ],
+            prefix_groups=[(move(gather), move(rows)) for gather, rows in self.prefix_groups],
             mis=[(start, prefix, *map(move, tensors)) for start, prefix, *tensors in self.mis],  # type: ignore[misc]
         )
 
@@ -231,8 +227,102 @@ def _bucket_by_length(entries: list[tuple[int, int]], slack: float = 1.25) -> li
     return groups
 
 
-def _cascade_host_index(layout: AttentionLayout) -> _CascadeIndex:
+@dataclass
+class _PairGroup:
+    """Encoder pairs of similar length, attended to in one padded SDPA call (cascade, `causal=False`)."""
+
+    gather: torch.Tensor
+    """[S*L] flat stream index of each padded slot (padding repeats the pair's last token)."""
+    size: int
+    length: int
+    keys: torch.Tensor | None
+    """[S, 1, 1, L] key mask hiding the padding; None when every pair of the group is L long."""
+    valid: torch.Tensor
+    """Rows of the padded [S*L] output that hold real tokens."""
+    positions: torch.Tensor
+    """Their flat positions in the stream."""
+
+    def to(self, device: torch.device) -> _PairGroup:
+        def move(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device, non_blocking=True)
+
+        keys = None if self.keys is None else move(self.keys)
+        return _PairGroup(
+            move(self.gather), self.size, self.length, keys, move(self.valid), move(self.positions)
+        )
+
+
+@dataclass
+class _PairIndex:
+    groups: list[_PairGroup]
+
+    def to(self, device: torch.device) -> _PairIndex:
+        return _PairIndex([group.to(device) for group in self.groups])
+
+
+def _pair_host_index(layout: AttentionLayout) -> _PairIndex:
+    """Length buckets of an encoder batch, gathered row-wise (token-major), the cheap way on a CPU."""
+    pin = layout.pinned
+    groups = []
+    for group in _bucket_by_length(list(zip(layout.seq_starts, layout.seq_lens))):
+        longest = group[0][1]
+        offsets = torch.arange(longest)
+        lengths = torch.tensor([length for _, length in group])
+        starts = torch.tensor([start for start, _ in group])
+        gather = starts[:, None] + torch.minimum(offsets[None, :], lengths[:, None] - 1)
+        real = offsets[None, :] < lengths[:, None]
+        keys = None if bool(real.all()) else pin(real[:, None, None, :])
+        flat_real = real.reshape(-1)
+        groups.append(
+            _PairGroup(
+                gather=pin(gather.reshape(-1)),
+                size=len(group),
+                length=longest,
+                keys=keys,
+                valid=pin(flat_real.nonzero().squeeze(1)),
+                positions=pin(gather.reshape(-1)[flat_real]),
+            )
+        )
+    return _PairIndex(groups)
+
+
+def _bidirectional_pairs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: _PairIndex, scale: float
+) -> torch.Tensor:
+    """Encoder pairs, each attending to all of itself: one padded SDPA per length bucket.
+
+    Tokens are gathered and scattered as whole rows of the token-major `[T, H·d]` layout the
+    projections produced (`index_select` / `index_copy_`), which costs a fraction of indexing the
+    head-major view; the result is token-major too, so the layer's reshape after attention is free.
+    """
+    heads, total, dim = q.shape
+    kv_heads = k.shape[0]
+    out = torch.empty(total, heads, dim, dtype=q.dtype, device=q.device)
+    flat_out = out.view(total, heads * dim)
+    rows_q, rows_k, rows_v = (x.transpose(0, 1).reshape(total, -1) for x in (q, k, v))
+    for group in index.groups:
+        s, length = group.size, group.length
+
+        def take(rows: torch.Tensor, n: int, s=s, length=length, gather=group.gather) -> torch.Tensor:
+            return rows.index_select(0, gather).view(s, length, n, dim).transpose(1, 2)
+
+        attended = F.scaled_dot_product_attention(
+            take(rows_q, heads),
+            take(rows_k, kv_heads),
+            take(rows_v, kv_heads),
+            attn_mask=group.keys,
+            scale=scale,
+            enable_gqa=kv_heads != heads,
+        )
+        padded = attended.transpose(1, 2).reshape(s * length, heads * dim)
+        flat_out.index_copy_(0, group.positions, padded.index_select(0, group.valid))
+    return out.transpose(0, 1)
+
+
+def _cascade_host_index(layout: AttentionLayout) -> _CascadeIndex | _PairIndex:
     """The cascade's gather/scatter indices as CPU tensors (pinned on CUDA)."""
+    if not layout.causal:
+        return _pair_host_index(layout)
     pin = layout.pinned
     prefixes = [(start, prefix) for start, prefix in zip(layout.seq_starts, layout.prefix_lens) if prefix > 0]
     prefix_groups = []
@@ -244,11 +334,7 @@ def _cascade_host_index(layout: AttentionLayout) -> _CascadeIndex:
         flat_valid = torch.cat(
             [row * longest + torch.arange(length) for row, (_, length) in enumerate(group)]
         )
-        keys = None
-        if not layout.causal and group[-1][1] != longest:
-            lengths = torch.tensor([length for _, length in group])
-            keys = pin((offsets[None, :] < lengths[:, None])[:, None, None, :])
-        prefix_groups.append((pin(gather), pin(torch.stack([flat_valid, valid])), keys))
+        prefix_groups.append((pin(gather), pin(torch.stack([flat_valid, valid]))))
     mis = []
     for start, prefix, items in zip(layout.seq_starts, layout.prefix_lens, layout.item_lens):
         if not items or max(items) == 0:
@@ -305,19 +391,21 @@ def cascade_attention(
     if softcap is not None and not layout.causal:
         return dense_attention(q, k, v, layout, scale, softcap, window)
     index = layout.cached("cascade_index", lambda: _host_index(layout, "cascade").to(layout.device))
+    if isinstance(index, _PairIndex):
+        return _bidirectional_pairs(q, k, v, index, scale)
     assert isinstance(index, _CascadeIndex)
     heads, _, dim = q.shape
     kv_heads = k.shape[0]
     groups = heads // kv_heads
     out = torch.empty_like(q)
 
-    for gather, (flat_valid, positions), keys in index.prefix_groups:
+    for gather, (flat_valid, positions) in index.prefix_groups:
         qp = q[:, gather].transpose(0, 1)  # [S, H, L, d]
         kp = k[:, gather].transpose(0, 1)
         vp = v[:, gather].transpose(0, 1)
         if softcap is None:
             op = F.scaled_dot_product_attention(
-                qp, kp, vp, attn_mask=keys, is_causal=layout.causal, scale=scale, enable_gqa=groups > 1
+                qp, kp, vp, is_causal=True, scale=scale, enable_gqa=groups > 1
             )
         else:
             length = gather.shape[1]

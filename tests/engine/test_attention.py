@@ -64,3 +64,48 @@ def test_backend_matches_naive_mask(backend, seqs, heads, kv_heads):
     want = naive_attention(q, k, v, seqs, 0.3)
     assert got.shape == q.shape
     assert torch.allclose(got.double(), want, atol=1e-5), (got.double() - want).abs().max()
+
+
+def naive_bidirectional(q, k, v, lens, scale, window=None):
+    """float64: each token of a pair sees every token of that pair (within `window`: |i - j| < window)."""
+    heads, kv_heads = q.shape[0], k.shape[0]
+    k = k.repeat_interleave(heads // kv_heads, dim=0).double()
+    v = v.repeat_interleave(heads // kv_heads, dim=0).double()
+    out = torch.zeros_like(q, dtype=torch.float64)
+    start = 0
+    for length in lens:
+        for i in range(length):
+            idx = torch.tensor([start + j for j in range(length) if window is None or abs(i - j) < window])
+            scores = (q[:, start + i].double()[:, None, :] * k[:, idx]).sum(-1) * scale
+            out[:, start + i] = (torch.softmax(scores, -1)[:, :, None] * v[:, idx]).sum(1)
+        start += length
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("lens", [[7], [5, 5, 5], [1, 9, 3, 3, 12, 2, 8, 8, 1]])
+@pytest.mark.parametrize(("heads", "kv_heads", "window"), [(4, 4, None), (4, 2, None), (4, 4, 3)])
+def test_encoder_layout_is_block_diagonal_and_bidirectional(backend, lens, heads, kv_heads, window):
+    """SPEC §8: plain pairs of unequal length (one length bucket pads them), no causal mask, and the
+    symmetric window of ModernBERT's local layers."""
+    torch.manual_seed(1)
+    total, dim = sum(lens), 8
+    q, k, v = (
+        torch.randn(heads, total, dim),
+        torch.randn(kv_heads, total, dim),
+        torch.randn(kv_heads, total, dim),
+    )
+    layout = AttentionLayout(
+        seq_starts=[sum(lens[:i]) for i in range(len(lens))],
+        seq_lens=lens,
+        prefix_lens=lens,
+        item_lens=[()] * len(lens),
+        device=torch.device("cpu"),
+        backend=backend,
+        causal=False,
+    )
+    got = BACKENDS[backend](q, k, v, layout, 0.3, None, window)
+    assert got.shape == q.shape
+    want = naive_bidirectional(q, k, v, lens, 0.3, window)
+    assert torch.allclose(got.double(), want, atol=1e-5), (got.double() - want).abs().max()

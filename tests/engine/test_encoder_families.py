@@ -235,3 +235,20 @@ def test_a_job_larger_than_the_budget_is_cut_with_its_token_types(family_scorer,
     assert all(r.ok for r in result), [r.error for r in result]
     _assert_close(result[0].scores, [_stock_logits(path, QUERY, item) for item in items], family)
     _assert_close(result[1].scores, [_stock_logits(path, "yes", item) for item in ITEMS], family)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    family=st.sampled_from(["bert", "roberta", "xlm-roberta"]),
+    query=st.text(max_size=40),
+    items=st.lists(st.text(max_size=60), min_size=1, max_size=3),
+    item_first=st.booleans(),
+)
+def test_any_text_scores_like_the_tokenizers_own_pair(family_scorer, family, query, items, item_first):
+    """Fuzzed text (any Unicode: blanks only, control characters, accents, emoji, empty strings): the
+    pair the engine builds scores exactly like the stock tokenizer's pair encoding of the same texts."""
+    scorer, path = family_scorer(family)
+    result = scorer.score_jobs([Job(query=query, items=items, item_first=item_first)])[0]
+    assert result.ok, result.error
+    want = [_stock_logits(path, *((item, query) if item_first else (query, item))) for item in items]
+    _assert_close(result.scores, want, f"{family} on fuzzed text")
