@@ -1,28 +1,43 @@
 """Token-budget micro-batching: FIFO jobs, greedily packed up to `max_batch_tokens` per forward.
 
 Timing (how long to wait for a batch to fill) belongs to the caller: the worker's event loop knows
-when records arrive; this class only decides what goes together.
+when records arrive; this class only decides what goes together. It needs nothing of a job but its
+token count, so it is generic and imports no torch: the worker uses it without loading the engine's
+model code (`plan_forwards` below is the engine's own, and sees `PreparedJob`s).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from kafka_scorer.engine.inputs import PreparedJob
+if TYPE_CHECKING:
+    from kafka_scorer.engine.inputs import PreparedJob
 
 
-class TokenBudgetScheduler:
+class Counted(Protocol):
+    """Anything with a token count: what the budget is spent on."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+
+J = TypeVar("J", bound=Counted)
+
+
+class TokenBudgetScheduler(Generic[J]):
     def __init__(self, max_batch_tokens: int) -> None:
         if max_batch_tokens <= 0:
             raise ValueError("max_batch_tokens must be positive")
         self.max_batch_tokens = max_batch_tokens
-        self._queue: deque[PreparedJob] = deque()
+        self._queue: deque[J] = deque()
         self.queued_tokens = 0
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, job: PreparedJob) -> None:
+    def add(self, job: J) -> None:
         self._queue.append(job)
         self.queued_tokens += job.num_tokens
 
@@ -31,9 +46,9 @@ class TokenBudgetScheduler:
         """A batch could close now without waiting for more jobs."""
         return self.queued_tokens >= self.max_batch_tokens
 
-    def next_batch(self) -> list[PreparedJob]:
+    def next_batch(self) -> list[J]:
         """Oldest first; a job larger than the whole budget still runs, alone, so it is never stuck."""
-        batch: list[PreparedJob] = []
+        batch: list[J] = []
         tokens = 0
         while self._queue:
             job = self._queue[0]
@@ -45,8 +60,19 @@ class TokenBudgetScheduler:
         self.queued_tokens -= tokens
         return batch
 
+    def remove_if(self, doomed: Callable[[J], bool]) -> list[J]:
+        """Take out the queued jobs `doomed` picks (work of a partition that was revoked), keeping the
+        order of the rest; they are returned so the caller can settle them."""
+        kept: deque[J] = deque()
+        removed: list[J] = []
+        for job in self._queue:
+            (removed if doomed(job) else kept).append(job)
+        self._queue = kept
+        self.queued_tokens -= sum(job.num_tokens for job in removed)
+        return removed
 
-ForwardPlan = list[list[tuple[int, PreparedJob]]]
+
+ForwardPlan = list[list[tuple[int, "PreparedJob"]]]
 
 
 def plan_forwards(jobs: list[PreparedJob], max_batch_tokens: int) -> ForwardPlan:

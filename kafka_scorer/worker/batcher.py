@@ -101,6 +101,14 @@ class Batcher(Generic[T]):
         self._scheduler.add(prepared)  # type: ignore[arg-type]
         self._added.set()
 
+    def discard(self, doomed: Callable[[T], bool]) -> list[T]:
+        """Take queued jobs whose context `doomed` picks out of the queue, uncomputed, and return their
+        contexts. After a rebalance the jobs of revoked partitions are the next owner's: computing them
+        here would only delay live work (and a drain) for results that are thrown away. Jobs already
+        packed or on the device finish; their late results are dropped by the delivery layer."""
+        removed = self._scheduler.remove_if(lambda prepared: doomed(self._waiting[id(prepared)][0]))
+        return [self._waiting.pop(id(prepared))[0] for prepared in removed]
+
     def drain(self, on: bool = True) -> None:
         """While draining, batches close at once instead of waiting to fill (shutdown, rebalance)."""
         self._draining = on

@@ -478,9 +478,19 @@ class Worker:
                 self.batcher.drain(False)
         left = self.tracker.unanswered(revoked)
         self.tracker.revoke(revoked)
+        self._settle_closed()
+        log.info("partitions revoked: %s (%d in-flight jobs left to the next owner)", _names(revoked), left)
+
+    def _settle_closed(self) -> None:
+        """Settle, as dropped, the work of partitions whose watermark just closed: held answers, and
+        queued jobs, which are taken out of the batcher uncomputed (they are the next reader's now)."""
         if self.delivery is not None:
             self.delivery.discard_closed()
-        log.info("partitions revoked: %s (%d in-flight jobs left to the next owner)", _names(revoked), left)
+        dropped = self.batcher.discard(lambda ticket: ticket.watermark.closed)
+        for ticket in dropped:
+            self._on_settled(ticket, None)
+        if dropped:
+            log.info("%d queued jobs of closed partitions dropped before computing", len(dropped))
 
     def _restart_watermarks(self, partitions: set[TopicPartition], reassign: bool = True) -> None:
         """Close the partitions' watermarks (late answers to their in-flight records move no commit)."""
@@ -490,14 +500,14 @@ class Worker:
         self.tracker.revoke(partitions)
         if reassign:
             self.tracker.assign(partitions)
-        if self.delivery is not None:
-            self.delivery.discard_closed()
+        self._settle_closed()
 
     async def _rewind(self) -> None:
         """Exactly-once recovery: forget in-flight work and read again from the committed offsets."""
         partitions = self.consumer.assignment()
         self.tracker.revoke_all()
         self.tracker.assign(partitions)
+        self._settle_closed()
         await self.consumer.rewind(partitions)
 
 

@@ -207,3 +207,32 @@ async def test_a_device_error_that_poisons_the_process_stops_the_batcher_unanswe
     assert batcher.failure is not None
     assert done == [], "no job of a poisoned device may be answered (its offset must stay uncommitted)"
     assert len(engine.calls) <= 2, "no batch may start on the device after the fault is known"
+
+
+async def test_discarded_jobs_are_never_computed_and_the_rest_keep_their_order(done) -> None:
+    """After a rebalance the queued jobs of revoked partitions leave the queue uncomputed; the others
+    run in their original order and the token count drops by exactly the discarded jobs'."""
+    engine = RecordingEngine()
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000)
+    for i in range(8):
+        batcher.add(FakePrepared(f"j{i}", 10 + i), f"p{i % 2}:{i}")
+    dropped = batcher.discard(lambda context: context.startswith("p1:"))
+    assert dropped == ["p1:1", "p1:3", "p1:5", "p1:7"]
+    assert batcher.queued_jobs == 4 and batcher.queued_tokens == 10 + 12 + 14 + 16
+    batcher.drain()
+    await _run(batcher, lambda: bool(done))
+    assert engine.calls == [["j0", "j2", "j4", "j6"]]
+    assert batcher.discard(lambda context: True) == []
+
+
+def test_the_worker_imports_no_torch() -> None:
+    """The worker side only counts tokens: importing it must not load torch (seconds of start-up, and
+    the seam between worker and engine stays honest)."""
+    import subprocess
+    import sys
+
+    code = "import sys, kafka_scorer.worker.service; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "False"

@@ -18,7 +18,7 @@ from aiokafka.errors import (
 from kafka_scorer.config import Settings
 from kafka_scorer.worker.consumer import FatalConsumerError, JobConsumer
 from kafka_scorer.worker.producer import FatalProducerError
-from tests.worker.test_delivery import TP, Harness
+from tests.worker.test_delivery_refusals import TP, Harness
 
 OTHER = TopicPartition("requests", 1)
 
