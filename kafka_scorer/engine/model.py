@@ -123,6 +123,24 @@ def _final_logit_softcap(config, kind: ModelKind) -> float | None:
     return float(cap) if cap and kind is ModelKind.CAUSAL_LM else None
 
 
+@torch.no_grad()
+def _sees_later_tokens(model: nn.Module, vocab_size: int) -> bool:
+    """Whether the first token's final state depends on a later token: bidirectional attention.
+
+    Behaviour, not names: a classifier of a family `engine/encoders.py` does not know (DeBERTa, MPNet,
+    remote code) would otherwise be served as a decoder, its pairs run as one causal stream, and its
+    scores come back wrong without an error. Two 3-token forwards with transformers' eager attention.
+    """
+    device = next(model.parameters()).device
+    ids = torch.tensor([[1, 2, 3], [1, 2, 4]], device=device).clamp(max=vocab_size - 1)
+    model.set_attn_implementation("eager")
+    try:
+        first = model.base_model(input_ids=ids)[0][:, 0].float()
+    finally:
+        model.set_attn_implementation(ATTENTION_IMPLEMENTATION)
+    return not torch.allclose(first[0], first[1], rtol=0.0, atol=1e-6)
+
+
 def _classification_head(model: nn.Module) -> nn.Module:
     for name in _CLASSIFICATION_HEAD_NAMES:
         head = getattr(model, name, None)
@@ -196,6 +214,12 @@ def load_model(
     else:
         head = _classification_head(model)
         output_vocab = int(config.vocab_size)
+    if kind is ModelKind.CLASSIFICATION and family is None and _sees_later_tokens(model, output_vocab):
+        raise ModelLoadError(
+            f"{type(model).__name__} (model_type {getattr(config, 'model_type', None)!r}) attends "
+            "bidirectionally, but it is not an encoder family kafka-scorer serves exactly (BERT, RoBERTa, "
+            "XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA, ModernBERT); its scores would be wrong"
+        )
     encoder = None
     if family is not None:
         try:

@@ -252,3 +252,24 @@ def test_any_text_scores_like_the_tokenizers_own_pair(family_scorer, family, que
     assert result.ok, result.error
     want = [_stock_logits(path, *((item, query) if item_first else (query, item))) for item in items]
     _assert_close(result.scores, want, f"{family} on fuzzed text")
+
+
+def test_an_unknown_bidirectional_classifier_is_refused_not_scored_wrongly(tmp_path):
+    """DeBERTa (mxbai-rerank v1's family) attends bidirectionally through its own attention code: served
+    as a decoder its pairs would run as one causal stream. It is detected by behaviour and refused."""
+    from transformers import DebertaV2Config
+
+    from kafka_scorer.testing.tiny_models import save_random_model
+
+    config = DebertaV2Config(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=1,
+        architectures=["DebertaV2ForSequenceClassification"],
+    )
+    path = save_random_model(config, "classification", tmp_path / "deberta")
+    with pytest.raises(ModelLoadError, match="attends bidirectionally"):
+        Scorer(str(path), dtype="float32", device="cpu")
