@@ -129,16 +129,20 @@ def _sees_later_tokens(model: nn.Module, vocab_size: int) -> bool:
 
     Behaviour, not names: a classifier of a family `engine/encoders.py` does not know (DeBERTa, MPNet,
     remote code) would otherwise be served as a decoder, its pairs run as one causal stream, and its
-    scores come back wrong without an error. Two 3-token forwards with transformers' eager attention.
+    scores come back wrong without an error. Two 8-token forwards with transformers' eager attention,
+    alike but for their last tokens, run separately: a causal model computes its first row from the
+    same numbers in the same order both times, so any difference is the later tokens'.
     """
     device = next(model.parameters()).device
-    ids = torch.tensor([[1, 2, 3], [1, 2, 4]], device=device).clamp(max=vocab_size - 1)
+    firsts = []
     model.set_attn_implementation("eager")
     try:
-        first = model.base_model(input_ids=ids)[0][:, 0].float()
+        for tail in ([4, 5, 6, 7, 8], [9, 10, 11, 12, 13]):
+            ids = torch.tensor([[1, 2, 3, *tail]], device=device).clamp(max=vocab_size - 1)
+            firsts.append(model.base_model(input_ids=ids)[0][0, 0].float())
     finally:
         model.set_attn_implementation(ATTENTION_IMPLEMENTATION)
-    return not torch.allclose(first[0], first[1], rtol=0.0, atol=1e-6)
+    return bool((firsts[0] - firsts[1]).abs().max() > 1e-6 * firsts[0].abs().max().clamp(min=1.0))
 
 
 def _classification_head(model: nn.Module) -> nn.Module:
