@@ -218,3 +218,19 @@ def test_the_model_kind_comes_from_the_config(served):
     _, scorer, _ = served
     assert scorer.loaded.encoder is not None and scorer.loaded.encoder.family == "bert"
     assert scorer.loaded.max_positions == 512
+
+
+def test_truncate_and_truncated_items_cross_the_wire(short_limit):
+    """`truncate` decodes from a job's JSON; `truncated_items` is encoded when set and left out when empty."""
+    import json
+
+    from kafka_scorer.protocol import decode_job, encode_result
+
+    scorer, _ = short_limit
+    body = json.dumps({"query": QUERIES[0], "items": [PASSAGES[0], LONG_PASSAGES[0]], "truncate": True})
+    job, fmt = decode_job(body.encode())
+    assert job.truncate is True
+    result = scorer.score_jobs([job])[0]
+    assert json.loads(encode_result(result, fmt))["truncated_items"] == [1]
+    plain = scorer.score_jobs([Job(query=QUERIES[0], items=[PASSAGES[0]])])[0]
+    assert "truncated_items" not in json.loads(encode_result(plain, fmt))
