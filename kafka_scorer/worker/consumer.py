@@ -39,6 +39,7 @@ from aiokafka.errors import (
 from kafka_scorer.config import Settings
 from kafka_scorer.worker.connection import client_options
 from kafka_scorer.worker.retry import UNREACHABLE, Backoff
+from kafka_scorer.worker.wire import Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +132,14 @@ class JobConsumer:
         except KafkaError as exc:
             log.warning("consumer stop: %r", exc)
 
-    async def fetch(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+    async def fetch(
+        self, timeout_ms: int, max_records: int
+    ) -> dict[TopicPartition, list[ConsumerRecord | Unreadable]]:
         """One poll. Broker trouble is logged and reads as an empty poll; the loop keeps going."""
         try:
             return await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except UnicodeDecodeError:
+            return await self._skip_unreadable(timeout_ms, max_records)
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
@@ -145,6 +150,57 @@ class JobConsumer:
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
         return {}
+
+    async def _skip_unreadable(
+        self, timeout_ms: int, max_records: int
+    ) -> dict[TopicPartition, list[ConsumerRecord | Unreadable]]:
+        """aiokafka raised while parsing a fetched batch (a header name that is not UTF-8) and lost the
+        whole poll: without this the worker would die on it, restart, read it again and die again.
+
+        Each fetchable partition is polled alone, so the healthy ones keep their records and the
+        poisoned one is found; its position is the unreadable offset (the records before it come back
+        one poll at a time, as usual), which gets an `Unreadable` stand-in and is skipped. aiokafka reads
+        a batch from its start, so later records of the same producer batch are unreadable too: they
+        are answered one by one on the next polls, none is skipped unanswered.
+        """
+        fetchable = self.assignment() - self.paused()
+        out: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
+        self._consumer.pause(*fetchable)
+        try:
+            for tp in sorted(fetchable):
+                self._consumer.resume(tp)
+                try:
+                    got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
+                    out.update(got)
+                except UnicodeDecodeError:
+                    out[tp] = await self._read_up_to_unreadable(tp, timeout_ms, max_records)
+                finally:
+                    self._consumer.pause(tp)
+        finally:
+            live = fetchable & self.assignment()
+            if live:
+                self._consumer.resume(*live)
+        return out
+
+    async def _read_up_to_unreadable(
+        self, tp: TopicPartition, timeout_ms: int, max_records: int
+    ) -> list[ConsumerRecord | Unreadable]:
+        """One record at a time (aiokafka hands out the readable head of a batch), up to the one it
+        cannot parse, which gets its stand-in and is skipped."""
+        records: list[ConsumerRecord | Unreadable] = []
+        while len(records) < max_records:
+            try:
+                got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=1)
+            except UnicodeDecodeError as exc:
+                offset = await self._consumer.position(tp)
+                reason = f"its batch holds a header name that is not UTF-8 ({exc.reason})"
+                log.error("consumer: %s[%d] offset %d unreadable (%s); skipped", *tp, offset, reason)
+                self._consumer.seek(tp, offset + 1)
+                return [*records, Unreadable(tp.topic, tp.partition, offset, reason)]
+            if not got:
+                break
+            records.extend(got.get(tp, []))
+        return records
 
     def _coordination_dead(self) -> bool:
         """aiokafka's group coordination task ended: the member will never rejoin by itself."""

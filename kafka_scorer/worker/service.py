@@ -23,11 +23,11 @@ import functools
 import logging
 import socket
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from kafka_scorer.config import Settings
@@ -38,7 +38,7 @@ from kafka_scorer.worker.delivery import Answer, AtLeastOnceDelivery, Delivery, 
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker
 from kafka_scorer.worker.producer import ResultProducer
-from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, internal_rejection, read_record
+from kafka_scorer.worker.wire import Inbound, RecordLike, Rejected, WireRules, internal_rejection, read_record
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class Worker:
 
     # ---- records in ------------------------------------------------------------------------------
 
-    async def _accept(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+    async def _accept(self, polled: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
         """Ticket, decode and answer-or-prepare every polled record.
 
         Each job is prepared on its own task in the prepare pool and joins the batcher the moment its
@@ -278,7 +278,7 @@ class Worker:
             await asyncio.wait(preparing, timeout=_PREPARE_WAIT_S)
         self._backpressure()
 
-    def _read(self, record: ConsumerRecord) -> Inbound | Rejected:
+    def _read(self, record: RecordLike) -> Inbound | Rejected:
         """`read_record` never raises for bad input; should it raise anyway (a bug), the record gets an
         `internal` answer and the worker goes on: no record may stop the worker."""
         try:

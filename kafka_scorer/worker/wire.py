@@ -72,6 +72,24 @@ class RecordLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A position the Kafka client could not read a record at (it raised while parsing the batch: a
+    header name that is not UTF-8, which the Kafka protocol forbids but a raw client can write).
+
+    The consumer skips past it and hands this stand-in on, so the offset still gets its answer and the
+    watermark can pass it; there are no bytes to dead-letter."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    timestamp: int = -1
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: Sequence[tuple[str, bytes]] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class OutRecord:
     """A record to produce: a result or a dead-letter copy."""
 
@@ -148,6 +166,16 @@ def _text(value: bytes | None) -> str | None:
 
 def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
     """Decode one consumed record; never raises for bad input."""
+    if isinstance(record, Unreadable):
+        message = f"the Kafka client cannot read the record at this offset: {record.reason}"
+        result = error_result(
+            f"{record.topic}:{record.partition}:{record.offset}",
+            ErrorCode.INVALID_MESSAGE,
+            message,
+            model=rules.model_name,
+        )
+        where = Origin(record.topic, record.partition, record.offset, None, rules.reply_topic, "json", None)
+        return Rejected(result=result, origin=where, dead_letter=None)
     headers = list(record.headers or ())
     header_bytes = _headers_size(headers)
     if header_bytes > rules.max_header_bytes:

@@ -14,7 +14,14 @@ import pytest
 
 from kafka_scorer.protocol import ErrorCode, Job, encode_job
 from tests.integration.jobs import MODEL_VOCAB, assert_answers, mixed_stream
-from tests.integration.kafka_helpers import InProcessWorker, Out, decode_replies, produce, read_topic
+from tests.integration.kafka_helpers import (
+    InProcessWorker,
+    Out,
+    committed_offsets,
+    decode_replies,
+    produce,
+    read_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -286,3 +293,75 @@ async def test_a_huge_record_on_one_partition_does_not_hold_up_small_jobs_on_ano
     assert_answers(
         [r for k, rs in by_key.items() if k.startswith(b"key-") for r in rs], stream.sent, causal_reference
     )
+
+
+# A producer batch [job, job, BAD, job, job] whose third record has a header *name* that is not UTF-8.
+# No well-behaved client can write that (the protocol says header names are UTF-8 strings); this one
+# runs aiokafka's pure-Python record builder with a name whose encode() returns raw bytes.
+_RAW_HEADER_PRODUCER = r"""
+import asyncio, json, sys
+from aiokafka import AIOKafkaProducer
+
+class RawName(str):
+    def encode(self, *args, **kwargs):
+        return b"\xff\xfename"
+
+async def main(bootstrap, topic, values):
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=500)
+    await producer.start()
+    futures = []
+    for i, value in enumerate(values):
+        headers = [(RawName("x"), b"v")] if i == 2 else [("content-type", b"application/json")]
+        key = b"raw-%d" % i
+        futures.append(await producer.send(topic, value.encode(), key=key, partition=0, headers=headers))
+    await asyncio.gather(*futures)
+    await producer.stop()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))
+"""
+
+
+async def test_a_record_the_client_cannot_parse_is_answered_and_skipped_not_fatal(
+    kafka, causal_model, causal_scorer
+) -> None:
+    """aiokafka raises UnicodeDecodeError for the whole poll on a non-UTF-8 header name; before, that
+    reached the worker's loop and killed it, and a restart read the same record again."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    stream = await mixed_stream(
+        kafka, 6, seed=21, model_name=causal_scorer.model_name, prefix="beside", partitions=2
+    )
+    values = [_job(f"raw-{i}").decode() for i in range(5)]
+    env = {**os.environ, "AIOKAFKA_NO_EXTENSIONS": "1"}
+    args = [kafka.bootstrap, stream.requests, json.dumps(values)]
+    subprocess.run([sys.executable, "-c", _RAW_HEADER_PRODUCER, *args], env=env, check=True, timeout=60)
+    for record in stream.records:
+        record.partition = 1
+    async with InProcessWorker(stream.settings(causal_model), causal_scorer) as worker:
+        await produce(kafka.bootstrap, stream.records)
+        got = await stream.read_replies(5 + len(stream.records), timeout_s=60, settle_s=0.3)
+        # The request topic cannot be read back by the test's own aiokafka reader either: the ends are
+        # known (5 records on partition 0, the stream's on partition 1).
+        ends = {0: 5, 1: len(stream.records)}
+        committed = await _committed_when(kafka.bootstrap, stream.group, stream.requests, ends)
+        assert worker.running, "an unreadable record must not stop the worker"
+        assert await worker.stop() == 0
+    by_key = _keyed(got)
+    assert by_key[b"raw-0"][0].error is None and by_key[b"raw-1"][0].error is None  # before it: scored
+    unreadable = decode_replies(r for r in got if r.key is None)
+    assert sorted(r.id for r in unreadable) == [f"{stream.requests}:0:{offset}" for offset in (2, 3, 4)]
+    assert all(r.error.code is ErrorCode.INVALID_MESSAGE and "UTF-8" in r.error.message for r in unreadable)
+    assert all(by_key[r.key][0].error is None for r in stream.records)  # the other partition: unharmed
+    assert committed == ends
+
+
+async def _committed_when(bootstrap: str, group: str, topic: str, want: dict[int, int]) -> dict:
+    deadline = time.monotonic() + 15
+    while True:
+        committed = await committed_offsets(bootstrap, group, topic, len(want))
+        if committed == want or time.monotonic() > deadline:
+            return committed
+        await asyncio.sleep(0.2)
