@@ -96,7 +96,7 @@ async def read_topic(
     )
     await consumer.start()
     try:
-        partitions = await _partitions(consumer, topic)
+        partitions = await _partitions(consumer, topic, timeout_s)
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         records: list[ConsumerRecord] = []
@@ -115,8 +115,10 @@ async def read_topic(
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    for _ in range(100):
+async def _partitions(consumer: AIOKafkaConsumer, topic: str, timeout_s: float = 5.0) -> list[TopicPartition]:
+    """The topic's partitions, waiting up to `timeout_s` for a topic that a worker's first answer is
+    still to create (a reply topic auto-created on produce)."""
+    for _ in range(max(100, int(timeout_s / 0.05))):
         parts = consumer.partitions_for_topic(topic)
         if parts:
             return [TopicPartition(topic, p) for p in sorted(parts)]
