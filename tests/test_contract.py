@@ -17,7 +17,9 @@ from kafka_scorer.protocol import ErrorCode, Job, MessageDecodeError, Result, de
 CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "contract"
 
 _INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-_SCALARS = st.one_of(st.none(), st.booleans(), _INT64, st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), _INT64, st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8)
+)
 _TOKENS = st.lists(st.integers(min_value=0, max_value=1000), max_size=4)
 _FIELD_VALUES = {
     "id": st.one_of(st.text(max_size=8), st.none(), _INT64),
