@@ -69,9 +69,29 @@ class LoadedModel:
 
 
 def resolve_device(device: str) -> torch.device:
+    """The torch device `device` names; a name torch does not know, or a GPU this process cannot use,
+    is the `device` setting's fault and says so in one line (not a traceback from inside torch)."""
+    from kafka_scorer.errors import SettingError
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise SettingError(
+            "device", f"device={device!r} is not a torch device: use auto, cpu, cuda or cuda:N (--device)"
+        ) from None
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise SettingError(
+                "device",
+                f"device={device!r} but this torch has no usable CUDA GPU (a CPU-only build, or no GPU "
+                "visible): use --device auto or cpu, or install torch's CUDA build",
+            )
+        if resolved.index is not None and resolved.index >= count:
+            raise SettingError("device", f"device={device!r} but only {count} GPU(s) are visible (--device)")
+    return resolved
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

@@ -153,6 +153,7 @@ async def serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
+        _check_metrics_port(settings)
         # TLS and SASL are proven before the model loads: a wrong CA or password is one line and
         # exit 2 in a second, not minutes later, and never an endless "unreachable" retry.
         reached = await check_connection(settings)
@@ -176,3 +177,24 @@ async def serve(settings: Settings) -> int:
         except Exception as exc:
             return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
     return await Worker(settings, scorer).run(stop)
+
+
+def _check_metrics_port(settings: Settings) -> None:
+    """A metrics port someone else holds is found before the model loads, as one line."""
+    import socket
+
+    from kafka_scorer.errors import SettingError
+
+    if not settings.metrics_port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in settings.metrics_host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.metrics_host, settings.metrics_port))
+        except OSError as exc:
+            where = f"{settings.metrics_host}:{settings.metrics_port}"
+            raise SettingError(
+                "metrics_port",
+                f"cannot serve metrics on {where} ({exc.strerror}): choose another --metrics-port "
+                "(KAFKA_SCORER_METRICS_PORT), or 0 to turn the metrics server off",
+            ) from None

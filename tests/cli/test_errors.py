@@ -172,3 +172,43 @@ def test_a_misspelt_variable_is_named_with_the_right_one(tmp_path) -> None:
     )
     assert "KAFKA_SCORER_BOOTSTRAP_SERVER is not a setting" in done.stderr
     assert "did you mean KAFKA_SCORER_BOOTSTRAP_SERVERS?" in done.stderr
+
+
+def _unusable_devices() -> list[tuple[str, str]]:
+    """A name torch does not know, and the first GPU index past what this machine has (cuda:0 on a
+    machine without CUDA): both refused in one line wherever the suite runs."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    past = "no usable CUDA GPU" if count == 0 else "GPU(s) are visible"
+    return [("gpu", "is not a torch device"), (f"cuda:{count}", past)]
+
+
+@pytest.mark.parametrize(("device", "expected"), _unusable_devices())
+def test_a_device_this_machine_cannot_use_is_one_line(tmp_path, device: str, expected: str) -> None:
+    done = run_cli(
+        "worker",
+        *("--model", str(tmp_path / "m"), "--device", device, "--metrics-port", "0"),
+        *("--bootstrap-servers", f"127.0.0.1:{free_port()}", "--log-level", "ERROR"),
+    )
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert expected in line and "--device" in line
+
+
+def test_a_busy_metrics_port_is_one_line_before_the_model_loads(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run_cli(
+            "worker",
+            *("--model", str(tmp_path / "no-such-model"), "--metrics-port", str(port)),
+            *("--bootstrap-servers", f"127.0.0.1:{free_port()}", "--log-level", "ERROR"),
+        )
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert "--metrics-port" in line and str(port) in line
+    assert "loading model" not in done.stderr

@@ -118,7 +118,31 @@ def _judge(result: Result, sent: Sent | None, reference: Reference) -> str | Non
     return f"{result.id}: scores off the reference by {diff:.2e}" if diff > ATOL else None
 
 
-class ReplyWatch:
+class Background:
+    """`async with` runs `_run` as a task for the length of the block and cancels it on the way out;
+    the followers and samplers of these tests are all this shape."""
+
+    _task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self):
+        self._task = asyncio.create_task(self._run())
+        await self._started()
+        return self
+
+    async def _started(self) -> None:
+        """What `__aenter__` waits for once the task runs (nothing by default)."""
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class ReplyWatch(Background):
     """Follows a topic from its start in the background: the records so far, and waits on their count.
 
     One group-less reader for the whole test (a fresh read per check would re-read everything)."""
@@ -129,21 +153,12 @@ class ReplyWatch:
         self.records: list[ConsumerRecord] = []
         self._ids: set[str] = set()
         self._decoded = 0
-        self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
-    async def __aenter__(self) -> ReplyWatch:
-        self._task = asyncio.create_task(self._follow())
+    async def _started(self) -> None:
         await asyncio.wait_for(self._ready.wait(), 30)
-        return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _follow(self) -> None:
+    async def _run(self) -> None:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             enable_auto_commit=False,
@@ -203,7 +218,7 @@ class CommitSample:
     offsets: dict[int, int]  # partition -> committed offset (partitions with no commit are left out)
 
 
-class CommitSampler:
+class CommitSampler(Background):
     """Reads the group's committed offsets every `every_s` in the background.
 
     Reconnects after broker trouble (the broker-restart test takes the broker away under it)."""
@@ -214,19 +229,8 @@ class CommitSampler:
         self.every_s = every_s
         self.samples: list[CommitSample] = []
         self.errors = 0
-        self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> CommitSampler:
-        self._task = asyncio.create_task(self._sample())
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _sample(self) -> None:
+    async def _run(self) -> None:
         while True:
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap,

@@ -27,6 +27,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 from kafka_scorer.broker import EmbeddedBroker, free_port
 from kafka_scorer.protocol import Job, Result
 from tests.integration.chaos import (
+    Background,
     CommitSample,
     CommitSampler,
     ReplyWatch,
@@ -329,7 +330,7 @@ WARM_JOBS = 300
 RSS_MARGIN = 128 << 20
 
 
-class WorkerGauges:
+class WorkerGauges(Background):
     """The worker's RSS (from /proc) and its in-flight and paused gauges (from /metrics), every 50 ms."""
 
     def __init__(self, pid: int, metrics_port: int) -> None:
@@ -337,19 +338,8 @@ class WorkerGauges:
         self.rss: list[int] = []
         self.inflight_jobs: list[float] = []
         self.paused: list[float] = []
-        self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> WorkerGauges:
-        self._task = asyncio.create_task(self._sample())
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _sample(self) -> None:
+    async def _run(self) -> None:
         while True:
             with contextlib.suppress(OSError):  # the process is going away: nothing more to sample
                 self.rss.append(rss_bytes(self.pid))

@@ -7,13 +7,11 @@ what a newcomer sees — scored rows for both model kinds, the deliberate error 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
 
-from tests.cli.helpers import ROOT, cli_env
+from tests.cli.helpers import cli_env, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -52,15 +50,7 @@ def parse_table(out: str) -> dict[str, Row]:
 
 
 def test_demo_short_shows_scored_results_for_both_kinds_and_the_error_row() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "kafka_scorer", "demo", "--short"],
-        cwd=ROOT,
-        env=cli_env(COLUMNS="120"),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_cli("demo", "--short", env=cli_env(COLUMNS="120"), timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     out = done.stdout

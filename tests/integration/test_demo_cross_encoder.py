@@ -4,15 +4,12 @@ with the stock model's scores, not the demo's RANDOM fallback."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from kafka_scorer.demo import _ITEMS, _QUERIES
 from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_cross_encoder
-from tests.cli.helpers import ROOT, cli_env
+from tests.cli.helpers import cli_env, run_cli
 from tests.integration.test_demo import parse_table
 
 pytestmark = pytest.mark.integration
@@ -23,14 +20,8 @@ def test_demo_serves_a_real_cross_encoder(tmp_path) -> None:
         path = build_minilm_cross_encoder(tmp_path / "minilm-cross-encoder", num_labels=1)
     except MissingCheckpoint as exc:
         pytest.fail(str(exc))
-    done = subprocess.run(
-        [sys.executable, "-m", "kafka_scorer", "demo", "--model", str(path), "--short", "--no-progress"],
-        cwd=ROOT,
-        env=cli_env(COLUMNS="120"),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        stdin=subprocess.DEVNULL,
+    done = run_cli(
+        "demo", "--model", str(path), "--short", "--no-progress", env=cli_env(COLUMNS="120"), timeout=240
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
