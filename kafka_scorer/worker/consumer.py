@@ -16,7 +16,8 @@ not receive the old positions: they would make every new record below them look 
 - a position beyond the partition's log end, seen in two fetch responses in a row, is logged once and
   reset as `auto_offset_reset` says. The end is the fetch response's high watermark, never ListOffsets:
   tansu answers ListOffsets with a number far too small once a partition holds multi-record batches
-  (../shared/BROKERS.md); its fetch high watermark is right. No commit goes past that watermark either.
+  (docs/worker.md, "The embedded brokers"); its fetch high watermark is right. No commit goes past
+  that watermark either.
 """
 
 from __future__ import annotations

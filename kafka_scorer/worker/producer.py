@@ -3,7 +3,8 @@
 What this module decides:
 - Start-up asks for the strongest producer the mode wants (transactional for exactly-once, else
   idempotent) and, when the broker refuses the InitProducerId handshake (the embedded tansu broker does,
-  see ../shared/BROKERS.md), falls back to a plain acks=all producer with one clear WARNING line. A
+  see docs/worker.md, "The embedded brokers"), falls back to a plain acks=all producer with one clear
+  WARNING line. A
   broker that is merely unreachable is not a refusal: start-up keeps retrying with backoff instead.
 - A send that fails with a retriable error (broker down, leader moving) is retried with backoff until it
   is acknowledged, because an offset is committed only after its answer is acknowledged (SPEC §7).

