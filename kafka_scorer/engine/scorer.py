@@ -103,6 +103,19 @@ class Scorer:
     def kind(self) -> ModelKind:
         return self.loaded.kind
 
+    @property
+    def description(self) -> dict[str, str]:
+        """What is served and how, as plain strings: the worker's start-up line and info metric."""
+        return {
+            "model": self.model_name,
+            "kind": self.kind.value,
+            "device": str(self.loaded.device),
+            "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "attention_backend": self.attention_backend,
+            "max_batch_tokens": str(self.max_batch_tokens),
+            "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),
+        }
+
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """A `Result` comes back for a job that needs no forward pass: an error, or no items."""
         return self._preparer.prepare(job, job_id)

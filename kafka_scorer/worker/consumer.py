@@ -275,6 +275,15 @@ class JobConsumer:
             reset.add(tp)
         return reset
 
+    def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
+        """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the
+        position where nothing is committed yet): the records this worker has not settled."""
+        out = {}
+        for tp, (position, highwater, _) in self._fetch_states().items():
+            done = committed.get(tp)
+            out[(tp.topic, tp.partition)] = max(0, highwater - (position if done is None else done))
+        return out
+
     def _fetch_states(self) -> dict[TopicPartition, tuple[int, int, int]]:
         """(position, high watermark, fetch timestamp) of each assigned partition that has all three.
 

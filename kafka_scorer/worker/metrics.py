@@ -22,6 +22,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     generate_latest,
 )
 
@@ -65,6 +66,26 @@ class WorkerMetrics:
         self.inflight_tokens = gauge("inflight_tokens", "Tokens of jobs fetched and not yet answered")
         self.inflight_jobs = gauge("inflight_jobs", "Records fetched and not yet answered")
         self.paused_partitions = gauge("paused_partitions", "Partitions paused by backpressure")
+        self.queued_tokens = gauge("queued_tokens", "Tokens of prepared jobs waiting for a batch")
+        # The signal an autoscaler reads (KEDA, an HPA on Prometheus): records of each partition not
+        # yet answered and committed, from the last fetch's high watermark.
+        self.consumer_lag = Gauge(
+            "kafka_scorer_consumer_lag",
+            "Records of a partition past the worker's committed offset (high watermark - committed)",
+            ("topic", "partition"),
+            registry=r,
+        )
+        self.info = Info("kafka_scorer", "What this worker serves and how", registry=r)
+
+    def describe(self, version: str, served: dict[str, str]) -> None:
+        """Set the info metric once at start: version, model, kind, device, dtype, attention backend."""
+        self.info.info({"version": version, **served})
+
+    def set_lag(self, lags: dict[tuple[str, int], int]) -> None:
+        """Replace the lag series with these partitions' (a revoked partition's series goes away)."""
+        self.consumer_lag.clear()
+        for (topic, partition), lag in lags.items():
+            self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

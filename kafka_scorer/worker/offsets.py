@@ -116,6 +116,10 @@ class OffsetTracker(Generic[P]):
                 out[tp] = offset
         return out
 
+    def committed_offsets(self) -> dict[P, int | None]:
+        """The last offset committed for each current partition (None before its first commit)."""
+        return {tp: mark.committed for tp, mark in self._marks.items()}
+
     def committed(self, offsets: dict[P, int]) -> None:
         """Kafka acknowledged these commits; a partition revoked in the meantime is simply skipped."""
         for tp, offset in offsets.items():

@@ -143,6 +143,9 @@ class Worker:
                 asyncio.create_task(self.delivery.run(), name="committer"),
             ]
             self._started = True
+            served = dict(getattr(self.scorer, "description", {"model": self.scorer.model_name}))
+            self.metrics.describe(_version(), served)
+            log.info("serving %s", " ".join(f"{key}={value}" for key, value in served.items()))
             log.info(
                 "worker ready: model=%s topics=%s group=%s delivery=%s producer=%s",
                 self.scorer.model_name,
@@ -154,6 +157,7 @@ class Worker:
             while not stop.is_set() and self._fatal is None:
                 self._check(background)
                 records = await self.consumer.fetch(_POLL_MS, self.settings.max_poll_records)
+                self.metrics.set_lag(self.consumer.lag(self.tracker.committed_offsets()))
                 if records:
                     await self._accept(records)
                 self._restart_watermarks(await self.consumer.reset_beyond_log_end())
@@ -433,6 +437,7 @@ class Worker:
         self.metrics.inflight_tokens.set(self.inflight_tokens)
         self.metrics.inflight_jobs.set(self.inflight_jobs)
         self.metrics.paused_partitions.set(len(self.consumer.paused()) if self._started else 0)
+        self.metrics.queued_tokens.set(self.batcher.queued_tokens)
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.tracker.assign(assigned)
@@ -528,3 +533,12 @@ async def _unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.Event)
 
 def _names(partitions: set[TopicPartition]) -> str:
     return ",".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "-"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kafka-scorer")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"

@@ -50,6 +50,7 @@ async def test_every_job_answered_once_with_reference_scores_and_offsets_committ
         committed, ends = await stream.wait_for_commits(N_JOBS)
         status, metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
         assert status == 200
+        lags = await _lags_once_settled(port)
         assert (await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/healthz"))[0] == 200
         rc = await worker.stop()
     assert rc == 0
@@ -69,6 +70,24 @@ async def test_every_job_answered_once_with_reference_scores_and_offsets_committ
     assert _metric(metrics, "kafka_scorer_jobs_total") == N_JOBS
     assert _metric(metrics, "kafka_scorer_batches_total") >= 1
     assert _metric(metrics, "kafka_scorer_inflight_tokens") == 0
+    assert 'kind="causal_lm"' in metrics and 'device="cpu"' in metrics and 'dtype="float32"' in metrics
+    assert lags == dict.fromkeys(range(3), 0.0)  # every partition's lag series, down to nothing left
+
+
+async def _lags_once_settled(port: int, timeout_s: float = 10.0) -> dict[int, float]:
+    """kafka_scorer_consumer_lag per partition, read until all are 0 (the gauge follows the next poll
+    after the last commit) or the time is up."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        _, text = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+        lags = {
+            int(line.split('partition="')[1].split('"')[0]): float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("kafka_scorer_consumer_lag{")
+        }
+        if (lags and not any(lags.values())) or asyncio.get_running_loop().time() > deadline:
+            return lags
+        await asyncio.sleep(0.2)
 
 
 async def test_exactly_once_degrades_with_a_clear_log_line_where_the_broker_refuses_transactions(

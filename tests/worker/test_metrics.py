@@ -58,3 +58,20 @@ def test_json_log_lines_carry_extra_fields() -> None:
     assert line["msg"] == "batch jobs=4"
     assert line["level"] == "INFO"
     assert line["jobs"] == 4 and line["compute_ms"] == 1.5
+
+
+def test_info_and_lag_series() -> None:
+    """The info metric carries what is served; lag series follow the partitions handed in (a revoked
+    partition's series disappears instead of freezing at its last value)."""
+    metrics = WorkerMetrics()
+    metrics.describe("1.2.3", {"model": "m", "kind": "causal_lm", "device": "cpu", "dtype": "float32"})
+    metrics.set_lag({("req", 0): 7, ("req", 1): 0})
+    text = metrics.render().decode()
+    assert (
+        'kafka_scorer_info{device="cpu",dtype="float32",kind="causal_lm",model="m",version="1.2.3"} 1.0'
+        in text
+    )
+    assert 'kafka_scorer_consumer_lag{partition="0",topic="req"} 7.0' in text
+    metrics.set_lag({("req", 1): 3})
+    text = metrics.render().decode()
+    assert 'partition="0"' not in text and 'kafka_scorer_consumer_lag{partition="1",topic="req"} 3.0' in text
