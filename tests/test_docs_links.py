@@ -245,7 +245,7 @@ def test_operations_lists_exactly_the_metrics_the_worker_exports() -> None:
     exported = {}
     for metric in vars(WorkerMetrics()).values():
         if isinstance(metric, MetricWrapperBase):
-            name = metric._name + ("_total" if metric._type == "counter" else "")
+            name = metric._name + {"counter": "_total", "info": "_info"}.get(metric._type, "")
             exported[name] = (metric._type, set(metric._labelnames))
     assert len(exported) >= 10
     table = (DOCS / "operations.md").read_text(encoding="utf-8")

@@ -59,6 +59,8 @@ class GatedScorer:
 
 
 class FakeBatcher:
+    queued_tokens = 0  # the worker's gauge reads it
+
     def __init__(self, fail: bool = False) -> None:
         self.added: list[str] = []
         self.fail = fail
