@@ -129,6 +129,20 @@ def sniff_format(value: bytes, content_type: str | None) -> WireFormat:
     return "json" if stripped[:1] in (b"{", b"[") else "msgpack"
 
 
+def unframe(value: bytes) -> bytes:
+    """The payload of a record in Confluent Schema Registry framing (a zero magic byte, a 4-byte
+    big-endian schema id, then the serialized value), else the value itself.
+
+    Producers using a registry's JSON Schema serializer frame every record this way. No job can begin
+    with a zero byte (JSON cannot; in MessagePack it is the integer 0, never a map), so the framing is
+    recognised without asking a registry; a JSON or MessagePack payload needs no schema to be read, so
+    the id is dropped. Payloads of other formats (Avro, Protobuf) then fail to decode: `invalid_message`.
+    """
+    if len(value) >= 5 and value[0] == 0:
+        return value[5:]
+    return value
+
+
 def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Job, WireFormat]:
     """Bytes -> a Job, or a `MessageDecodeError` whose code says which kind of bad it is; nothing else.
 
@@ -138,6 +152,7 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
     """
     if value is None:
         raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, "record has no value (tombstone)")
+    value = unframe(value)
     fmt = sniff_format(value, content_type)
     if content_type is None and fmt == "msgpack" and value[:1] and value[0] not in _MSGPACK_MAP_MARKERS:
         # Sniffed, not declared: almost any byte string "decodes" as some MessagePack scalar, so plain
