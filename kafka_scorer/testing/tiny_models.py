@@ -27,20 +27,29 @@ _CORPUS = [
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
 
 
-def build_tokenizer(directory: Path, vocab_size: int = 384):
-    """Train a byte-level BPE, add a BOS post-processor, save it as a fast tokenizer in `directory`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+def byte_level_bpe(unk: str, specials: list[str], vocab_size: int):
+    """An untrained byte-level BPE (any text tokenizes) and its trainer: the decoder models' tokenizer
+    and RoBERTa's are both this, with their own specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = Tokenizer(models.BPE(unk_token="<|unk|>"))
+    tok = Tokenizer(models.BPE(unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
+    return tok, trainer
+
+
+def build_tokenizer(directory: Path, vocab_size: int = 384):
+    """Train a byte-level BPE, add a BOS post-processor, save it as a fast tokenizer in `directory`."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok, trainer = byte_level_bpe("<|unk|>", SPECIAL_TOKENS, vocab_size)
     tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
     bos_id = tok.token_to_id("<|bos|>")
     tok.post_processor = processors.TemplateProcessing(
@@ -223,15 +232,7 @@ def build_encoder_tokenizer(directory: Path, arch: EncoderArch, vocab_size: int 
     if arch in ("roberta", "xlm-roberta"):
         specials = _ROBERTA_SPECIALS
         if arch == "roberta":
-            tok = Tokenizer(models.BPE(unk_token="<unk>"))
-            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-            tok.decoder = decoders.ByteLevel()
-            trainer = trainers.BpeTrainer(
-                vocab_size=vocab_size,
-                special_tokens=specials,
-                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                show_progress=False,
-            )
+            tok, trainer = byte_level_bpe("<unk>", specials, vocab_size)
         else:
             tok = Tokenizer(models.Unigram())
             tok.pre_tokenizer = pre_tokenizers.Metaspace()
