@@ -478,9 +478,15 @@ def _merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: tor
     return o_a.float() * torch.exp(lse_a - lse)[..., None] + o_b.float() * torch.exp(lse_b - lse)[..., None]
 
 
+_FLEX_BLOCK = 128  # FlexAttention's sparse block size (its default)
+
+
 def _flex_block_mask(layout: AttentionLayout) -> object:
-    """One BlockMask per batch: blocks wholly outside the SPEC §5 mask are skipped by the kernel."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    """One BlockMask per batch, built from the layout's block lists: O(T) per-token ids for the mask
+    rule plus a `[q_blocks, kv_blocks]` index, never a `T × T` mask (`create_block_mask` evaluates the
+    rule on every token pair: gigabytes at the model's context length). Blocks wholly outside the
+    SPEC §5 / §8 mask are never listed, so the kernel skips them; the listed ones apply the rule."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     doc, seg = (t.to(layout.device, non_blocking=True) for t in _host_index(layout, "flex"))
 
@@ -492,8 +498,55 @@ def _flex_block_mask(layout: AttentionLayout) -> object:
         return doc[q_idx] == doc[kv_idx]
 
     total = layout.total_tokens
-    rule = allowed if layout.causal else bidirectional
-    return create_block_mask(rule, None, None, total, total, device=layout.device)
+    counts, indices = _flex_kv_blocks(layout)
+    return BlockMask.from_kv_blocks(
+        counts.to(layout.device, non_blocking=True),
+        indices.to(layout.device, non_blocking=True),
+        BLOCK_SIZE=_FLEX_BLOCK,
+        mask_mod=allowed if layout.causal else bidirectional,
+        seq_lengths=(total, total),
+    )
+
+
+def _flex_kv_blocks(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each query block, the key blocks any of its tokens may see, from the segments it overlaps:
+    a prefix token sees its sequence's prefix up to itself; an item token sees the prefix and its own
+    item up to itself; an encoder token sees its whole pair. Work follows the segments, not the tokens."""
+    blocks = -(-layout.total_tokens // _FLEX_BLOCK)
+    needed: list[set[int]] = [set() for _ in range(blocks)]
+
+    def add(q_start: int, q_end: int, kv_ranges: Callable[[int], list[tuple[int, int]]]) -> None:
+        for qb in range(q_start // _FLEX_BLOCK, (q_end - 1) // _FLEX_BLOCK + 1):
+            last_q = min(q_end, (qb + 1) * _FLEX_BLOCK)  # one past this block's last token of the segment
+            for lo, hi in kv_ranges(last_q):
+                if hi > lo:
+                    needed[qb].update(range(lo // _FLEX_BLOCK, (hi - 1) // _FLEX_BLOCK + 1))
+
+    for start, length, prefix, items in zip(
+        layout.seq_starts, layout.seq_lens, layout.prefix_lens, layout.item_lens
+    ):
+        if length == 0:
+            continue
+        if not layout.causal:
+            add(start, start + length, lambda _, s=start, n=length: [(s, s + n)])
+            continue
+        if prefix:
+            add(start, start + prefix, lambda last, s=start: [(s, last)])
+        item_start = start + prefix
+        for n in items:
+            if n:
+                add(
+                    item_start,
+                    item_start + n,
+                    lambda last, s=start, p=prefix, i=item_start: [(s, s + p), (i, last)],
+                )
+            item_start += n
+    counts = torch.tensor([len(b) for b in needed], dtype=torch.int32)
+    indices = torch.zeros((blocks, blocks), dtype=torch.int32)  # BlockMask's layout: [q, kv] blocks
+    for qb, kv in enumerate(needed):
+        if kv:
+            indices[qb, : len(kv)] = torch.tensor(sorted(kv), dtype=torch.int32)
+    return layout.pinned(counts[None, None]), layout.pinned(indices[None, None])
 
 
 def _flex_host_index(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:

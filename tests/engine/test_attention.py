@@ -109,3 +109,77 @@ def test_encoder_layout_is_block_diagonal_and_bidirectional(backend, lens, heads
     assert got.shape == q.shape
     want = naive_bidirectional(q, k, v, lens, 0.3, window)
     assert torch.allclose(got.double(), want, atol=1e-5), (got.double() - want).abs().max()
+
+
+MANY_BLOCKS = [
+    # (prefix_len, item_lens) per sequence, spanning many 128-token blocks: long prefixes, items that
+    # straddle block edges, short sequences sharing a block, an item of one token and empty ones.
+    [(300, (90, 1, 0, 140, 33)), (5, ()), (17, (64, 64)), (260, ()), (0, (129, 2)), (130, (0, 127, 1))],
+]
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("seqs", MANY_BLOCKS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_flex_block_lists_over_many_blocks_match_the_dense_mask(seqs, causal) -> None:
+    """The flex block mask is built from block lists, not from the token pairs: over a batch of many
+    blocks it must still give exactly the dense backend's masked attention (MIS causal, and encoder
+    pairs bidirectional)."""
+    torch.manual_seed(2)
+    if not causal:
+        seqs = [(p + sum(items), ()) for p, items in seqs]
+    lens = [p + sum(items) for p, items in seqs]
+    total, dim = sum(lens), 8
+    q, k, v = torch.randn(4, total, dim), torch.randn(2, total, dim), torch.randn(2, total, dim)
+
+    def layout(backend: str) -> AttentionLayout:
+        return AttentionLayout(
+            seq_starts=[sum(lens[:i]) for i in range(len(lens))],
+            seq_lens=lens,
+            prefix_lens=[p for p, _ in seqs],
+            item_lens=[items for _, items in seqs],
+            device=torch.device("cpu"),
+            backend=backend,
+            causal=causal,
+        )
+
+    got = BACKENDS["flex"](q, k, v, layout("flex"), 0.3)
+    want = BACKENDS["dense"](q, k, v, layout("dense"), 0.3)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+
+
+def test_flex_metadata_of_a_32k_token_batch_holds_no_token_pair_tensor() -> None:
+    """SPEC's MIS layout at 32,768 tokens: every tensor made while the block mask is built is O(T) or
+    O(blocks²); a T × T mask (a billion entries here) would be several gigabytes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kafka_scorer.engine.attention import _flex_block_mask
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else [out]:
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    seqs = [(512, tuple([31] * 32))] * 22 + [(2, (34,))]  # 22 jobs of 1,504 tokens + one of 36
+    lens = [p + sum(items) for p, items in seqs]
+    total = sum(lens)
+    assert total == 33_124
+    layout = AttentionLayout(
+        seq_starts=[sum(lens[:i]) for i in range(len(lens))],
+        seq_lens=lens,
+        prefix_lens=[p for p, _ in seqs],
+        item_lens=[items for _, items in seqs],
+        device=torch.device("cpu"),
+        backend="flex",
+    )
+    with Largest():
+        mask = _flex_block_mask(layout)
+    blocks = -(-total // 128)
+    assert Largest.numel <= max(total, (blocks + 1) ** 2)  # the index pads one column
+    # and the mask is sparse where the layout is: a block of one job never lists another job's blocks
+    assert int(mask.kv_num_blocks.max()) <= 2 * -(-1504 // 128)
