@@ -488,7 +488,7 @@ def _flex_block_mask(layout: AttentionLayout) -> object:
     SPEC §5 / §8 mask are never listed, so the kernel skips them; the listed ones apply the rule."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    doc, seg = (t.to(layout.device, non_blocking=True) for t in _host_index(layout, "flex"))
+    doc, seg, counts, indices = (t.to(layout.device, non_blocking=True) for t in _host_index(layout, "flex"))
 
     def allowed(batch, head, q_idx, kv_idx):
         same_item = (seg[kv_idx] == 0) | (seg[kv_idx] == seg[q_idx])
@@ -498,10 +498,9 @@ def _flex_block_mask(layout: AttentionLayout) -> object:
         return doc[q_idx] == doc[kv_idx]
 
     total = layout.total_tokens
-    counts, indices = _flex_kv_blocks(layout)
     return BlockMask.from_kv_blocks(
-        counts.to(layout.device, non_blocking=True),
-        indices.to(layout.device, non_blocking=True),
+        counts,
+        indices,
         BLOCK_SIZE=_FLEX_BLOCK,
         mask_mod=allowed if layout.causal else bidirectional,
         seq_lengths=(total, total),
@@ -549,11 +548,12 @@ def _flex_kv_blocks(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor
     return layout.pinned(counts[None, None]), layout.pinned(indices[None, None])
 
 
-def _flex_host_index(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per token: which sequence it belongs to, and its segment (0 = prefix, k+1 = item k)."""
+def _flex_host_index(layout: AttentionLayout) -> tuple[torch.Tensor, ...]:
+    """Per token: which sequence it belongs to, and its segment (0 = prefix, k+1 = item k); per query
+    block: its key blocks. Built on the packing thread; the device thread only copies them over."""
     doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(layout.seq_lens)])
     seg = torch.cat([segment_ids(p, items) for p, items in zip(layout.prefix_lens, layout.item_lens)])
-    return layout.pinned(doc), layout.pinned(seg)
+    return (layout.pinned(doc), layout.pinned(seg), *_flex_kv_blocks(layout))
 
 
 _HOST_INDEX_BUILDERS: dict[str, Callable[[AttentionLayout], object]] = {
