@@ -72,8 +72,9 @@ class Scorer:
             max_labels_per_job=max_labels_per_job,
         )
         self.max_batch_tokens = max_batch_tokens
+        self._auto_backend = attention_backend == "auto"
         self.attention_backend = (
-            choose_attention_backend(self.loaded.device) if attention_backend == "auto" else attention_backend
+            choose_attention_backend(self.loaded.device) if self._auto_backend else attention_backend
         )
         self._preparer = JobPreparer(self.loaded, limits)
         self._runner = ModelRunner(self.loaded)
@@ -115,6 +116,46 @@ class Scorer:
             "max_batch_tokens": str(self.max_batch_tokens),
             "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),
         }
+
+    def warm_up(self) -> None:
+        """Full batches at the served shapes before the worker says it is ready — one packed MIS
+        sequence as long as the pair limit allows (where the model packs) and pairs filling the token
+        budget — so compiles and autotunes happen here instead of on live traffic, and a FlexAttention
+        the model's real shapes break is found here. When the backend was chosen automatically, that
+        falls back to cascade with one line; a backend the operator chose is kept, with a warning."""
+        failed = self._warm_up_failure()
+        if failed and self._auto_backend and self.attention_backend == "flex":
+            log.warning("FlexAttention failed at the model's shapes (%s); using the cascade backend", failed)
+            self.attention_backend = "cascade"
+            failed = self._warm_up_failure()
+        if failed:
+            log.warning("warm-up batch failed (%s); serving anyway", failed)
+
+    def _warm_up_failure(self) -> str | None:
+        results = self.score_jobs(self._warm_up_jobs())
+        return next((r.error.message for r in results if r.error is not None), None)
+
+    def _warm_up_jobs(self) -> list[Job]:
+        """Token ids only (no tokenizer needed), valid for any model kind."""
+        limits = self._preparer.limits
+        vocab = self.loaded.input_vocab_size
+        labels = [0] if self.kind is ModelKind.CAUSAL_LM else None
+        query_len = max(1, min(64, limits.max_pair_tokens // 4))
+        packed_budget = min(self.max_batch_tokens, limits.max_pair_tokens - 8)
+        item_len = max(1, min(256, (packed_budget - query_len) // 4, limits.max_pair_tokens - query_len - 8))
+        ids = [(7 + 13 * i) % vocab for i in range(query_len + item_len)]
+
+        def job(job_id: str, count: int, multi_item: bool | None) -> Job:
+            count = max(1, min(count, limits.max_items_per_job))
+            query, item = ids[:query_len], ids[query_len:]
+            return Job(
+                id=job_id, query=query, items=[item] * count, label_token_ids=labels, multi_item=multi_item
+            )
+
+        return [
+            job("warm-up-packed", (packed_budget - query_len) // item_len, None),
+            job("warm-up-pairs", self.max_batch_tokens // (query_len + item_len), False),
+        ]
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """A `Result` comes back for a job that needs no forward pass: an error, or no items."""

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import typing
 
 from pydantic import ValidationError
@@ -168,6 +169,15 @@ async def serve(settings: Settings) -> int:
     except Exception as exc:
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
         return report(exc, prog=_PROG)
+    if stop.is_set():
+        return 0
+    started = time.monotonic()
+    await asyncio.to_thread(scorer.warm_up)  # compiles and autotunes now, not on the first live batch
+    log.info(
+        "warm-up at the served shapes took %.1fs (attention %s)",
+        time.monotonic() - started,
+        scorer.attention_backend,
+    )
     if stop.is_set():
         return 0
     if not reached:
