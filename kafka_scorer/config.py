@@ -64,8 +64,9 @@ class EngineSettings(BaseSettings):
     )
     attention_backend: AttentionBackend = Field(
         "auto",
-        description="MIS/varlen attention. auto: flex on CUDA when it compiles, else cascade; cascade: "
-        "shared-prefix attention whose cost follows the mask; flex: FlexAttention with a block mask; "
+        description="MIS/varlen attention. auto: flex on CUDA when it passes the start-up warm-up, else "
+        "cascade; cascade: shared-prefix attention whose cost follows the mask; flex: FlexAttention with a "
+        "block mask; "
         "dense: SDPA with an explicit mask (the reference).",
     )
     max_batch_tokens: int = Field(8192, gt=0, description="Token budget of one forward pass.")
