@@ -45,6 +45,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def check_can_listen(host: str, port: int) -> None:
+    """Raise OSError when `port` on `host` is taken, so a command can say so in one line before it
+    starts anything (a listener bound later fails deep inside a server or a child process instead)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create `names` with `partitions` each and replication 1 (the local brokers have one node)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    finally:
+        await admin.close()
+
+
 def kafka_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when the listener completes an ApiVersions v0 round trip.
 

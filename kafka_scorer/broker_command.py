@@ -34,14 +34,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafka_scorer.broker import BrokerError, EmbeddedBroker
+    from kafka_scorer.broker import BrokerError, EmbeddedBroker, check_can_listen, create_topics
 
     if args.partitions < 1:
         print("kafka-scorer broker: error: --partitions must be at least 1", file=sys.stderr)
         return EXIT_USER_ERROR
     try:
         if args.port:
-            _check_port_free(args.host, args.port)
+            check_can_listen(args.host, args.port)
     except OSError as exc:
         print(
             f"kafka-scorer broker: error: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     topics = args.topics or list(DEFAULT_TOPICS)
     try:
         with EmbeddedBroker(host=args.host, port=args.port or None) as broker:
-            asyncio.run(_create_topics(broker.bootstrap_servers, topics, args.partitions))
+            asyncio.run(create_topics(broker.bootstrap_servers, topics, args.partitions))
             print(
                 f"broker ready on {broker.bootstrap_servers} (memory storage; topics: {', '.join(topics)}); "
                 "Ctrl-C stops it",
@@ -64,24 +64,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     print("broker stopped", flush=True)
     return 0
-
-
-def _check_port_free(host: str, port: int) -> None:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, port))
-
-
-async def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
-    finally:
-        await admin.close()
 
 
 def _wait_for_signal() -> None:

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from kafka_scorer import __version__
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("kafka_scorer.worker.command", "consume jobs from Kafka, score them, produce results"),
     "demo": ("kafka_scorer.demo", "run an embedded broker, a worker and sample jobs end to end"),
@@ -37,21 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Score LLM jobs from Kafka: CausalLM label probabilities, classification logits, "
         "multi-item scoring.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
         module.configure(sub.add_parser(name, help=help_text, description=help_text))
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("kafka-scorer")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,20 +191,17 @@ async def serve(settings: Settings) -> int:
 
 def _check_metrics_port(settings: Settings) -> None:
     """A metrics port someone else holds is found before the model loads, as one line."""
-    import socket
-
+    from kafka_scorer.broker import check_can_listen
     from kafka_scorer.errors import SettingError
 
     if not settings.metrics_port:
         return
-    with socket.socket(socket.AF_INET6 if ":" in settings.metrics_host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((settings.metrics_host, settings.metrics_port))
-        except OSError as exc:
-            where = f"{settings.metrics_host}:{settings.metrics_port}"
-            raise SettingError(
-                "metrics_port",
-                f"cannot serve metrics on {where} ({exc.strerror}): choose another --metrics-port "
-                "(KAFKA_SCORER_METRICS_PORT), or 0 to turn the metrics server off",
-            ) from None
+    try:
+        check_can_listen(settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        where = f"{settings.metrics_host}:{settings.metrics_port}"
+        raise SettingError(
+            "metrics_port",
+            f"cannot serve metrics on {where} ({exc.strerror}): choose another --metrics-port "
+            "(KAFKA_SCORER_METRICS_PORT), or 0 to turn the metrics server off",
+        ) from None

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from kafka_scorer import __version__
 from kafka_scorer.config import Settings
 from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
@@ -144,7 +145,7 @@ class Worker:
             ]
             self._started = True
             served = dict(getattr(self.scorer, "description", {"model": self.scorer.model_name}))
-            self.metrics.describe(_version(), served)
+            self.metrics.describe(__version__, served)
             log.info("serving %s", " ".join(f"{key}={value}" for key, value in served.items()))
             log.info(
                 "worker ready: model=%s topics=%s group=%s delivery=%s producer=%s",
@@ -533,12 +534,3 @@ async def _unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.Event)
 
 def _names(partitions: set[TopicPartition]) -> str:
     return ",".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "-"
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("kafka-scorer")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"

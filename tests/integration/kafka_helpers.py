@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import SecretStr
 
+from kafka_scorer.broker import create_topics
 from kafka_scorer.config import Settings
 from kafka_scorer.protocol import Result, decode_result
 
@@ -44,15 +44,6 @@ class BrokerInfo:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 3) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    finally:
-        await admin.close()
 
 
 @dataclass
@@ -116,9 +107,10 @@ async def read_topic(
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str, timeout_s: float = 5.0) -> list[TopicPartition]:
-    """The topic's partitions, waiting up to `timeout_s` for a topic that a worker's first answer is
-    still to create (a reply topic auto-created on produce)."""
-    for _ in range(max(100, int(timeout_s / 0.05))):
+    """The topic's partitions, waiting up to `timeout_s` (at least 5 s) for a topic that a worker's first
+    answer is still to create (a reply topic auto-created on produce)."""
+    deadline = time.monotonic() + max(5.0, timeout_s)
+    while time.monotonic() < deadline:
         parts = consumer.partitions_for_topic(topic)
         if parts:
             return [TopicPartition(topic, p) for p in sorted(parts)]

@@ -302,36 +302,24 @@ def label_dots(
     # About 4k weight elements in flight per step: enough to hide latency, few enough registers.
     block_k = max(16, min(1024, triton.next_power_of_2(hidden.shape[1]), 4096 // block_l))
     with _on_device(hidden):
-        _launch_label_dots(h, w, bias, ids, out, block_l, block_k)
+        _label_dots[(rows,)](
+            h,
+            w,
+            bias.contiguous() if bias is not None else h,
+            ids,
+            out,
+            n_labels,
+            weight.shape[0],
+            hidden.shape[1],
+            h.stride(0),
+            w.stride(0),
+            ids.stride(0),
+            HAS_BIAS=bias is not None,
+            BLOCK_L=block_l,
+            BLOCK_K=block_k,
+            **_OPTIONS,
+        )
     return out
-
-
-def _launch_label_dots(
-    h: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor | None,
-    ids: torch.Tensor,
-    out: torch.Tensor,
-    block_l: int,
-    block_k: int,
-) -> None:
-    _label_dots[(h.shape[0],)](
-        h,
-        w,
-        bias.contiguous() if bias is not None else h,
-        ids,
-        out,
-        ids.shape[1],
-        w.shape[0],
-        h.shape[1],
-        h.stride(0),
-        w.stride(0),
-        ids.stride(0),
-        HAS_BIAS=bias is not None,
-        BLOCK_L=block_l,
-        BLOCK_K=block_k,
-        **_OPTIONS,
-    )
 
 
 def _require_device(t: torch.Tensor) -> None:
