@@ -17,6 +17,20 @@ LAYOUTS = [
 ]
 
 
+def layout_of(seqs, backend: str, causal: bool = True) -> AttentionLayout:
+    """The layout of `(prefix_len, item_lens)` sequences packed one after another, on the CPU."""
+    lens = [p + sum(items) for p, items in seqs]
+    return AttentionLayout(
+        seq_starts=[sum(lens[:i]) for i in range(len(lens))],
+        seq_lens=lens,
+        prefix_lens=[p for p, _ in seqs],
+        item_lens=[items for _, items in seqs],
+        device=torch.device("cpu"),
+        backend=backend,
+        causal=causal,
+    )
+
+
 def naive_attention(q, k, v, seqs, scale, cap=None, window=None):
     """float64, one query row at a time; `cap` soft-caps the scores before the mask (Gemma 2), `window`
     keeps the last `window` keys."""
@@ -46,20 +60,11 @@ def naive_attention(q, k, v, seqs, scale, cap=None, window=None):
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2), (6, 1)])
 def test_backend_matches_naive_mask(backend, seqs, heads, kv_heads):
     torch.manual_seed(0)
-    lens = [p + sum(items) for p, items in seqs]
-    starts = [sum(lens[:i]) for i in range(len(lens))]
-    total, dim = sum(lens), 8
+    total, dim = sum(p + sum(items) for p, items in seqs), 8
     q = torch.randn(heads, total, dim)
     k = torch.randn(kv_heads, total, dim)
     v = torch.randn(kv_heads, total, dim)
-    layout = AttentionLayout(
-        seq_starts=starts,
-        seq_lens=lens,
-        prefix_lens=[p for p, _ in seqs],
-        item_lens=[items for _, items in seqs],
-        device=torch.device("cpu"),
-        backend=backend,
-    )
+    layout = layout_of(seqs, backend)
     got = BACKENDS[backend](q, k, v, layout, 0.3)
     want = naive_attention(q, k, v, seqs, 0.3)
     assert got.shape == q.shape
@@ -96,15 +101,7 @@ def test_encoder_layout_is_block_diagonal_and_bidirectional(backend, lens, heads
         torch.randn(kv_heads, total, dim),
         torch.randn(kv_heads, total, dim),
     )
-    layout = AttentionLayout(
-        seq_starts=[sum(lens[:i]) for i in range(len(lens))],
-        seq_lens=lens,
-        prefix_lens=lens,
-        item_lens=[()] * len(lens),
-        device=torch.device("cpu"),
-        backend=backend,
-        causal=False,
-    )
+    layout = layout_of([(n, ()) for n in lens], backend, causal=False)
     got = BACKENDS[backend](q, k, v, layout, 0.3, None, window)
     assert got.shape == q.shape
     want = naive_bidirectional(q, k, v, lens, 0.3, window)
@@ -128,23 +125,10 @@ def test_flex_block_lists_over_many_blocks_match_the_dense_mask(seqs, causal) ->
     torch.manual_seed(2)
     if not causal:
         seqs = [(p + sum(items), ()) for p, items in seqs]
-    lens = [p + sum(items) for p, items in seqs]
-    total, dim = sum(lens), 8
+    total, dim = sum(p + sum(items) for p, items in seqs), 8
     q, k, v = torch.randn(4, total, dim), torch.randn(2, total, dim), torch.randn(2, total, dim)
-
-    def layout(backend: str) -> AttentionLayout:
-        return AttentionLayout(
-            seq_starts=[sum(lens[:i]) for i in range(len(lens))],
-            seq_lens=lens,
-            prefix_lens=[p for p, _ in seqs],
-            item_lens=[items for _, items in seqs],
-            device=torch.device("cpu"),
-            backend=backend,
-            causal=causal,
-        )
-
-    got = BACKENDS["flex"](q, k, v, layout("flex"), 0.3)
-    want = BACKENDS["dense"](q, k, v, layout("dense"), 0.3)
+    got = BACKENDS["flex"](q, k, v, layout_of(seqs, "flex", causal), 0.3)
+    want = BACKENDS["dense"](q, k, v, layout_of(seqs, "dense", causal), 0.3)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
 
 
@@ -166,17 +150,9 @@ def test_flex_metadata_of_a_32k_token_batch_holds_no_token_pair_tensor() -> None
             return out
 
     seqs = [(512, tuple([31] * 32))] * 22 + [(2, (34,))]  # 22 jobs of 1,504 tokens + one of 36
-    lens = [p + sum(items) for p, items in seqs]
-    total = sum(lens)
+    layout = layout_of(seqs, "flex")
+    total = layout.total_tokens
     assert total == 33_124
-    layout = AttentionLayout(
-        seq_starts=[sum(lens[:i]) for i in range(len(lens))],
-        seq_lens=lens,
-        prefix_lens=[p for p, _ in seqs],
-        item_lens=[items for _, items in seqs],
-        device=torch.device("cpu"),
-        backend="flex",
-    )
     with Largest():
         mask = _flex_block_mask(layout)
     blocks = -(-total // 128)

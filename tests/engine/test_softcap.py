@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kafka_scorer.engine.attention import BACKENDS, AttentionLayout, scorer_attention
+from kafka_scorer.engine.attention import BACKENDS, scorer_attention
 from tests.engine.reference import reference_scores
-from tests.engine.test_attention import naive_attention
+from tests.engine.test_attention import layout_of, naive_attention
 
 ATTN_CAP, FINAL_CAP = 5.0, 3.0
 WINDOW = 40  # above the packed MIS jobs below, below LONG_QUERY + an item
@@ -175,18 +175,6 @@ def test_pairs_longer_than_the_window_see_windowed_and_full_layers(gemma2, score
 # ---------------------------------------------------------------- the backends on their own
 
 
-def _layout(seqs, backend) -> AttentionLayout:
-    lens = [p + sum(items) for p, items in seqs]
-    return AttentionLayout(
-        seq_starts=[sum(lens[:i]) for i in range(len(lens))],
-        seq_lens=lens,
-        prefix_lens=[p for p, _ in seqs],
-        item_lens=[items for _, items in seqs],
-        device=torch.device("cpu"),
-        backend=backend,
-    )
-
-
 SEQS = [(3, ()), (6, (2, 2, 5)), (1, ()), (9, ()), (2, (1,)), (0, (4, 0, 1))]
 
 
@@ -196,7 +184,7 @@ SEQS = [(3, ()), (6, (2, 2, 5)), (1, ()), (9, ()), (2, (1,)), (0, (4, 0, 1))]
 def test_backend_soft_caps_like_naive_attention(backend, heads, kv_heads, window) -> None:
     # A window only applies to plain pairs (packed sequences never exceed one), as in the engine.
     seqs = SEQS if window is None else [(p, ()) for p, items in SEQS if not items]
-    layout = _layout(seqs, backend)
+    layout = layout_of(seqs, backend)
     torch.manual_seed(0)
     total, dim, scale, cap = layout.total_tokens, 8, 0.3, 1.5
     q = torch.randn(heads, total, dim) * 3  # scores of several units: well into the cap's bend
@@ -212,7 +200,7 @@ def test_each_layer_call_brings_its_own_cap_and_window() -> None:
     """One layout serves every layer; a full layer's `sliding_window=None` overrides the model's window."""
     torch.manual_seed(1)
     seqs = [(12, ())]
-    layout = _layout(seqs, "dense")
+    layout = layout_of(seqs, "dense")
     layout.sliding_window = 4
     q, k, v = torch.randn(1, 4, 12, 8) * 3, torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
     module = torch.nn.Module()
