@@ -19,8 +19,10 @@ DEFAULT_TOPICS = ("scoring-requests", "scoring-results")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=9092, help="port to listen on (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=9092, metavar="N", help="port to listen on; 0: a free one"
+    )
     parser.add_argument(
         "--topic",
         action="append",
@@ -29,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="topic to create at start; repeat for more (default: scoring-requests and scoring-results)",
     )
     parser.add_argument(
-        "--partitions", type=int, default=3, help="partitions of each created topic (default: %(default)s)"
+        "--partitions", type=int, default=3, metavar="N", help="partitions of each created topic"
     )
 
 

@@ -11,6 +11,8 @@ import importlib
 import sys
 
 from kafka_scorer import __version__
+from kafka_scorer.config import DType, choices
+from kafka_scorer.help_style import HelpFormatter
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("kafka_scorer.worker.command", "consume jobs from Kafka, score them, produce results"),
@@ -24,12 +26,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     """--device/--dtype for commands that load a model themselves (the worker reads them from Settings)."""
-    parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, cuda:1 ...")
+    parser.add_argument(
+        "--device", default="auto", metavar="DEVICE", help="torch device: auto, cpu, cuda, cuda:1 ..."
+    )
     parser.add_argument(
         "--dtype",
         default="auto",
-        choices=("auto", "float32", "float16", "bfloat16"),
-        help="auto: bfloat16 on CUDA, float32 on CPU",
+        choices=choices(DType),
+        help="weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU",
     )
 
 
@@ -43,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
-        module.configure(sub.add_parser(name, help=help_text, description=help_text))
+        module.configure(
+            sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
+        )
     return parser
 
 

@@ -385,14 +385,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "sample jobs (both model kinds, with and without multi-item scoring) and print the results. "
         "Without --model, tiny RANDOM models are built on the spot."
     )
-    parser.add_argument("--model", help="local checkpoint directory or hub id (default: tiny random models)")
-    parser.add_argument("--jobs", type=int, help=f"number of sample jobs (default {DEFAULT_JOBS})")
+    parser.add_argument(
+        "--model",
+        metavar="DIR_OR_ID",
+        help="local checkpoint directory or hub id (default: tiny random models); the demo reads no "
+        "KAFKA_SCORER_* variable or .env, so a real cluster's settings cannot leak into it",
+    )
+    parser.add_argument(
+        "--jobs", type=int, metavar="N", help=f"number of sample jobs (default: {DEFAULT_JOBS})"
+    )
     parser.add_argument(
         "--short", action="store_true", help=f"quick run: {SHORT_JOBS} jobs (what the tests run)"
     )
     add_device_arguments(parser)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all results")
-    parser.add_argument("--rows", type=int, default=30, help="most result rows to print (default 30)")
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, metavar="SECONDS", help="time to wait for all results"
+    )
+    parser.add_argument("--rows", type=int, default=30, metavar="N", help="most result rows to print")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("-v", "--verbose", action="store_true", help="worker logs and full tracebacks")
 

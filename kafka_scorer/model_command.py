@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "directory", type=Path, help="where to write it (created; must be empty if it exists)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="weight seed")
 
 
 def run(args: argparse.Namespace) -> int:

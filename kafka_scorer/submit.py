@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import msgspec
 
 from kafka_scorer import errors
+from kafka_scorer.help_style import add_env_file, add_setting_flag
 from kafka_scorer.protocol import Job, Result, WireFormat, content_type_of, decode_result, encode_job
 
 if TYPE_CHECKING:
@@ -51,18 +52,19 @@ MAX_LISTED = 10
 EXIT_OK = 0
 EXIT_JOBS_FAILED = 1
 
-# CLI flag -> Settings field; flags override KAFKA_SCORER_* variables, which override defaults.
-CONNECTION_FLAGS: dict[str, str] = {
-    "bootstrap_servers": "Kafka bootstrap servers, comma-separated",
-    "security_protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-    "sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-    "sasl_username": "SASL user name",
-    "sasl_password": "SASL password",
-    "ssl_cafile": "CA bundle for SSL/SASL_SSL",
-    "ssl_certfile": "client certificate for mutual TLS",
-    "ssl_keyfile": "client key for mutual TLS",
-    "client_id": "Kafka client id",
-}
+# Settings fields that are also flags here (help text from Settings, the worker's style); flags override
+# KAFKA_SCORER_* variables, which override --env-file, which overrides defaults.
+CONNECTION_FLAGS: tuple[str, ...] = (
+    "bootstrap_servers",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "client_id",
+)
 
 
 @dataclass
@@ -360,9 +362,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "input", nargs="?", default="-", help="JSON Lines file of jobs, one per line; '-' or none: stdin"
     )
-    parser.add_argument("-o", "--output", default="-", help="where to write result lines; '-': stdout")
     parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for all results (default: 60)"
+        "-o", "--output", default="-", metavar="PATH", help="where to write result lines; '-': stdout"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, metavar="SECONDS", help="time to wait for all results"
     )
     parser.add_argument(
         "--format",
@@ -370,10 +374,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="json",
         help="wire format of the jobs (results come back in the same); output is always JSON Lines",
     )
-    parser.add_argument("--request-topic", help="topic to send jobs to (default: first of request_topics)")
-    parser.add_argument("--reply-topic", help="topic to read results from (default: reply_topic)")
-    for field, help_text in CONNECTION_FLAGS.items():
-        parser.add_argument(f"--{field.replace('_', '-')}", dest=field, help=help_text)
+    parser.add_argument(
+        "--request-topic",
+        metavar="TOPIC",
+        help="topic to send jobs to (default: the first of request_topics; env: KAFKA_SCORER_REQUEST_TOPICS)",
+    )
+    parser.add_argument(
+        "--reply-topic",
+        metavar="TOPIC",
+        help="topic to read results from (default: reply_topic; env: KAFKA_SCORER_REPLY_TOPIC)",
+    )
+    add_env_file(parser)
+    for field in CONNECTION_FLAGS:
+        add_setting_flag(parser, field)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and full tracebacks")
 
@@ -389,7 +402,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["request_topics"] = [args.request_topic]
     if getattr(args, "reply_topic", None):
         overrides["reply_topic"] = args.reply_topic
-    return Settings(**overrides)
+    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
 
 
 def setup_logging(verbose: bool) -> None:
@@ -403,7 +416,7 @@ def setup_logging(verbose: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
-    bootstrap = args.bootstrap_servers
+    bootstrap = getattr(args, "bootstrap_servers", None)
     try:
         settings = settings_from_args(args)
         bootstrap = settings.bootstrap_servers

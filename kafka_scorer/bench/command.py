@@ -46,26 +46,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
+        metavar="N",
         help="jobs per workload (default: per workload and device); cross-encoder: queries of 100 documents "
         "(default 2)",
     )
-    parser.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget of one forward")
+    parser.add_argument(
+        "--max-batch-tokens", type=int, default=8192, metavar="N", help="token budget of one forward"
+    )
     parser.add_argument(
         "--repeats",
         type=int,
         default=3,
-        help="most timed runs per contender, the fastest reported (default 3)",
+        metavar="N",
+        help="most timed runs per contender, the fastest reported",
     )
     parser.add_argument(
         "--repeat-budget",
         type=float,
         default=15.0,
         metavar="SECONDS",
-        help="no further timed run once a contender's runs took this long (default 15)",
+        help="no further timed run once a contender's runs took this long",
     )
-    parser.add_argument("--seed", type=int, default=0, help="workload seed")
-    parser.add_argument("--model-dir", help="keep generated checkpoints here and reuse them (default: temp)")
-    parser.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="workload seed")
+    parser.add_argument(
+        "--model-dir",
+        metavar="PATH",
+        help="keep generated checkpoints here and reuse them (default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the full report as JSON (default: not written)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

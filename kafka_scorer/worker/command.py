@@ -14,76 +14,22 @@ import os
 import signal
 import sys
 import time
-import typing
 
 from pydantic import ValidationError
-from pydantic.fields import FieldInfo
 
-from kafka_scorer.config import Settings, choices
+from kafka_scorer.config import Settings
 from kafka_scorer.errors import EXIT_USER_ERROR
+from kafka_scorer.help_style import add_env_file, add_setting_flag, env_name, flag_name
 
 log = logging.getLogger(__name__)
 
 _PROG = "kafka-scorer worker"
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--env-file", default=".env", help="settings file read under the environment (default: .env)"
-    )
-    for name, field in Settings.model_fields.items():
-        help_text = setting_help(name, field)
-        args = typing.get_args(field.annotation)
-        if field.annotation is bool or (bool in args and type(None) in args):
-            parser.add_argument(
-                _flag(name),
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                _flag(name),
-                dest=name,
-                default=argparse.SUPPRESS,
-                metavar=_metavar(name, field),
-                help=help_text,
-            )
-
-
-def _metavar(name: str, field: FieldInfo) -> str:
-    """What kind of value a flag takes, at a glance: its choices, or its unit."""
-    allowed = choices(field.annotation)
-    if allowed:
-        return "{" + ",".join(allowed) + "}"
-    kinds = set(typing.get_args(field.annotation)) | {field.annotation}
-    if name.endswith("_ms"):
-        return "MS"
-    if name.endswith("_s"):
-        return "SECONDS"
-    if name.endswith(("_file", "cafile", "certfile", "keyfile")):
-        return "PATH"
-    if int in kinds:
-        return "N"
-    if any(typing.get_origin(k) is list for k in kinds):
-        return "A,B,..."
-    return "TEXT"
-
-
-def setting_help(name: str, field: FieldInfo) -> str:
-    """The setting's description, then its default and environment variable: the same three facts for
-    every setting, so `--help` answers "what is it now and where else can I set it"."""
-    description = (field.description or "").rstrip(".")
-    default = field.get_default(call_default_factory=True)
-    if isinstance(default, list):
-        default = ",".join(map(str, default))
-    shown = "unset" if default in (None, "") else {True: "on", False: "off"}.get(default, default)
-    return f"{description} (default: {shown}; env: KAFKA_SCORER_{name.upper()})".replace("%", "%%")
+    add_env_file(parser)
+    for name in Settings.model_fields:
+        add_setting_flag(parser, name)
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
@@ -102,9 +48,7 @@ def describe_errors(exc: ValidationError) -> str:
         name = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if name:
-            lines.append(
-                f"{_PROG}: invalid setting {name} ({_flag(name)}, KAFKA_SCORER_{name.upper()}): {message}"
-            )
+            lines.append(f"{_PROG}: invalid setting {name} ({flag_name(name)}, {env_name(name)}): {message}")
         else:  # checks across settings start with the names they are about
             lines.append(f"{_PROG}: invalid setting {message}")
     return "\n".join(lines)
