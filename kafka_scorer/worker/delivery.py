@@ -29,10 +29,12 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
 from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker, Watermark
 from kafka_scorer.worker.producer import FatalProducerError, Refused, ResultProducer
 from kafka_scorer.worker.retry import Backoff, is_retriable
+from kafka_scorer.worker.tracing import NO_SPANS, JobTrace
 from kafka_scorer.worker.wire import Origin, OutRecord, result_record
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class Ticket:
     items: int = 0
     tokens: int = 0
     enqueued_at: float = 0.0
+    trace: JobTrace = NO_SPANS
 
     @property
     def offset(self) -> int:
@@ -65,6 +68,14 @@ class Ticket:
 
 def _where(ticket: Ticket) -> str:
     return f"{ticket.tp.topic}:{ticket.tp.partition}@{ticket.offset}"
+
+
+def _reply_origin(ticket: Ticket, reply_topic: str | None = None) -> Origin:
+    """The ticket's origin (its reply topic replaced if given) with the trace context its result
+    carries: the `produce` span's where spans are recorded, else the job's own headers."""
+    origin = ticket.origin if reply_topic is None else replace(ticket.origin, reply_topic=reply_topic)
+    trace = ticket.trace.outgoing(origin.trace, origin.reply_topic)
+    return origin if trace is origin.trace else replace(origin, trace=trace)
 
 
 @dataclass(slots=True)
@@ -100,7 +111,8 @@ class Delivery:
     def _records(self, answer: Answer) -> tuple[Result, list[OutRecord]]:
         """The answer's records; a result too large to produce becomes a `too_long` error result."""
         result = answer.result
-        record = result_record(result, answer.ticket.origin)
+        origin = _reply_origin(answer.ticket)
+        record = result_record(result, origin)
         if not self.producer.fits(record):
             size = len(record.value or b"")
             result = error_result(
@@ -110,7 +122,7 @@ class Delivery:
                 f"(max_message_bytes + 1 MiB); ask for fewer items or no pooled hidden states",
                 model=self.model_name,
             )
-            record = result_record(result, answer.ticket.origin)
+            record = result_record(result, origin)
         records = [record]
         dead = answer.dead_letter
         if dead is not None:
@@ -123,6 +135,19 @@ class Delivery:
                     answer.ticket.offset,
                 )
         return result, records
+
+    def _dead_lettered(self, answer: Answer, record: OutRecord) -> None:
+        """Count the copy and say so in one line: the record is out of the request topic's way now."""
+        self.metrics.dead_letters.inc()
+        error = answer.result.error
+        log.warning(
+            "dead-lettered %s to %s (job %s): %s",
+            _where(answer.ticket),
+            record.topic,
+            answer.result.id,
+            one_line(error.message) if error is not None else "-",
+            extra={"job_id": answer.result.id, "dead_letter_topic": record.topic},
+        )
 
     def _drop_closed(self, answers: Sequence[Answer]) -> list[Answer]:
         live = []
@@ -165,9 +190,7 @@ class Delivery:
             f"the broker {why} ({refused.cause!r})",
             model=self.model_name,
         )
-        return result, result_record(
-            result, replace(answer.ticket.origin, reply_topic=self.default_reply_topic)
-        )
+        return result, result_record(result, _reply_origin(answer.ticket, self.default_reply_topic))
 
     async def deliver(self, answers: Sequence[Answer]) -> None:
         raise NotImplementedError
@@ -219,7 +242,7 @@ class AtLeastOnceDelivery(Delivery):
                 result = await self._answer_elsewhere(answer, record, exc)
             else:
                 if record is answer.dead_letter:
-                    self.metrics.dead_letters.inc()
+                    self._dead_lettered(answer, record)
         if answer.ticket.watermark.answered(answer.ticket.offset):
             self.on_settled(answer.ticket, result)
             self._poke.set()
@@ -354,7 +377,7 @@ class ExactlyOnceDelivery(Delivery):
             self.tracker.committed(offsets)
             for answer, (result, records) in zip(ready, built, strict=True):
                 if answer.dead_letter is not None and answer.dead_letter in records:
-                    self.metrics.dead_letters.inc()
+                    self._dead_lettered(answer, answer.dead_letter)
                 self.on_settled(answer.ticket, result)
 
     def _within_guards(

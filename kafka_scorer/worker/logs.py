@@ -29,6 +29,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """`text` fit for one log line: whitespace runs (newlines included) become one space, and at most
+    `limit` characters are kept, so a hostile job's error message cannot flood or forge log lines."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":

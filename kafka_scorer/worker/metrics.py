@@ -58,8 +58,11 @@ class WorkerMetrics:
         self.partition_resets = counter(
             "partition_resets", "Partitions restarted uncommitted: group membership lost, or a log reset"
         )
-        self.batch_jobs = histogram("batch_jobs", "Jobs per batch", _SIZE_BUCKETS)
-        self.batch_tokens = histogram("batch_tokens", "Tokens per batch", _SIZE_BUCKETS)
+        self.batch_jobs = histogram("batch_jobs", "Jobs per forward batch", _SIZE_BUCKETS)
+        self.batch_items = histogram("batch_items", "Items (scored rows) per forward batch", _SIZE_BUCKETS)
+        # Padding-free: the jobs' own tokens (the engine packs sequences end to end, nothing is padded),
+        # so the ratio to max_batch_tokens is how full the batches run.
+        self.batch_tokens = histogram("batch_tokens", "Tokens per forward batch, padding-free", _SIZE_BUCKETS)
         self.queue_seconds = histogram("queue_seconds", "Job wait before its batch starts", _LATENCY)
         self.compute_seconds = histogram("compute_seconds", "Forward pass time per batch", _LATENCY)
         self.e2e_seconds = histogram("end_to_end_seconds", "Record fetched to result acknowledged", _LATENCY)

@@ -36,9 +36,11 @@ from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.consumer import JobConsumer
 from kafka_scorer.worker.delivery import Answer, AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery, Ticket
+from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker
 from kafka_scorer.worker.producer import ResultProducer
+from kafka_scorer.worker.tracing import JobTrace, Tracing, from_environment
 from kafka_scorer.worker.wire import Inbound, RecordLike, Rejected, WireRules, internal_rejection, read_record
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,16 @@ _PREPARE_THREADS = 4  # tokenizers release the GIL: one huge record holds one th
 _PREPARE_WAIT_S = 0.25  # longest a poll waits for its own prepares before the next fetch (see _accept)
 _RECORDS_PER_POLL_IN_FLIGHT = (
     4  # in-flight records cap, in polls' worth (bounds answers not counted in tokens)
+)
+# Error results the client caused (its job or record) log at INFO; the rest are the worker's to fix.
+_CLIENT_ERRORS = frozenset(
+    {
+        ErrorCode.INVALID_MESSAGE,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.TOO_LONG,
+        ErrorCode.UNSUPPORTED,
+        ErrorCode.MODEL_MISMATCH,
+    }
 )
 
 
@@ -69,10 +81,17 @@ def default_transactional_id(settings: Settings) -> str:
 
 
 class Worker:
-    def __init__(self, settings: Settings, scorer: ScorerLike, metrics: WorkerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        scorer: ScorerLike,
+        metrics: WorkerMetrics | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.settings = settings
         self.scorer = scorer
         self.metrics = metrics or WorkerMetrics()
+        self.tracing = tracing if tracing is not None else from_environment()
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.consumer = JobConsumer(settings, self._on_revoked, self._on_assigned)
         txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
@@ -179,6 +198,7 @@ class Worker:
             await self.producer.stop()
             self.batcher.close()
             self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+            self.tracing.close()
             if probe is not None:
                 await probe.stop()
         if self._fatal is not None:
@@ -268,11 +288,14 @@ class Worker:
                 decoded = self._read(record)
                 job_id = decoded.job_id if isinstance(decoded, Inbound) else decoded.result.id
                 ticket = Ticket(tp=tp, origin=decoded.origin, job_id=job_id, watermark=mark, received_at=now)
+                ticket.trace = self.tracing.job(decoded.origin, job_id, self.settings.group_id)
                 self.inflight_jobs += 1
                 self.peak_inflight_jobs = max(self.peak_inflight_jobs, self.inflight_jobs)
                 if isinstance(decoded, Inbound):
                     ticket.items = len(decoded.job.items)
-                    future = asyncio.wrap_future(self._prepare_pool.submit(self._prepare_one, decoded))
+                    future = asyncio.wrap_future(
+                        self._prepare_pool.submit(self._prepare_one, decoded, ticket.trace)
+                    )
                     future.add_done_callback(functools.partial(self._on_prepared, ticket))
                     preparing.append(future)
                 else:
@@ -297,10 +320,11 @@ class Worker:
             )
             return internal_rejection(record, self.rules, exc)
 
-    def _prepare_one(self, inbound: Inbound) -> Any:
+    def _prepare_one(self, inbound: Inbound, trace: JobTrace) -> Any:
         """On a prepare thread: tokenization and validation of one job; never raises."""
         try:
-            return self.scorer.prepare(inbound.job, inbound.job_id)
+            with trace.span("prepare"):
+                return self.scorer.prepare(inbound.job, inbound.job_id)
         except Exception as exc:
             origin = inbound.origin
             log.exception(
@@ -361,6 +385,7 @@ class Worker:
         items = sum(t.items for t in done.contexts)
         m.batches.inc()
         m.batch_jobs.observe(len(done.contexts))
+        m.batch_items.observe(items)
         m.batch_tokens.observe(done.tokens)
         m.tokens.inc(done.tokens)
         m.compute_seconds.observe(done.compute_s)
@@ -380,7 +405,23 @@ class Worker:
                 "compute_ms": compute_ms,
             },
         )
+        self._trace_batch(done, items)
         self._spawn([Answer(t, r) for t, r in zip(done.contexts, done.results, strict=True)])
+
+    def _trace_batch(self, done: BatchDone[Ticket], items: int) -> None:
+        """The batch and forward spans, after the fact: the batch formed when its oldest job was queued,
+        and its forward pass started when every job's queue wait ended."""
+        if not done.contexts:
+            return
+        first = done.contexts[0]
+        started_at = first.enqueued_at + done.queue_s[0]
+        self.tracing.batch(
+            [ticket.trace for ticket in done.contexts],
+            formed_at=min(ticket.enqueued_at for ticket in done.contexts),
+            started_at=started_at,
+            done_at=started_at + done.compute_s,
+            attributes={"jobs": len(done.contexts), "items": items, "tokens": done.tokens},
+        )
 
     def _spawn(self, answers: list[Answer]) -> None:
         assert self.delivery is not None
@@ -398,6 +439,7 @@ class Worker:
             self._fatal = self._fatal or exc
 
     def _on_settled(self, ticket: Ticket, result: Result | None) -> None:
+        ticket.trace.end(result)
         self.inflight_jobs -= 1
         self.inflight_tokens -= ticket.tokens
         m = self.metrics
@@ -408,6 +450,7 @@ class Worker:
             m.e2e_seconds.observe(time.monotonic() - ticket.received_at)
             if result.error is not None:
                 m.errors.labels(code=result.error.code.value).inc()
+                _log_error_result(ticket, result)
             elif result.scores is not None:
                 m.items.inc(len(result.scores))
         self._settled.set()
@@ -530,6 +573,24 @@ async def _unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.Event)
     await asyncio.gather(task, return_exceptions=True)
     log.info("stopped during start-up")
     return False
+
+
+def _log_error_result(ticket: Ticket, result: Result) -> None:
+    """One line per error result: INFO for the client's mistakes (the result tells the client), WARNING
+    for the worker's own (`internal`)."""
+    assert result.error is not None
+    code = result.error.code
+    log.log(
+        logging.INFO if code in _CLIENT_ERRORS else logging.WARNING,
+        "error result for job %s (%s[%d]@%d): %s: %s",
+        result.id,
+        ticket.tp.topic,
+        ticket.tp.partition,
+        ticket.offset,
+        code.value,
+        one_line(result.error.message),
+        extra={"job_id": result.id, "error_code": code.value},
+    )
 
 
 def _names(partitions: set[TopicPartition]) -> str:

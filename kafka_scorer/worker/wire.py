@@ -15,6 +15,8 @@ Choices where SPEC is silent (also in docs/worker.md):
 - A header named twice: the first one counts (exact spelling before case-insensitive matches).
 - Header values that are not UTF-8: a binary correlation id becomes hex; a reply topic or content
   type that is not text is ignored (the first with a warning in the result).
+- A `traceparent` that is not valid W3C Trace Context is ignored (so is its `tracestate`); a valid one
+  goes on to the result record (tracing.py).
 - Dead-letter headers use Spring Kafka's names and encodings (partition: 4-byte big-endian int, offset
   and timestamp: 8-byte big-endian), so Spring's tooling reads them.
 """
@@ -41,6 +43,7 @@ from kafka_scorer.protocol import (
     error_result,
     sniff_format,
 )
+from kafka_scorer.worker.tracing import TRACEPARENT, TRACESTATE, TraceContext, trace_context
 
 Headers = list[tuple[str, bytes]]
 
@@ -111,6 +114,7 @@ class Origin:
     fmt: WireFormat
     correlation: tuple[str, bytes] | None  # header name as it arrived, raw value
     notes: tuple[str, ...] = ()  # warnings about the record itself, added to the result's `warnings`
+    trace: TraceContext | None = None  # the job's valid W3C trace context, carried on to the result
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,11 @@ def _header(headers: Sequence[tuple[str, bytes]], names: tuple[str, ...]) -> tup
     return None
 
 
+def _value(headers: Sequence[tuple[str, bytes]], names: tuple[str, ...]) -> bytes | None:
+    found = _header(headers, names)
+    return found[1] if found is not None else None
+
+
 def _text(value: bytes | None) -> str | None:
     if value is None:
         return None
@@ -192,6 +201,7 @@ def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
         else:
             notes = (f"{reply[0]} header {reply[1]!r} is not a valid topic name; answered on {reply_topic}",)
     fallback_id = _correlation_id(correlation) or f"{record.topic}:{record.partition}:{record.offset}"
+    trace = trace_context(_value(headers, (TRACEPARENT,)), _value(headers, (TRACESTATE,)))
 
     def origin(fmt: WireFormat) -> Origin:
         return Origin(
@@ -203,6 +213,7 @@ def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
             fmt=fmt,
             correlation=correlation,
             notes=notes,
+            trace=trace,
         )
 
     value = record.value
@@ -304,6 +315,8 @@ def result_record(result: Result, origin: Origin) -> OutRecord:
     headers: Headers = [("content-type", content_type_of(origin.fmt).encode())]
     if origin.correlation is not None:
         headers.append(origin.correlation)
+    if origin.trace is not None:
+        headers += origin.trace.headers()
     return OutRecord(
         topic=origin.reply_topic, key=origin.key, value=encode_result(result, origin.fmt), headers=headers
     )
