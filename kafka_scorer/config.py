@@ -85,6 +85,28 @@ class EngineSettings(BaseSettings):
         description="Jobs with more `label_token_ids` are rejected (`too_long`); every row of a batch is "
         "padded to its longest label list, so one job must not widen everyone's.",
     )
+    template: str = Field(
+        "",
+        description="Prompt template for text jobs: a preset (qwen3-reranker) or a template file with "
+        "{instruction}, {query} and {item}; empty: none (docs/message-schema.md, Templates).",
+    )
+    model_revision: str = Field(
+        "",
+        description="Revision reported in every result; empty: a hash of the checkpoint's config, weight "
+        "and tokenizer files, computed at start-up.",
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _template_loads(cls, value: str) -> str:
+        """A template that cannot be used is an operator mistake: said at start, never per job."""
+        from kafka_scorer.engine.templates import TemplateError, load_template
+
+        try:
+            load_template(value)
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 
 class Settings(EngineSettings):
@@ -160,6 +182,22 @@ class Settings(EngineSettings):
         10.0, ge=0, description="Time to answer and commit the work of revoked partitions before they go."
     )
     shutdown_grace_s: float = Field(30.0, ge=0, description="Time to answer in-flight work after SIGTERM.")
+    topic_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="Time from start for request_topics or request_topic_pattern to match a partition "
+        "in the cluster; past it, /readyz answers 503 and a warning names the setting until one does.",
+    )
+    allow_no_tokenizer: bool = Field(
+        False,
+        description="Serve a model directory without tokenizer files (jobs must send token ids; text jobs "
+        "are answered `unsupported`); off: such a worker refuses to start.",
+    )
+    schema_registry_url: str | None = Field(
+        None,
+        description="Confluent Schema Registry URL: JSON results are written in its framing (magic byte, "
+        "schema id) under the subject `<reply topic>-value`; unset: plain JSON.",
+    )
     metrics_port: int = Field(
         9400, ge=0, le=65535, description="Prometheus /metrics, /healthz, /readyz; 0: off."
     )

@@ -8,7 +8,7 @@ schema on first use and the hot path should not pay for that per record.
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -17,6 +17,8 @@ CONTENT_TYPE_MSGPACK = "application/msgpack"
 
 WireFormat = Literal["json", "msgpack"]
 TensorDType = Literal["float32", "float16", "bfloat16"]
+Activation = Literal["none", "softmax", "sigmoid"]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ErrorCode(str, enum.Enum):
@@ -58,6 +60,30 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
     truncate: bool | None = None
     """SPEC §8: cut an item too long for the pair limit from its end; null: the worker's `truncate`."""
+    label_tokens: list[str] | None = None
+    """SPEC §8: labels by text, each exactly one token of the served tokenizer."""
+    instruction: str | None = None
+    """SPEC §8: fills the served template's `{instruction}`; null: the template's own."""
+    top_n: NonNegative | None = None
+    """SPEC §8: when set, the result carries `ranking`, the best `top_n` items."""
+    rank_by: NonNegative | None = None
+    """SPEC §8: the label (CausalLM) or class (classification) whose score ranks the items."""
+    activation: Activation | None = None
+    """SPEC §8: classification only; null means `softmax` with `apply_softmax`, else `none`."""
+
+
+class Ranked(msgspec.Struct, frozen=True):
+    """One entry of a result's `ranking`: the item's index in `items` and its relevance score."""
+
+    index: int
+    score: float
+
+
+class TemplateRef(msgspec.Struct, frozen=True):
+    """Which prompt template produced a result: its name and a short hash of its text."""
+
+    name: str
+    hash: str
 
 
 class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -76,6 +102,14 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     warnings: list[str] = msgspec.field(default_factory=list)
     truncated_items: list[int] = msgspec.field(default_factory=list)
     """SPEC §8: indices of the items cut to fit the pair limit (omitted when empty)."""
+    ranking: list[Ranked] | None = None
+    """SPEC §8: the best `top_n` items, highest relevance first, ties by lower index."""
+    model_revision: str = ""
+    """Provenance: a hash of the served checkpoint's config, weight and tokenizer files."""
+    template: TemplateRef | None = None
+    """Provenance: the prompt template applied to this job's text, if any."""
+    dtype: str = ""
+    """Provenance: the dtype the model ran in."""
 
     @property
     def ok(self) -> bool:

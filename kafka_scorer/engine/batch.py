@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kafka_scorer.engine.attention import AttentionLayout
+from kafka_scorer.engine.attention.layout import AttentionLayout
+from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
 from kafka_scorer.engine.encoders import EncoderSpec
 from kafka_scorer.engine.inputs import PreparedJob
 
@@ -31,7 +32,9 @@ class ForwardBatch:
     """[T] token ids of the whole stream (CPU; pinned when the model runs on CUDA)."""
     positions: torch.Tensor
     """[T] position ids; item tokens restart at len(query) (SPEC §5)."""
-    layout: AttentionLayout
+    attention: AttentionMetadata
+    """The attention backend's metadata (CPU; pinned on CUDA), built here on the packing thread and moved
+    to the device once, by the runner."""
     score_index: torch.Tensor
     """[R] flat index of each scoring row, rows in job order then item order."""
     job_rows: list[tuple[int, int]]
@@ -41,7 +44,9 @@ class ForwardBatch:
     label_mask: torch.Tensor
     """[R, L] True where `label_ids` is a real label."""
     softmax_rows: torch.Tensor
-    """[R] True for rows of jobs with apply_softmax."""
+    """[R] True for rows of jobs whose activation is softmax (`apply_softmax`)."""
+    sigmoid_rows: torch.Tensor
+    """[R] True for rows of classification jobs with `activation: sigmoid`."""
     hidden_rows: torch.Tensor
     """Rows whose pooled hidden states are returned (only jobs that asked)."""
     token_types: torch.Tensor | None = None
@@ -50,16 +55,20 @@ class ForwardBatch:
     """[T] the row (pair) of each token, for encoders that pool by the mean of the pair's tokens."""
 
     @property
+    def layout(self) -> AttentionLayout:
+        return self.attention.layout
+
+    @property
     def num_tokens(self) -> int:
         return int(self.input_ids.numel())
 
     @property
     def any_logprob_rows(self) -> bool:
-        return any(not job.job.apply_softmax for job in self.jobs)
+        return any(job.activation != "softmax" for job in self.jobs)
 
     @property
     def any_softmax_rows(self) -> bool:
-        return any(job.job.apply_softmax for job in self.jobs)
+        return any(job.activation == "softmax" for job in self.jobs)
 
 
 @dataclass
@@ -142,6 +151,7 @@ def build_forward_batch(
     label_ids: list[list[int]] = []
     label_mask: list[list[bool]] = []
     softmax_rows: list[bool] = []
+    sigmoid_rows: list[bool] = []
     hidden_rows: list[int] = []
     for job, (row_start, row_end) in zip(jobs, job_rows):
         count = row_end - row_start
@@ -149,7 +159,8 @@ def build_forward_batch(
         mask = [True] * len(job.label_ids) + [False] * (max_labels - len(job.label_ids))
         label_ids.extend([padded] * count)
         label_mask.extend([mask] * count)
-        softmax_rows.extend([job.job.apply_softmax] * count)
+        softmax_rows.extend([job.activation == "softmax"] * count)
+        sigmoid_rows.extend([job.activation == "sigmoid"] * count)
         if job.job.return_pooled_hidden_states:
             hidden_rows.extend(range(row_start, row_end))
 
@@ -167,22 +178,20 @@ def build_forward_batch(
         seq_lens=seq_lens,
         prefix_lens=prefix_lens,
         item_lens=item_lens,
-        device=device,
-        backend=attention_backend,
         sliding_window=sliding_window,
         causal=encoder is None,
     )
-    layout.prepare_on_host()
     return ForwardBatch(
         jobs=list(jobs),
         input_ids=host(ids, torch.long),
         positions=host(positions, torch.long),
-        layout=layout,
+        attention=prepare_attention(layout, attention_backend, pin),
         score_index=host(flat_scoring, torch.long),
         job_rows=job_rows,
         label_ids=host(label_ids, torch.long, rows, max_labels),
         label_mask=host(label_mask, torch.bool, rows, max_labels),
         softmax_rows=host(softmax_rows, torch.bool),
+        sigmoid_rows=host(sigmoid_rows, torch.bool),
         hidden_rows=host(hidden_rows, torch.long),
         token_types=host(types, torch.long) if encoder is not None and encoder.takes_token_types else None,
         token_rows=_token_rows(seq_lens, host) if encoder is not None and encoder.mean_pooling else None,

@@ -4,7 +4,7 @@ CausalLM (SPEC §4): `apply_softmax` rows need only their label logits, `h · W[
 need full-vocabulary log-probabilities, i.e. a log-sum-exp over the vocabulary, which the kernels in
 `engine/kernels` compute without materialising `[rows, vocab]` logits. A soft-capped head (Gemma 2) caps
 every logit before either use, as transformers' CausalLM forward does.
-Classification: the model's own head on the rows, optional softmax over classes.
+Classification: the model's own head on the rows, optional softmax over classes or sigmoid per class.
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ def causal_label_scores(
     return scores.masked_fill(~label_mask, 0.0)
 
 
-def classification_scores(rows: torch.Tensor, head: nn.Module, softmax_rows: torch.Tensor) -> torch.Tensor:
-    """[R, hidden] -> [R, num_labels] float32 logits, softmax over classes where asked."""
+def classification_scores(
+    rows: torch.Tensor, head: nn.Module, softmax_rows: torch.Tensor, sigmoid_rows: torch.Tensor
+) -> torch.Tensor:
+    """[R, hidden] -> [R, num_labels] float32 logits; per row, softmax over classes or an elementwise
+    sigmoid where the job asked (SPEC §8 `activation`)."""
     logits = head(rows).float()
-    return torch.where(softmax_rows[:, None], torch.softmax(logits, dim=-1), logits)
+    scores = torch.where(softmax_rows[:, None], torch.softmax(logits, dim=-1), logits)
+    return torch.where(sigmoid_rows[:, None], torch.sigmoid(logits), scores)

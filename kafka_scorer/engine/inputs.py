@@ -10,10 +10,20 @@ from dataclasses import dataclass, field, replace
 
 import msgspec
 
+from kafka_scorer.engine.labels import LabelError, LabelResolver
 from kafka_scorer.engine.model import LoadedModel, ModelKind
-from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
+from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
+from kafka_scorer.engine.templates import PromptTemplate
+from kafka_scorer.protocol import ErrorCode, Job, Result, TemplateRef, error_result
 
 LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
+LABEL_TOKENS_IGNORED_WARNING = "label_tokens ignored: the served model is a classification model"
+ACTIVATION_IGNORED_WARNING = (
+    "activation ignored: CausalLM scores are label probabilities (apply_softmax chooses which)"
+)
+INSTRUCTION_IGNORED_WARNING = "instruction ignored: the served template has no {instruction}"
+NO_TEMPLATE_WARNING = "instruction ignored: this worker serves no template"
+TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
 _TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
 
 
@@ -37,6 +47,12 @@ class PreparedJob:
     """Token type ids of each pair, for encoders whose tokenizer gives them (BERT); None otherwise."""
     truncated_items: list[int] = field(default_factory=list)
     """Items cut to fit the pair limit (SPEC §8 `truncate`)."""
+    activation: str = "none"
+    """What the head's scores go through: `none`, `softmax` or `sigmoid` (SPEC §4, §8)."""
+    rank_by: int = 0
+    """The score column that ranks the items when the job asks for `top_n` (SPEC §8)."""
+    template: TemplateRef | None = None
+    """The prompt template applied to the job's text (provenance)."""
 
     @property
     def num_items(self) -> int:
@@ -95,9 +111,14 @@ def text_char_bound(max_tokens: int, longest_token: int) -> int:
 
 
 class JobPreparer:
-    def __init__(self, model: LoadedModel, limits: InputLimits) -> None:
+    def __init__(
+        self, model: LoadedModel, limits: InputLimits, template: PromptTemplate | None = None
+    ) -> None:
         self.model = model
         self.limits = limits
+        self.template = template
+        self.template_ref = TemplateRef(name=template.name, hash=template.digest) if template else None
+        self.labels = LabelResolver(model.tokenizer, model.output_vocab_size)
         tokenizer = model.tokenizer
         self.longest_token = longest_token_chars(tokenizer) if tokenizer is not None else 1
         if tokenizer is not None:
@@ -129,18 +150,32 @@ class JobPreparer:
                 ErrorCode.TOO_LONG,
                 f"{len(job.items)} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
             )
-        warnings = []
+        warnings = self._ignored_fields(job)
         label_ids = self._label_ids(job)
-        if model.kind is ModelKind.CLASSIFICATION and job.label_token_ids is not None:
-            warnings.append(LABELS_IGNORED_WARNING)
+        activation = self._activation(job)
+        rank_by = self._rank_by(job, label_ids)
         if not job.items:
-            return Result(id=job_id, scores=[], prompt_tokens=0, model=model.name, warnings=warnings)
+            return Result(
+                id=job_id,
+                scores=[],
+                prompt_tokens=0,
+                model=model.name,
+                warnings=warnings,
+                ranking=[] if job.top_n is not None else None,
+            )
 
         truncate = self.limits.truncate if job.truncate is None else job.truncate
         job, precut = self._cut_overlong(job) if truncate else (job, set())
-        query, items = self._tokenize(job)
+        templated = self._templated(job)
+        if templated:
+            query, items, precut = self._tokenize_templated(job, truncate, precut)
+        else:
+            query, items = self._tokenize(job)
+        if self.template is not None and not templated and not isinstance(job.query, str):
+            warnings.append(TEMPLATE_NOT_APPLIED_WARNING)
         if model.encoder is not None:
-            return self._prepare_encoder(job, job_id, query, items, truncate, precut, warnings)
+            prepared = self._prepare_encoder(job, job_id, query, items, truncate, precut, warnings)
+            return replace(prepared, activation=activation, rank_by=rank_by)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
         packed = self._decide_packing(job, query, items)
         if packed:
@@ -172,7 +207,91 @@ class JobPreparer:
             num_tokens=num_tokens,
             warnings=warnings,
             truncated_items=truncated,
+            activation=activation,
+            rank_by=rank_by,
+            template=self.template_ref if templated else None,
         )
+
+    def _ignored_fields(self, job: Job) -> list[str]:
+        """Fields that cannot apply to this model or worker: said in `warnings`, never dropped silently."""
+        warnings = []
+        if self.model.kind is ModelKind.CLASSIFICATION:
+            if job.label_token_ids is not None:
+                warnings.append(LABELS_IGNORED_WARNING)
+            if job.label_tokens is not None:
+                warnings.append(LABEL_TOKENS_IGNORED_WARNING)
+        elif job.activation is not None:
+            warnings.append(ACTIVATION_IGNORED_WARNING)
+        if job.instruction is not None:
+            if self.template is None:
+                warnings.append(NO_TEMPLATE_WARNING)
+            elif not self.template.has_instruction:
+                warnings.append(INSTRUCTION_IGNORED_WARNING)
+        return warnings
+
+    def _activation(self, job: Job) -> str:
+        """SPEC §8: `apply_softmax: true` means `softmax`; naming another activation beside it is a
+        contradiction the caller must resolve, not one the worker guesses at."""
+        if self.model.kind is ModelKind.CAUSAL_LM:
+            return "softmax" if job.apply_softmax else "none"
+        if job.activation is None:
+            return "softmax" if job.apply_softmax else "none"
+        if job.apply_softmax and job.activation != "softmax":
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"apply_softmax: true contradicts activation: {job.activation!r}; send one of them",
+            )
+        return job.activation
+
+    def _rank_by(self, job: Job, label_ids: list[int]) -> int:
+        """SPEC §8: label 0 for CausalLM (the preset's relevance label comes first), the last class for
+        classification (a two-class reranker's "relevant" class; a one-logit model's only one)."""
+        if self.model.kind is ModelKind.CAUSAL_LM:
+            count, what = len(label_ids), "labels"
+        else:
+            count, what = self.model.num_classes, "classes"
+        rank_by = job.rank_by if job.rank_by is not None else (0 if what == "labels" else count - 1)
+        if not 0 <= rank_by < count:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST, f"rank_by: {rank_by} but the job's scores have {count} {what}"
+            )
+        return rank_by
+
+    def _templated(self, job: Job) -> bool:
+        """The template applies to text jobs of decoders; encoders have their own pair encoding."""
+        if self.template is None or not isinstance(job.query, str) or self.model.encoder is not None:
+            return False
+        if job.item_first:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"item_first: true, but the served template {self.template.name!r} puts the item after the "
+                "query; send item_first: false (the template decides the order)",
+            )
+        return True
+
+    def _tokenize_templated(
+        self, job: Job, truncate: bool, precut: set[int]
+    ) -> tuple[list[int], list[list[int]], set[int]]:
+        """The template's shared part as the query and its per-item parts as the items (SPEC §8).
+
+        With `truncate`, an item whose part does not fit loses text from its own end, never the
+        template's: the part is cut as text and tokenized again (see `cut_item_text`).
+        """
+        self._check_inputs(job)
+        template, tokenizer = self.template, self._tokenizer()
+        assert template is not None
+        instruction = job.instruction if job.instruction is not None else template.instruction
+        items = [str(item) for item in job.items]
+        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
+        room = self.limits.max_pair_tokens - len(tokens.shared)
+        over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
+        if not (truncate and over):
+            return tokens.shared, tokens.items, precut
+        margin = 2  # the seam can move a token or two from the shared part into each item's part
+        for index in over:
+            items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - margin)
+        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
+        return tokens.shared, tokens.items, precut | set(over)
 
     def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
         """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
@@ -271,10 +390,29 @@ class JobPreparer:
     def _label_ids(self, job: Job) -> list[int]:
         if self.model.kind is not ModelKind.CAUSAL_LM:
             return []
+        if job.label_token_ids is not None and job.label_tokens is not None:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST, "label_token_ids and label_tokens: send one of them, not both"
+            )
+        texts = job.label_tokens
+        if job.label_token_ids is None and texts is None and self.template is not None:
+            texts = list(self.template.label_tokens) or None
+        if texts is not None:
+            if len(texts) > self.limits.max_labels_per_job:
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"label_tokens: {len(texts)} labels; the limit is "
+                    f"max_labels_per_job={self.limits.max_labels_per_job}",
+                )
+            try:
+                return self.labels.resolve(texts)
+            except LabelError as exc:
+                raise InputError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         labels = job.label_token_ids
         if not labels:
             raise InputError(
-                ErrorCode.INVALID_REQUEST, "label_token_ids: required (non-empty) for a CausalLM model"
+                ErrorCode.INVALID_REQUEST,
+                "label_token_ids (or label_tokens): required (non-empty) for a CausalLM model",
             )
         if len(labels) > self.limits.max_labels_per_job:
             raise InputError(
@@ -291,8 +429,8 @@ class JobPreparer:
             )
         return list(labels)
 
-    def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
-        """SPEC §4: the leading part gets the tokenizer's special tokens, the trailing part does not."""
+    def _check_inputs(self, job: Job) -> bool:
+        """One kind of input per job, and no part too long to fit; True for text jobs."""
         text_query = isinstance(job.query, str)
         kinds = {isinstance(item, str) for item in job.items}
         if kinds != {text_query}:
@@ -301,18 +439,26 @@ class JobPreparer:
                 "query and items must all be text or all be token-id lists, not a mix",
             )
         self._check_lengths(job, text_query)
-        if not text_query:
+        return text_query
+
+    def _tokenizer(self):
+        tokenizer = self.model.tokenizer
+        if tokenizer is None:
+            raise InputError(
+                ErrorCode.UNSUPPORTED, "text inputs need a tokenizer; this model has none: send token ids"
+            )
+        return tokenizer
+
+    def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
+        """SPEC §4: the leading part gets the tokenizer's special tokens, the trailing part does not."""
+        if not self._check_inputs(job):
             query = list(job.query)  # type: ignore[arg-type]
             items = [list(item) for item in job.items]  # type: ignore[arg-type]
             self._check_token_ids(query, None)
             for index, item in enumerate(items):
                 self._check_token_ids(item, index)
             return query, items
-        tokenizer = self.model.tokenizer
-        if tokenizer is None:
-            raise InputError(
-                ErrorCode.UNSUPPORTED, "text inputs need a tokenizer; this model has none: send token ids"
-            )
+        tokenizer = self._tokenizer()
         # An encoder's pair template adds its special tokens when the pair is joined (SPEC §8).
         query_leads = not job.item_first and self.model.encoder is None
         item_leads = job.item_first and self.model.encoder is None

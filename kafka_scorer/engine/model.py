@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from kafka_scorer.engine.attention import ATTENTION_IMPLEMENTATION, register_attention
+from kafka_scorer.engine.attention.registry import ATTENTION_IMPLEMENTATION, register_attention
 from kafka_scorer.engine.encoders import (
     EncoderHead,
     EncoderSetupError,
@@ -26,6 +26,7 @@ from kafka_scorer.engine.encoders import (
     encoder_family,
     encoder_spec,
 )
+from kafka_scorer.engine.revision import checkpoint_revision
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,10 @@ class LoadedModel:
     heads (e.g. Gemma2ForSequenceClassification) do not apply it."""
     encoder: EncoderSpec | None = None
     """Set for encoder cross-encoders (bidirectional, first-token or mean pooling); None for decoders."""
+    num_classes: int = 0
+    """Columns of a classification head's output (0 for CausalLM: its columns are the job's labels)."""
+    revision: str = ""
+    """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/revision.py`)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -279,4 +284,6 @@ def load_model(
         sliding_window=None if encoder else _sliding_window(config),
         final_logit_softcap=_final_logit_softcap(config, kind),
         encoder=encoder,
+        num_classes=int(config.num_labels) if kind is ModelKind.CLASSIFICATION else 0,
+        revision=checkpoint_revision(model_path),
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kafka_scorer.engine.attention import LAYOUT_KWARG
+from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.batch import ForwardBatch
 from kafka_scorer.engine.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.model import LoadedModel, ModelKind
@@ -42,7 +42,8 @@ class ModelRunner:
         inputs = {
             "input_ids": to_device(batch.input_ids)[None],
             "position_ids": to_device(batch.positions)[None],
-            LAYOUT_KWARG: batch.layout,
+            # Once per batch, before the model body: every layer reads these device tensors.
+            METADATA_KWARG: batch.attention.to(device),
         }
         if model.encoder is None:
             inputs["use_cache"] = False
@@ -66,7 +67,7 @@ class ModelRunner:
                 softcap=model.final_logit_softcap,
             )
         else:
-            scores = classification_scores(rows, model.head, softmax_rows)
+            scores = classification_scores(rows, model.head, softmax_rows, to_device(batch.sigmoid_rows))
         pooled = rows.index_select(0, to_device(batch.hidden_rows))
         return BatchOutput(scores=scores.cpu(), hidden=pooled.cpu())
 

@@ -22,10 +22,12 @@ from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
+from kafka_scorer.engine.ranking import rank
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
+from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
-from kafka_scorer.protocol import Job, Result
+from kafka_scorer.protocol import Job, Result, TemplateRef
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class Scorer:
         max_pair_tokens: int = 0,
         truncate: bool = False,
         max_labels_per_job: int = 256,
+        template: str = "",
+        model_revision: str = "",
     ) -> None:
         self.loaded: LoadedModel = load_model(
             model,
@@ -76,7 +80,9 @@ class Scorer:
         self.attention_backend = (
             choose_attention_backend(self.loaded.device) if self._auto_backend else attention_backend
         )
-        self._preparer = JobPreparer(self.loaded, limits)
+        self.template = load_template(template)
+        self.revision = model_revision or self.loaded.revision
+        self._preparer = JobPreparer(self.loaded, limits, self.template)
         self._runner = ModelRunner(self.loaded)
         self._executor: ThreadPoolExecutor | None = None
 
@@ -94,6 +100,8 @@ class Scorer:
             max_pair_tokens=settings.max_pair_tokens,
             truncate=settings.truncate,
             max_labels_per_job=settings.max_labels_per_job,
+            template=settings.template,
+            model_revision=settings.model_revision,
         )
 
     @property
@@ -111,11 +119,25 @@ class Scorer:
             "model": self.model_name,
             "kind": self.kind.value,
             "device": str(self.loaded.device),
-            "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "dtype": self.dtype_name,
             "attention_backend": self.attention_backend,
             "max_batch_tokens": str(self.max_batch_tokens),
             "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),
+            "revision": self.revision,
+            "template": self.template.name if self.template else "",
         }
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.loaded.dtype).removeprefix("torch.")
+
+    def stamp(self, result: Result, template: TemplateRef | None = None) -> Result:
+        """Provenance on a result (SPEC §8): which checkpoint, dtype and template produced it."""
+        result.model = result.model or self.model_name
+        result.model_revision = self.revision
+        result.dtype = self.dtype_name
+        result.template = template
+        return result
 
     def warm_up(self) -> None:
         """Full batches at the served shapes before the worker says it is ready — one packed MIS
@@ -159,7 +181,11 @@ class Scorer:
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """A `Result` comes back for a job that needs no forward pass: an error, or no items."""
-        return self._preparer.prepare(job, job_id)
+        prepared = self._preparer.prepare(job, job_id)
+        if isinstance(prepared, Result):
+            applies = self.template is not None and isinstance(job.query, str) and self.loaded.encoder is None
+            return self.stamp(prepared, self._preparer.template_ref if applies else None)
+        return prepared
 
     def run_batch(self, jobs: Sequence[PreparedJob]) -> list[Result]:
         """One forward pass per token budget's worth (usually one); results in the jobs' order."""
@@ -233,7 +259,7 @@ class Scorer:
         log.error(
             "job %s breaks the forward pass (%s: %s); answered internal", job.job_id, type(exc).__name__, exc
         )
-        return failed_results([job.job_id], exc, self.model_name)
+        return [self.stamp(r, job.template) for r in failed_results([job.job_id], exc, self.model_name)]
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
         """The forwards of one packed batch; raises on the first failure."""
@@ -247,14 +273,18 @@ class Scorer:
         for group, batch in packed.forwards:
             self._run_forward(group, batch, rows, hidden)
         return [
-            Result(
-                id=job.job_id,
-                scores=job_rows,
-                prompt_tokens=job.num_tokens,
-                model=self.model_name,
-                pooled_hidden_states=to_wire(torch.cat(job_hidden)) if job_hidden else None,
-                warnings=job.warnings,
-                truncated_items=job.truncated_items,
+            self.stamp(
+                Result(
+                    id=job.job_id,
+                    scores=job_rows,
+                    prompt_tokens=job.num_tokens,
+                    model=self.model_name,
+                    pooled_hidden_states=to_wire(torch.cat(job_hidden)) if job_hidden else None,
+                    warnings=job.warnings,
+                    truncated_items=job.truncated_items,
+                    ranking=None if job.job.top_n is None else rank(job_rows, job.rank_by, job.job.top_n),
+                ),
+                job.template,
             )
             for job, job_rows, job_hidden in zip(jobs, rows, hidden)
         ]
@@ -304,9 +334,11 @@ class Scorer:
         item_first: bool = False,
         return_pooled_hidden_states: bool = False,
         multi_item: bool | None = None,
+        **fields: object,
     ) -> Result:
         """Score `items` against `query`. A single string as `items` is one item (SGLang accepts the
-        same), not a sequence of one-character items."""
+        same), not a sequence of one-character items. `fields` are the other Job fields (SPEC §8:
+        `label_tokens`, `instruction`, `top_n`, `rank_by`, `activation`, `truncate`)."""
         job = Job(
             query=query,
             items=_as_items(items),
@@ -315,6 +347,7 @@ class Scorer:
             item_first=item_first,
             return_pooled_hidden_states=return_pooled_hidden_states,
             multi_item=multi_item,
+            **fields,  # type: ignore[arg-type]
         )
         return self.score_jobs([job])[0]
 
@@ -353,12 +386,13 @@ def choose_attention_backend(device: torch.device) -> str:
     """FlexAttention's fused kernel needs CUDA and a working compiler; prove both once, else cascade."""
     if device.type != "cuda":
         return "cascade"
-    from kafka_scorer.engine.attention import AttentionLayout, flex_attention_backend
+    from kafka_scorer.engine.attention.flex import FlexMetadata, flex_attention
+    from kafka_scorer.engine.attention.layout import AttentionLayout
 
     try:
         q = torch.randn(2, 160, 64, device=device, dtype=torch.bfloat16)
-        layout = AttentionLayout([0], [160], [32], [(64, 64)], device=device, backend="flex")
-        flex_attention_backend(q, q[:1], q[:1], layout, 0.125)
+        metadata = FlexMetadata.build(AttentionLayout([0], [160], [32], [(64, 64)]), pin=True).to(device)
+        flex_attention(q, q[:1], q[:1], metadata, 0.125)
         torch.cuda.synchronize(device)
     except Exception as exc:  # compiler missing, old GPU, ...: the portable path still serves
         log.warning("FlexAttention unavailable on %s (%s); using the cascade attention backend", device, exc)

@@ -66,6 +66,75 @@ def build_tokenizer(directory: Path, vocab_size: int = 384):
     return fast
 
 
+CHAT_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+# Qwen2/Qwen3's pre-tokenizer pattern (their tokenizer.json): punctuation followed by newlines is one
+# piece, so `?` and the template's next `\n` become one token, the case the template seam must handle.
+_QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+"
+)
+_CHAT_CORPUS = [
+    *_CORPUS,
+    "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n",
+    "<Query>: what is the capital of China?\n<Document>: The capital of China is Beijing.\n",
+    "Judge whether the Document meets the requirements. Is it relevant?\nAnswer yes or no!\n",
+    "Which river is longest?\n\nWhy?\nHow far?\n",
+    *["yes\nno\n"] * 8,
+]
+
+
+def build_chat_tokenizer(directory: Path, vocab_size: int = 512):
+    """A Qwen-style chat tokenizer: byte-level BPE behind Qwen's pre-tokenizer pattern, the chat special
+    tokens (`<|im_start|>`, `<|im_end|>`, `<think>`, `</think>`) and no BOS, saved as a fast tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=CHAT_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CHAT_CORPUS * 8, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=CHAT_SPECIAL_TOKENS[1:],
+    )
+    fast.save_pretrained(directory)
+    return fast
+
+
+def build_tiny_reranker(
+    directory: str | Path, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2
+) -> Path:
+    """A random Qwen3-shaped CausalLM with a Qwen-style chat tokenizer: what `template=qwen3-reranker`
+    serves in tests and in the demo (the real Qwen3-Reranker weights are not reachable here)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_chat_tokenizer(path)
+    config = tiny_config(
+        "qwen3",
+        "causal",
+        vocab_size=len(tokenizer) + 16,
+        num_labels=2,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    return save_random_model(config, "causal", path, seed=seed)
+
+
 def decoder_config(
     arch: Arch,
     kind: Kind,
