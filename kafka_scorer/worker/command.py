@@ -113,6 +113,10 @@ async def serve(settings: Settings) -> int:
     except Exception as exc:
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
         return report(exc, prog=_PROG)
+    try:
+        _check_tokenizer(settings, scorer)
+    except Exception as exc:
+        return report(exc, prog=_PROG)
     if stop.is_set():
         return 0
     started = time.monotonic()
@@ -149,3 +153,20 @@ def _check_metrics_port(settings: Settings) -> None:
             f"cannot serve metrics on {where} ({exc.strerror}): choose another --metrics-port "
             "(KAFKA_SCORER_METRICS_PORT), or 0 to turn the metrics server off",
         ) from None
+
+
+def _check_tokenizer(settings: Settings, scorer: object) -> None:
+    """A checkpoint without tokenizer files would answer every text job `unsupported` while reporting
+    ready: a copy that lost its tokenizer looks healthy until someone reads the results. Serving token
+    ids alone is a rare, deliberate choice, so it must be asked for (`allow_no_tokenizer`)."""
+    from kafka_scorer.errors import SettingError
+
+    if settings.allow_no_tokenizer or getattr(getattr(scorer, "loaded", None), "tokenizer", True) is not None:
+        return
+    raise SettingError(
+        "model",
+        f"model: {settings.model} has no tokenizer files (tokenizer.json, or tokenizer_config.json and its "
+        "vocabulary), so every text job would be answered unsupported: point --model (KAFKA_SCORER_MODEL) "
+        "at a checkpoint with its tokenizer, or set --allow-no-tokenizer (KAFKA_SCORER_ALLOW_NO_TOKENIZER=1) "
+        "to serve token-id jobs only",
+    )

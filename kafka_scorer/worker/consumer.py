@@ -211,6 +211,12 @@ class JobConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
+    async def cluster_partitions(self) -> dict[str, int]:
+        """Every topic of the cluster with its partition count (one Metadata request for all topics;
+        creates none). For the readiness check of worker/topic_watch.py."""
+        cluster = await self._consumer._client.fetch_all_metadata()
+        return {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         tps = self.assignment() if partitions is None else set(partitions) & self.assignment()
         if tps:

@@ -40,6 +40,7 @@ from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker
 from kafka_scorer.worker.producer import ResultProducer
+from kafka_scorer.worker.topic_watch import TopicWatch
 from kafka_scorer.worker.tracing import JobTrace, Tracing, from_environment
 from kafka_scorer.worker.wire import Inbound, RecordLike, Rejected, WireRules, internal_rejection, read_record
 
@@ -94,6 +95,7 @@ class Worker:
         self.tracing = tracing if tracing is not None else from_environment()
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.consumer = JobConsumer(settings, self._on_revoked, self._on_assigned)
+        self.topic_watch = TopicWatch(settings, self.consumer.cluster_partitions)
         txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
         self.producer = ResultProducer(settings, transactional_id=txn_id)
         self.batcher: Batcher[Ticket] = Batcher(
@@ -136,7 +138,7 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        return self._started and not self._draining and self.healthy
+        return self._started and not self._draining and self.healthy and self.topic_watch.ready
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
@@ -161,6 +163,7 @@ class Worker:
             background = [
                 asyncio.create_task(self.batcher.run(), name="batcher"),
                 asyncio.create_task(self.delivery.run(), name="committer"),
+                asyncio.create_task(self.topic_watch.run(stop), name="topic-watch"),
             ]
             self._started = True
             served = dict(getattr(self.scorer, "description", {"model": self.scorer.model_name}))
