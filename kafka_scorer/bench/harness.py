@@ -76,7 +76,7 @@ class BenchConfig:
 
 def default_backends(device: torch.device) -> tuple[str, ...]:
     """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender)."""
-    from kafka_scorer.engine.attention import BACKENDS
+    from kafka_scorer.engine.attention.registry import BACKENDS
 
     wanted = ("dense", "cascade", "flex") if device.type == "cuda" else ("dense", "cascade")
     return tuple(b for b in wanted if b in BACKENDS)

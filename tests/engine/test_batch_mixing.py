@@ -152,30 +152,57 @@ def test_a_packed_job_larger_than_the_budget_becomes_several_packed_sequences(
         assert got_row == pytest.approx(want_row, abs=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("backend", ["cascade", "flex"])
-def test_packing_builds_the_attention_index_and_the_device_thread_only_reuses_it(
+def test_packing_builds_the_attention_metadata_and_the_runner_moves_it_once_per_forward(
     scorer_for, monkeypatch, backend
 ):
+    """The metadata exists on each ForwardBatch before any forward (built on the packing thread), the
+    runner moves it to the device once per forward, and every layer of that forward reads the moved
+    copy."""
+    import dataclasses
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from kafka_scorer.engine import attention
+    from kafka_scorer.engine.attention import registry
+    from kafka_scorer.engine.attention.cascade import CascadeMetadata
+    from kafka_scorer.engine.attention.flex import FlexMetadata
 
+    metadata_type = {"cascade": CascadeMetadata, "flex": FlexMetadata}[backend]
+    entry = registry.BACKENDS[backend]
     built_on: list[str] = []
-    original = attention._HOST_INDEX_BUILDERS[backend]
+    moved: list[object] = []
+    read: list[object] = []
 
-    def recording(layout):
+    def prepare(layout, pin):
         built_on.append(threading.current_thread().name)
-        return original(layout)
+        return entry.prepare(layout, pin)
 
-    monkeypatch.setitem(attention._HOST_INDEX_BUILDERS, backend, recording)
-    scorer = scorer_for(attention_backend=backend)
+    def attend(q, k, v, metadata, *args):
+        read.append(metadata)
+        return entry.attend(q, k, v, metadata, *args)
+
+    def to(self, device):
+        moved.append(self)
+        return original_to(self, device)
+
+    original_to = metadata_type.to
+    monkeypatch.setattr(metadata_type, "to", to)
+    monkeypatch.setitem(
+        registry.BACKENDS, backend, dataclasses.replace(entry, prepare=prepare, attend=attend)
+    )
+    scorer = scorer_for(attention_backend=backend, max_batch_tokens=64)
     prepared = [scorer.prepare(job, str(i)) for i, job in enumerate(JOBS)]
     prepared = [job for job in prepared if not isinstance(job, Result)]
-    assert len(prepared) > 1
     with ThreadPoolExecutor(1, thread_name_prefix="packer") as packer:
         packed = packer.submit(scorer.pack, prepared).result()
+    host = [batch.attention for _, batch in packed.forwards]
+    assert len(host) > 1 and all(isinstance(metadata, metadata_type) for metadata in host)
+    assert built_on == ["packer_0"] * len(host) and not moved and not read
+
     results = scorer.run_packed(packed)
     assert all(result.error is None for result in results)
-    assert built_on and all(name.startswith("packer") for name in built_on)
-    assert len(built_on) == len(packed.forwards), "one index per forward, never rebuilt on the device thread"
+    assert [id(m) for m in moved] == [id(m) for m in host], "each forward's metadata moved exactly once"
+    layers = scorer.loaded.model.config.num_hidden_layers
+    assert len(read) == layers * len(host) and len({id(m) for m in read}) == len(host)
+    assert not any(m is h for m in read for h in host), "layers read the moved copy, not the host one"

@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from kafka_scorer.engine.attention import BACKENDS, scorer_attention
+from kafka_scorer.engine.attention.registry import (
+    BACKENDS,
+    METADATA_KWARG,
+    prepare_attention,
+    scorer_attention,
+)
 from tests.engine.reference import reference_scores
-from tests.engine.test_attention import layout_of, naive_attention
+from tests.engine.test_attention import layout_of, naive_attention, run_backend
 
 ATTN_CAP, FINAL_CAP = 5.0, 3.0
 WINDOW = 40  # above the packed MIS jobs below, below LONG_QUERY + an item
@@ -184,12 +189,12 @@ SEQS = [(3, ()), (6, (2, 2, 5)), (1, ()), (9, ()), (2, (1,)), (0, (4, 0, 1))]
 def test_backend_soft_caps_like_naive_attention(backend, heads, kv_heads, window) -> None:
     # A window only applies to plain pairs (packed sequences never exceed one), as in the engine.
     seqs = SEQS if window is None else [(p, ()) for p, items in SEQS if not items]
-    layout = layout_of(seqs, backend)
+    layout = layout_of(seqs)
     torch.manual_seed(0)
     total, dim, scale, cap = layout.total_tokens, 8, 0.3, 1.5
     q = torch.randn(heads, total, dim) * 3  # scores of several units: well into the cap's bend
     k, v = torch.randn(kv_heads, total, dim), torch.randn(kv_heads, total, dim)
-    got = BACKENDS[backend](q, k, v, layout, scale, cap, window)
+    got = run_backend(backend, q, k, v, layout, scale, cap, window)
     want = naive_attention(q, k, v, seqs, scale, cap, window)
     uncapped = naive_attention(q, k, v, seqs, scale, None, window)
     assert (want - uncapped).abs().max() > 0.1
@@ -200,19 +205,18 @@ def test_each_layer_call_brings_its_own_cap_and_window() -> None:
     """One layout serves every layer; a full layer's `sliding_window=None` overrides the model's window."""
     torch.manual_seed(1)
     seqs = [(12, ())]
-    layout = layout_of(seqs, "dense")
-    layout.sliding_window = 4
+    metadata = {METADATA_KWARG: prepare_attention(layout_of(seqs, sliding_window=4), "dense")}
     q, k, v = torch.randn(1, 4, 12, 8) * 3, torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
     module = torch.nn.Module()
     for softcap, window in [(2.0, None), (None, 4), (2.0, 4)]:
         out, _ = scorer_attention(
-            module, q, k, v, None, scaling=0.3, softcap=softcap, sliding_window=window, scorer_layout=layout
+            module, q, k, v, None, scaling=0.3, softcap=softcap, sliding_window=window, **metadata
         )
         want = naive_attention(q[0], k[0], v[0], seqs, 0.3, softcap, window)
         torch.testing.assert_close(out[0].transpose(0, 1).double(), want, rtol=0, atol=1e-5)
     # A layer that does not name a window (Llama-style code) gets the model's.
-    out, _ = scorer_attention(module, q, k, v, None, scaling=0.3, scorer_layout=layout)
+    out, _ = scorer_attention(module, q, k, v, None, scaling=0.3, **metadata)
     want = naive_attention(q[0], k[0], v[0], seqs, 0.3, None, 4)
     torch.testing.assert_close(out[0].transpose(0, 1).double(), want, rtol=0, atol=1e-5)
     with pytest.raises(NotImplementedError, match="s_aux"):
-        scorer_attention(module, q, k, v, None, s_aux=torch.zeros(4), scorer_layout=layout)
+        scorer_attention(module, q, k, v, None, s_aux=torch.zeros(4), **metadata)

@@ -4,17 +4,23 @@ flex; here the failure is injected into the backend registry)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
 
-from kafka_scorer.engine import attention
+from kafka_scorer.engine.attention import registry
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.protocol import Job
 
 
 def _broken_flex(*args, **kwargs):
     raise RuntimeError("flex rejects this head layout")
+
+
+def _break_flex(monkeypatch) -> None:
+    broken = dataclasses.replace(registry.BACKENDS["flex"], attend=_broken_flex)
+    monkeypatch.setitem(registry.BACKENDS, "flex", broken)
 
 
 def _job() -> Job:
@@ -35,7 +41,7 @@ def flex_scorer(tiny_models):
 def test_an_automatic_flex_that_fails_at_warm_up_becomes_cascade(flex_scorer, monkeypatch, caplog) -> None:
     scorer = flex_scorer(auto=True)
     reference = Scorer(str(scorer.loaded.name), dtype="float32", device="cpu", attention_backend="dense")
-    monkeypatch.setitem(attention.BACKENDS, "flex", _broken_flex)
+    _break_flex(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.scorer"):
         scorer.warm_up()
     assert scorer.attention_backend == "cascade"
@@ -47,7 +53,7 @@ def test_an_automatic_flex_that_fails_at_warm_up_becomes_cascade(flex_scorer, mo
 
 def test_a_chosen_backend_is_kept_with_a_warning(flex_scorer, monkeypatch, caplog) -> None:
     scorer = flex_scorer(auto=False)
-    monkeypatch.setitem(attention.BACKENDS, "flex", _broken_flex)
+    _break_flex(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.scorer"):
         scorer.warm_up()
     assert scorer.attention_backend == "flex"
