@@ -29,7 +29,7 @@ COMPOSE_DIR = ROOT / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 
-OFFICIAL_IMAGES = {"apache/kafka", "prom/prometheus"}
+OFFICIAL_IMAGES = {"apache/kafka", "prom/prometheus", "grafana/grafana"}
 SETTINGS_ENV = {env_var(name): name for name in Settings.model_fields}
 _INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<default>[^}]*))?\}|\$(?P<bare>\w+)")
 
