@@ -398,6 +398,8 @@ class JobPreparer:
         if job.label_token_ids is None and texts is None and self.template is not None:
             texts = list(self.template.label_tokens) or None
         if texts is not None:
+            if not texts:
+                raise InputError(ErrorCode.INVALID_REQUEST, "label_tokens: required (non-empty) when sent")
             if len(texts) > self.limits.max_labels_per_job:
                 raise InputError(
                     ErrorCode.TOO_LONG,

@@ -27,6 +27,7 @@ from kafka_scorer.engine.runner import BatchOutput, ModelRunner
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
+from kafka_scorer.errors import SettingError
 from kafka_scorer.protocol import Job, Result, TemplateRef
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,12 @@ class Scorer:
             choose_attention_backend(self.loaded.device) if self._auto_backend else attention_backend
         )
         self.template = load_template(template)
+        if self.template is not None and self.loaded.encoder is not None:
+            raise SettingError(
+                "template",
+                f"template={template!r} but {model!r} is an encoder cross-encoder, whose pairs are its "
+                "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
+            )
         self.revision = model_revision or self.loaded.revision
         self._preparer = JobPreparer(self.loaded, limits, self.template)
         self._runner = ModelRunner(self.loaded)
