@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
+import msgspec
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
@@ -100,6 +101,8 @@ class Delivery:
         *,
         default_reply_topic: str,
         model_name: str,
+        model_revision: str = "",
+        dtype: str = "",
     ) -> None:
         self.producer = producer
         self.tracker = tracker
@@ -107,10 +110,24 @@ class Delivery:
         self.metrics = metrics
         self.default_reply_topic = default_reply_topic
         self.model_name = model_name
+        self.model_revision = model_revision
+        self.dtype = dtype
+
+    def _stamped(self, result: Result) -> Result:
+        """Provenance on every result (SPEC §8), also on those the worker answered without the engine
+        (an undecodable record, a result too large to produce)."""
+        if result.model_revision or not self.model_revision:
+            return result
+        return msgspec.structs.replace(
+            result,
+            model=result.model or self.model_name,
+            model_revision=self.model_revision,
+            dtype=self.dtype,
+        )
 
     def _records(self, answer: Answer) -> tuple[Result, list[OutRecord]]:
         """The answer's records; a result too large to produce becomes a `too_long` error result."""
-        result = answer.result
+        result = self._stamped(answer.result)
         origin = _reply_origin(answer.ticket)
         record = result_record(result, origin)
         if not self.producer.fits(record):
@@ -122,7 +139,7 @@ class Delivery:
                 f"(max_message_bytes + 1 MiB); ask for fewer items or no pooled hidden states",
                 model=self.model_name,
             )
-            record = result_record(result, origin)
+            record = result_record(self._stamped(result), origin)
         records = [record]
         dead = answer.dead_letter
         if dead is not None:
@@ -190,6 +207,7 @@ class Delivery:
             f"the broker {why} ({refused.cause!r})",
             model=self.model_name,
         )
+        result = self._stamped(result)
         return result, result_record(result, _reply_origin(answer.ticket, self.default_reply_topic))
 
     async def deliver(self, answers: Sequence[Answer]) -> None:
@@ -217,6 +235,8 @@ class AtLeastOnceDelivery(Delivery):
         *,
         default_reply_topic: str,
         model_name: str,
+        model_revision: str = "",
+        dtype: str = "",
     ) -> None:
         super().__init__(
             producer,
@@ -225,6 +245,8 @@ class AtLeastOnceDelivery(Delivery):
             metrics,
             default_reply_topic=default_reply_topic,
             model_name=model_name,
+            model_revision=model_revision,
+            dtype=dtype,
         )
         self._commit_offsets = commit_offsets
         self._commit_lock = asyncio.Lock()
@@ -303,6 +325,8 @@ class ExactlyOnceDelivery(Delivery):
         group_id: str,
         default_reply_topic: str,
         model_name: str,
+        model_revision: str = "",
+        dtype: str = "",
         committable: Callable[[dict[TopicPartition, int]], dict[TopicPartition, int]] = dict,
     ) -> None:
         super().__init__(
@@ -312,6 +336,8 @@ class ExactlyOnceDelivery(Delivery):
             metrics,
             default_reply_topic=default_reply_topic,
             model_name=model_name,
+            model_revision=model_revision,
+            dtype=dtype,
         )
         self._rewind = rewind
         self._group_id = group_id

@@ -211,7 +211,12 @@ class Worker:
         return 0
 
     def _make_delivery(self) -> Delivery:
-        common = {"default_reply_topic": self.settings.reply_topic, "model_name": self.scorer.model_name}
+        common = {
+            "default_reply_topic": self.settings.reply_topic,
+            "model_name": self.scorer.model_name,
+            "model_revision": getattr(self.scorer, "revision", ""),
+            "dtype": getattr(self.scorer, "dtype_name", ""),
+        }
         if self.producer.transactional:
             return ExactlyOnceDelivery(
                 self.producer,

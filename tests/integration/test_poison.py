@@ -117,6 +117,9 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
 
     results = decode_replies(got)
     assert len(results) == total
+    # provenance on every result (SPEC §8), also on those the worker answered without the engine
+    assert causal_scorer.revision.startswith("sha256:")
+    assert {(r.model_revision, r.dtype) for r in results} == {(causal_scorer.revision, "float32")}
     by_id = {r.id: r for r in results}
     errors = [r for r in results if r.error is not None]
     assert len(errors) == len(poison)
