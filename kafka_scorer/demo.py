@@ -7,7 +7,8 @@ the jobs cross a real Kafka-protocol broker twice.
 
 With no `--model`, or one that cannot be loaded (no hub is reachable in many sandboxes), it builds
 two tiny random-initialised models on the spot, a CausalLM and a classifier, and says loudly that
-their scores mean nothing: the demo shows the plumbing, not a model's judgement.
+their scores mean nothing: the demo shows the plumbing, not a model's judgement. With `--template`
+it serves one reranker with that prompt template instead and prints rankings (`demo_rerank.py`).
 
 Heavy imports (torch, transformers, aiokafka, rich) happen inside functions: `--help` imports this.
 """
@@ -63,23 +64,28 @@ _ITEMS = [
 ]
 
 
+_KIND_LABELS = {"causal": "causal LM", "classification": "classifier", "reranker": "reranker"}
+
+
 @dataclass
 class DemoModel:
-    """One served model: its worker reads `topic`; `kind` is "causal" or "classification"."""
+    """One served model: its worker reads `topic`; `kind` is "causal", "classification" or "reranker"
+    (a CausalLM served with the prompt template `template`)."""
 
     kind: str
     scorer: Scorer
     random: bool
     topic: str = ""
     label_ids: list[int] = field(default_factory=list)
+    template: str = ""
 
     def __post_init__(self) -> None:
         self.topic = f"demo.requests.{self.kind}"
 
     @property
     def label(self) -> str:
-        """What the results table calls this kind; also the prefix of its job ids."""
-        return "causal LM" if self.kind == "causal" else "classifier"
+        """What the results table calls this kind."""
+        return _KIND_LABELS[self.kind]
 
     @property
     def id_prefix(self) -> str:
@@ -109,8 +115,8 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
             scorer = Scorer(model, device=device, dtype=dtype)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
-            _say(f"cannot load --model {model}: {reason}")
-            _say("falling back to tiny RANDOM models")
+            say(f"cannot load --model {model}: {reason}")
+            say("falling back to tiny RANDOM models")
         else:
             kind = "causal" if scorer.kind is ModelKind.CAUSAL_LM else "classification"
             return [_with_labels(DemoModel(kind, scorer, random=False))]
@@ -206,12 +212,13 @@ async def run_demo(
     from kafka_scorer.worker.service import Worker
 
     async with EmbeddedBroker() as broker:
-        _say(f"embedded Kafka broker (tansu) on {broker.bootstrap_servers}")
+        say(f"embedded Kafka broker (tansu) on {broker.bootstrap_servers}")
         stop = asyncio.Event()
         workers, tasks = [], []
         for model in models:
             settings = isolated_settings(
                 model=model.scorer.model_name,
+                template=model.template,
                 bootstrap_servers=broker.bootstrap_servers,
                 request_topics=[model.topic],
                 reply_topic=REPLY_TOPIC,
@@ -229,7 +236,7 @@ async def run_demo(
             tasks.append(asyncio.create_task(worker.run(stop), name=f"worker-{model.kind}"))
         try:
             await _wait_joined(workers, tasks)
-            _say(
+            say(
                 "workers ready: "
                 + ", ".join(f"{m.scorer.model_name} on {m.topic}" for m in models)
                 + f"; results on {REPLY_TOPIC}"
@@ -305,12 +312,41 @@ async def _wait_joined(workers: list[Any], tasks: list[asyncio.Task[int]]) -> No
 
 
 def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_rows: int) -> None:
+    """The results table (rankings when a template is served), the summary, provenance, the banner."""
     from rich.console import Console
-    from rich.table import Table
 
     # Piped output gets a wide table instead of rich's 80-column fallback; COLUMNS still wins.
     wide = sys.stdout.isatty() or "COLUMNS" in os.environ
     console = Console(width=None if wide else 140)
+    provenance: list[str] = []
+    if any(m.template for m in models):
+        from kafka_scorer.demo_rerank import render_rankings
+
+        provenance = render_rankings(console, jobs, max_rows)
+    else:
+        _scores_table(console, jobs, max_rows)
+    done = [j.submission for j in jobs if j.submission.result is not None]
+    latencies = sorted(s.latency_s * 1000 for s in done if s.latency_s is not None)
+    items = sum(len(s.job.items) for s in done)
+    failed = sum(1 for s in done if s.result is not None and s.result.error is not None)
+    p50 = statistics.median(latencies) if latencies else 0.0
+    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else 0.0
+    console.print(
+        f"{len(done)}/{len(jobs)} jobs answered ({failed} with an error reply), {items} items in "
+        f"{elapsed_s:.2f}s: {len(done) / max(elapsed_s, 1e-9):.1f} jobs/s, "
+        f"{items / max(elapsed_s, 1e-9):.1f} items/s; latency p50 {p50:.0f} ms, p95 {p95:.0f} ms"
+    )
+    console.print("models: " + ", ".join(f"{m.label}: {m.scorer.model_name}" for m in models))
+    for line in provenance:
+        console.print(line, markup=False, highlight=False)
+    if any(m.random for m in models):
+        console.print(f"[bold red]{RANDOM_BANNER}[/]")
+
+
+def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
+    """One row per job, one line of (rounded) scores per item."""
+    from rich.table import Table
+
     table = Table(title="kafka-scorer demo results", show_lines=False)
     for name, justify in (
         ("job id", "left"),
@@ -342,20 +378,6 @@ def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_r
     if len(jobs) > max_rows:
         table.caption = f"first {max_rows} of {len(jobs)} jobs"
     console.print(table)
-    done = [j.submission for j in jobs if j.submission.result is not None]
-    latencies = sorted(s.latency_s * 1000 for s in done if s.latency_s is not None)
-    items = sum(len(s.job.items) for s in done)
-    failed = sum(1 for s in done if s.result is not None and s.result.error is not None)
-    p50 = statistics.median(latencies) if latencies else 0.0
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else 0.0
-    console.print(
-        f"{len(done)}/{len(jobs)} jobs answered ({failed} with an error reply), {items} items in "
-        f"{elapsed_s:.2f}s: {len(done) / max(elapsed_s, 1e-9):.1f} jobs/s, "
-        f"{items / max(elapsed_s, 1e-9):.1f} items/s; latency p50 {p50:.0f} ms, p95 {p95:.0f} ms"
-    )
-    console.print("models: " + ", ".join(f"{m.label}: {m.scorer.model_name}" for m in models))
-    if any(m.random for m in models):
-        console.print(f"[bold red]{RANDOM_BANNER}[/]")
 
 
 def _outcome(s: Submission) -> str:
@@ -371,7 +393,8 @@ def _outcome(s: Submission) -> str:
     return "\n".join(rows) if rows else "[] (no items)"  # one line per item
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    """A progress line on stderr; stdout holds only the table and the summary."""
     print(f"kafka-scorer demo: {message}", file=sys.stderr, flush=True)
 
 
@@ -390,6 +413,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DIR_OR_ID",
         help="local checkpoint directory or hub id (default: tiny random models); the demo reads no "
         "KAFKA_SCORER_* variable or .env, so a real cluster's settings cannot leak into it",
+    )
+    parser.add_argument(
+        "--template",
+        metavar="PRESET_OR_FILE",
+        help="serve one reranker with this prompt template (qwen3-reranker, or a template file) and send "
+        "text jobs with label_tokens, top_n and instructions; prints rankings (default: no template, "
+        "both model kinds; without --model: a tiny RANDOM reranker with a Qwen-style chat tokenizer)",
     )
     parser.add_argument(
         "--jobs", type=int, metavar="N", help=f"number of sample jobs (default: {DEFAULT_JOBS})"
@@ -421,16 +451,15 @@ def run(args: argparse.Namespace) -> int:
         return errors.EXIT_USER_ERROR
     try:
         with tempfile.TemporaryDirectory(prefix="kafka-scorer-demo-") as workdir:
-            _say("loading models" + (f" ({args.model})" if args.model else " (building tiny random ones)"))
-            models = load_models(args.model, args.device, args.dtype, Path(workdir))
+            say("loading models" + (f" ({args.model})" if args.model else " (building tiny random ones)"))
+            models, jobs = _models_and_jobs(args, count, Path(workdir))
             if any(m.random for m in models):
-                _say(RANDOM_BANNER)
-            jobs = sample_jobs(models, count)
+                say(RANDOM_BANNER)
             elapsed = asyncio.run(
                 run_demo(models, jobs, timeout_s=args.timeout, progress=not args.no_progress)
             )
     except KeyboardInterrupt:
-        _say("interrupted")
+        say("interrupted")
         return 130
     except Exception as exc:
         return errors.report(exc, verbose=args.verbose, prog="kafka-scorer demo")
@@ -441,9 +470,22 @@ def run(args: argparse.Namespace) -> int:
         if (j.submission.state != "ok") != j.expect_error or j.submission.result is None
     ]
     if unexpected:
-        _say(f"error: these jobs did not end as expected: {', '.join(unexpected[:10])}")
+        say(f"error: these jobs did not end as expected: {', '.join(unexpected[:10])}")
         return 1
     return 0
+
+
+def _models_and_jobs(
+    args: argparse.Namespace, count: int, workdir: Path
+) -> tuple[list[DemoModel], list[DemoJob]]:
+    """Both model kinds and their sample jobs, or with `--template` one reranker and ranking jobs."""
+    if args.template:
+        from kafka_scorer.demo_rerank import load_reranker, rerank_jobs
+
+        reranker = load_reranker(args.model, args.template, args.device, args.dtype, workdir)
+        return [reranker], rerank_jobs(reranker, count)
+    models = load_models(args.model, args.device, args.dtype, workdir)
+    return models, sample_jobs(models, count)
 
 
 def _quiet_libraries() -> None:

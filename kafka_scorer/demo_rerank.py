@@ -1,0 +1,157 @@
+"""`kafka-scorer demo --template NAME`: the reranking use case, one worker setting and plain text jobs.
+
+A team moving a yes/no reranker onto the service wants to see three things before anything else: that
+the worker wraps query and documents in the model's prompt by itself (`template`), that labels can be
+named as words (`label_tokens`, or none at all: the preset's), and that a result says which items win
+(`ranking`) and which checkpoint and prompt produced it (provenance). This module builds those jobs
+and prints the answers as rankings; `demo.py` runs them through the same broker and worker as the
+plain demo.
+
+Without `--model` the served model is `build_tiny_reranker`'s random Qwen3-shaped CausalLM with a
+Qwen-style chat tokenizer (`<|im_start|>`, `<|im_end|>`, `<think>`): the prompt is tokenized as the real
+model's would be, the rankings themselves mean nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kafka_scorer import errors
+from kafka_scorer.protocol import Job, Result
+from kafka_scorer.result_view import ITEM_WIDTH, provenance_lines, ranking_lines
+from kafka_scorer.submit import new_submission
+
+if TYPE_CHECKING:
+    from kafka_scorer.demo import DemoJob, DemoModel
+
+BAD_LABELS = ["yes", "not at all"]
+"""A label text that is several tokens: the worker must answer `invalid_request` naming it."""
+
+QUERIES = [
+    "What is the capital of California?",
+    "Which passage is about rivers and mountains?",
+    "Kafka topics, partitions and consumers: what is an offset?",
+    "Is this review positive?",
+]
+DOCUMENTS = [
+    "Sacramento is the capital of California.",
+    "Los Angeles is a large city in the south.",
+    "The Sacramento River flows from the mountains to the bay.",
+    "An offset is the position of a record in a partition.",
+    "The food was great and the service was friendly.",
+    "Consumers commit offsets to remember how far they read.",
+    "San Francisco and San Diego are on the coast.",
+]
+INSTRUCTIONS = [
+    None,  # the preset's own instruction
+    "Given a question, retrieve passages that answer it",
+    "Given a topic, find documents about that topic",
+]
+
+
+def load_reranker(model: str | None, template: str, device: str, dtype: str, workdir: Path) -> DemoModel:
+    """The user's model served with `template`, or the tiny random reranker when none is named (or it
+    cannot be loaded: the same fallback as the plain demo)."""
+    from kafka_scorer.demo import DemoModel, say
+    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.templates import TemplateError, load_template
+
+    try:
+        load_template(template)
+    except TemplateError as exc:  # the operator's mistake, not the model's: no fallback hides it
+        raise errors.UserFacingError(f"--template: {exc}") from None
+    if model:
+        try:
+            scorer = Scorer(model, device=device, dtype=dtype, template=template)
+        except Exception as exc:  # any load failure: fall back, but say why in one line
+            reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
+            say(f"cannot load --model {model}: {reason}")
+            say("falling back to a tiny RANDOM reranker")
+        else:
+            return DemoModel("reranker", scorer, random=False, template=template)
+    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+
+    path = build_tiny_reranker(workdir / "tiny-reranker")
+    scorer = Scorer(
+        str(path), served_model_name="tiny-random-reranker", device=device, dtype=dtype, template=template
+    )
+    return DemoModel("reranker", scorer, random=True, template=template)
+
+
+def rerank_jobs(model: DemoModel, count: int) -> list[DemoJob]:
+    """`count` text jobs: labels by text or the preset's, the preset's instruction or another, MIS on,
+    off and auto, `top_n` below and above the item count; the last is the bad-label job."""
+    from kafka_scorer.demo import DemoJob
+
+    jobs = [DemoJob(model, new_submission(rerank_job(n))) for n in range(max(count - 1, 0))]
+    bad = Job(id="bad-job", query=QUERIES[0], items=DOCUMENTS[:2], label_tokens=BAD_LABELS, top_n=1)
+    jobs.append(DemoJob(model, new_submission(bad), expect_error=True))
+    return jobs
+
+
+def rerank_job(n: int) -> Job:
+    """Job `n` of the sample: a pure function of `n`, so a test can rebuild what the demo sent."""
+    num_items = 3 + n % 3
+    return Job(
+        id=f"rr-{n:02d}",
+        query=QUERIES[n % len(QUERIES)],
+        items=[DOCUMENTS[(n + k) % len(DOCUMENTS)] for k in range(num_items)],
+        label_tokens=["yes", "no"] if n % 2 == 0 else None,
+        instruction=INSTRUCTIONS[n % len(INSTRUCTIONS)],
+        top_n=(2, 3, 10)[n % 3],
+        apply_softmax=True,  # p(yes) among {yes, no}: the model card's relevance score
+        multi_item=(True, False, None)[(n // 2) % 3],
+    )
+
+
+def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[str]:
+    """The rankings table; returns the provenance line(s) for the caller to print once, under it."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="kafka-scorer demo rankings")
+    for name, justify in (
+        ("job id", "left"),
+        ("MIS", "center"),
+        ("labels", "left"),
+        ("instruction", "left"),
+        ("top_n/items", "right"),
+        ("rank. #index  score  item", "left"),
+        ("latency ms", "right"),
+    ):
+        ranking = name.startswith("rank")
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=not ranking,
+            overflow="fold",
+            min_width=ITEM_WIDTH + 22 if ranking else None,
+        )
+    for job in jobs[:max_rows]:
+        s = job.submission
+        latency = f"{s.latency_s * 1000:.0f}" if s.latency_s is not None else "-"
+        table.add_row(
+            s.job_id,
+            {True: "yes", False: "no", None: "auto"}[s.job.multi_item],
+            ",".join(s.job.label_tokens) if s.job.label_tokens else "preset",
+            "preset" if s.job.instruction is None else "custom",
+            f"{s.job.top_n}/{len(s.job.items)}",
+            Text(ranking_outcome(s.job, s.result, s.send_error)),  # item text is not rich markup
+            latency,
+        )
+    if len(jobs) > max_rows:
+        table.caption = f"first {max_rows} of {len(jobs)} jobs"
+    console.print(table)
+    return provenance_lines([j.submission.result for j in jobs])
+
+
+def ranking_outcome(job: Job, result: Result | None, send_error: str | None) -> str:
+    """The ranking cell: one line per ranked item, best first, or what became of the job instead."""
+    if result is None:
+        return "TIMED OUT" if send_error is None else f"NOT SENT: {send_error}"
+    if result.error is not None:
+        return f"ERROR {result.error.code.value}: {result.error.message}"
+    if result.ranking is None:
+        return "(no ranking: the job has no top_n)"
+    return "\n".join(ranking_lines(job, result))
