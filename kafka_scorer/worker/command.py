@@ -99,6 +99,7 @@ async def serve(settings: Settings) -> int:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         _check_metrics_port(settings)
+        await asyncio.to_thread(_check_schema_registry, settings)
         # TLS and SASL are proven before the model loads: a wrong CA or password is one line and
         # exit 2 in a second, not minutes later, and never an endless "unreachable" retry.
         reached = await check_connection(settings)
@@ -170,3 +171,30 @@ def _check_tokenizer(settings: Settings, scorer: object) -> None:
         "at a checkpoint with its tokenizer, or set --allow-no-tokenizer (KAFKA_SCORER_ALLOW_NO_TOKENIZER=1) "
         "to serve token-id jobs only",
     )
+
+
+def _check_schema_registry(settings: Settings) -> None:
+    """A registry that cannot give the Result schema's id is found before the model loads, as one line:
+    later, every result to the reply topic would wait on it."""
+    from kafka_scorer.errors import SettingError
+    from kafka_scorer.registry import RegistryError, SchemaRegistry, subject_for
+
+    if not settings.schema_registry_url:
+        return
+    fix = "set --schema-registry-url (KAFKA_SCORER_SCHEMA_REGISTRY_URL) to a reachable registry, or unset it"
+    try:
+        registry = SchemaRegistry(settings.schema_registry_url)
+    except ValueError as exc:
+        raise SettingError("schema_registry_url", f"schema_registry_url: {exc}; {fix}") from None
+    subject = subject_for(settings.reply_topic)
+    try:
+        schema_id = registry.schema_id(subject)
+    except RegistryError as exc:
+        if not exc.retriable:  # it answered, and said no: compatibility rules or credentials
+            fix = (
+                f"let subject {subject} take the Result schema (its compatibility setting, or "
+                "credentials as https://user:secret@host in --schema-registry-url), or unset "
+                "KAFKA_SCORER_SCHEMA_REGISTRY_URL"
+            )
+        raise SettingError("schema_registry_url", f"schema_registry_url: {exc}; {fix}") from None
+    log.info("results framed for %s: subject %s, schema id %d", registry.shown_url(), subject, schema_id)

@@ -38,7 +38,9 @@ from aiokafka.errors import (
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
+from kafka_scorer.registry import RegistryError
 from kafka_scorer.worker.connection import client_options
+from kafka_scorer.worker.framing import ResultFraming
 from kafka_scorer.worker.retry import Backoff, is_retriable
 from kafka_scorer.worker.wire import OutRecord
 
@@ -81,6 +83,7 @@ class ResultProducer:
         self.missing_topic_grace_s = missing_topic_grace_s
         self.max_request_size = settings.max_message_bytes + _SLACK_BYTES
         self._producer: AIOKafkaProducer | None = None
+        self._framing = ResultFraming.from_settings(settings)
         self.mode = "stopped"  # "transactional" | "idempotent" | "plain"
 
     @property
@@ -180,8 +183,9 @@ class ResultProducer:
         while True:
             try:
                 await self.ensure_topic(record.topic)
+                value = await self._value(record)
                 future = await self._client.send(
-                    record.topic, value=record.value, key=record.key, headers=record.headers
+                    record.topic, value=value, key=record.key, headers=record.headers
                 )
                 await future
                 return
@@ -189,6 +193,13 @@ class ResultProducer:
                 raise FatalProducerError(str(exc)) from exc
             except Refused:
                 raise
+            except RegistryError as exc:
+                if not exc.retriable:
+                    raise Refused(record.topic, exc) from exc
+                log.warning(
+                    "producer: %s (setting: schema_registry_url); retrying in %.1fs", exc, backoff.next_s
+                )
+                await backoff.sleep()
             except Exception as exc:
                 if not is_retriable(exc):
                     if not isinstance(exc, KafkaError):
@@ -200,6 +211,10 @@ class ResultProducer:
                     "producer: send to %s failed (%r); retrying in %.1fs", record.topic, exc, backoff.next_s
                 )
                 await backoff.sleep()
+
+    async def _value(self, record: OutRecord) -> bytes | None:
+        """The value as produced: framed for the schema registry when one is configured (framing.py)."""
+        return record.value if self._framing is None else await self._framing.value(record)
 
     async def ensure_topic(self, topic: str) -> None:
         """Return once the cluster metadata has `topic`; `Refused` when the broker keeps answering without
@@ -238,13 +253,15 @@ class ResultProducer:
         committed offsets.
         """
         producer = self._client
+        values = [await self._value(r) for r in records]  # registry look-ups before the transaction opens
         try:
             await producer.begin_transaction()
         except ProducerFenced as exc:
             raise FatalProducerError(str(exc)) from exc
         try:
             futures = [
-                await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers) for r in records
+                await producer.send(r.topic, value=v, key=r.key, headers=r.headers)
+                for r, v in zip(records, values, strict=True)
             ]
             await asyncio.gather(*futures)
             if offsets:

@@ -100,6 +100,7 @@ class OutRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    result: bool = False  # a result (may be framed for a schema registry), not a dead-letter copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,5 +319,9 @@ def result_record(result: Result, origin: Origin) -> OutRecord:
     if origin.trace is not None:
         headers += origin.trace.headers()
     return OutRecord(
-        topic=origin.reply_topic, key=origin.key, value=encode_result(result, origin.fmt), headers=headers
+        topic=origin.reply_topic,
+        key=origin.key,
+        value=encode_result(result, origin.fmt),
+        headers=headers,
+        result=True,
     )
