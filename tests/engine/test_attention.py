@@ -228,6 +228,16 @@ def test_flex_metadata_of_a_32k_token_batch_holds_no_token_pair_tensor() -> None
     assert int(metadata.block_mask.kv_num_blocks.max()) <= 2 * -(-1504 // 128)
 
 
+@pytest.mark.parametrize(("backend", "per_token"), [("dense", 1), ("cascade", 5)])
+def test_index_metadata_of_a_32k_token_batch_is_a_few_tensors_of_t_entries(backend, per_token) -> None:
+    """The dense and cascade metadata of the same 32k-token MIS batch: segment ids, gather/scatter
+    indices and item key masks of at most T entries each (an [n, I, I] item mask would be 20·T here)."""
+    layout = layout_of([(512, tuple([31] * 32))] * 22 + [(2, (34,))])
+    held = metadata_tensors(prepare_attention(layout, backend)).values()
+    assert all(t.numel() <= layout.total_tokens for t in held)
+    assert sum(t.numel() for t in held) <= per_token * layout.total_tokens
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("causal", [True, False])
 def test_moving_the_metadata_moves_every_tensor_it_holds(backend, causal) -> None:

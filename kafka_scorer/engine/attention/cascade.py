@@ -38,8 +38,9 @@ class ItemBlock:
     prefix: int
     gather: torch.Tensor
     """[n, I] flat stream index of each item's padded slots."""
-    key_mask: torch.Tensor
-    """[n, I, I] True where an item token may see another token of its item (causal, no padding)."""
+    key_valid: torch.Tensor
+    """[n, 1, I] True for each item's real (unpadded) slots as keys; with the causal rule inside an item,
+    formed per layer, this is the item's mask, without an [n, I, I] tensor in the metadata."""
     valid: torch.Tensor
     """[n*I] True for the padded slots that hold real tokens."""
     positions: torch.Tensor
@@ -99,12 +100,15 @@ def _item_block(start: int, prefix: int, items: tuple[int, ...], pin: bool) -> I
     gather = item_starts[:, None] + torch.minimum(offsets[None, :], (lengths[:, None] - 1).clamp(min=0))
     gather = torch.where(lengths[:, None] > 0, gather, start)
     key_valid = offsets[None, :] < lengths[:, None]
-    causal = offsets[None, :] <= offsets[:, None]
-    key_mask = causal[None, :, :] & key_valid[:, None, :]
     valid = key_valid.reshape(-1)
     positions = gather.reshape(-1)[valid]
     return ItemBlock(
-        start, prefix, host(gather, pin), host(key_mask, pin), host(valid, pin), host(positions, pin)
+        start,
+        prefix,
+        host(gather, pin),
+        host(key_valid[:, None, :], pin),
+        host(valid, pin),
+        host(positions, pin),
     )
 
 
@@ -162,7 +166,7 @@ def cascade_attention(
         n, longest = gather.shape
         q_items = qg[:, :, gather]  # [Hkv, g, n, I, d]
         o_own, lse_own = _own_item_attention(
-            q_items, k[:, gather], v[:, gather], block.key_mask, scale, softcap
+            q_items, k[:, gather], v[:, gather], block.key_valid, scale, softcap
         )
         if prefix > 0:
             k_prefix = k[:, None, start : start + prefix].expand(kv_heads, groups, prefix, dim)
@@ -203,15 +207,18 @@ def _own_item_attention(
     q_items: torch.Tensor,
     k_items: torch.Tensor,
     v_items: torch.Tensor,
-    key_mask: torch.Tensor,
+    key_valid: torch.Tensor,
     scale: float,
     softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each item's tokens against the earlier tokens of the same item: [Hkv, g, n, I, I] scores."""
+    """Each item's tokens against the earlier tokens of the same item: [Hkv, g, n, I, I] scores, masked
+    by the causal rule [I, I] and the items' real keys [n, 1, I], both broadcast."""
     scores = torch.einsum("hgnid,hnjd->hgnij", q_items, k_items).float() * scale
     if softcap is not None:
         scores = soft_cap(scores, softcap)
-    scores = scores.masked_fill(~key_mask, float("-inf"))
+    longest = scores.shape[-1]
+    later = torch.ones(longest, longest, dtype=torch.bool, device=scores.device).triu_(1)
+    scores = scores.masked_fill(later, float("-inf")).masked_fill_(~key_valid, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse[..., None]).to(v_items.dtype)
     return torch.einsum("hgnij,hnjd->hgnid", probs, v_items), lse
