@@ -198,3 +198,16 @@ def test_template_provenance_names_the_preset_and_hashes_its_text(reranker):
     text = PRESETS["qwen3-reranker"].text
     assert result.template.name == "qwen3-reranker"
     assert result.template.hash == hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def test_sigmoid_is_what_cross_encoder_predict_returns_by_default(minilm_cross_encoder):
+    """The real MiniLM cross-encoder (one logit): sentence-transformers applies a sigmoid by default."""
+    from sentence_transformers import CrossEncoder
+
+    path = minilm_cross_encoder(1)
+    pairs = [("how long is the nile", "The Nile is 6,650 km long."), ("how long is the nile", "Kafka.")]
+    want = CrossEncoder(str(path), device="cpu").predict(pairs)
+    scorer = Scorer(str(path), dtype="float32", device="cpu")
+    result = scorer.score(pairs[0][0], [d for _, d in pairs], activation="sigmoid", top_n=2)
+    assert [row[0] for row in result.scores] == pytest.approx([float(w) for w in want], abs=1e-5)
+    assert [entry.index for entry in result.ranking] == sorted(range(2), key=lambda i: -float(want[i]))
