@@ -67,6 +67,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="no further timed run once a contender's runs took this long",
     )
+    parser.add_argument(
+        "--steady-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="engine time that (d)'s stream is sized for between its fill and drain, timed as the steady "
+        "state (default: 20; 0.25 with --quick)",
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="workload seed")
     parser.add_argument(
         "--model-dir",
@@ -102,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         num_jobs=args.jobs,
         repeats=max(1, args.repeats),
         repeat_budget_s=args.repeat_budget,
+        steady_seconds=args.steady_seconds,
         seed=args.seed,
         model_dir=args.model_dir,
     )
@@ -147,6 +155,26 @@ def _fmt_bytes(n: int) -> str:
 
 def _fmt_load(load: float | None) -> str:
     return "?" if load is None else f"{load:.0%}"
+
+
+def _steady_line(w: dict) -> str:
+    """How (d) and the engine beside it were timed, and the latency their figures leave out."""
+    steady = w["steady"]
+    parts = []
+    for key in ("b:steady", "d"):
+        span = w["contenders"].get(key, {}).get("steady")
+        if span:
+            parts.append(
+                f"{key} {span['span_jobs']} jobs in {span['span_s']:.2f} s, "
+                f"fill {span['fill_s']:.2f} s, drain {span['drain_s']:.2f} s"
+            )
+        elif key in w["contenders"]:
+            parts.append(f"{key} no steady span (whole run)")
+    return (
+        f"steady state (b:steady, d): {steady['jobs']} jobs (the workload cycled), window "
+        f"{steady['window']}, timed from the first answer to the last answer before the last submission: "
+        + "; ".join(parts)
+    )
 
 
 def format_report(report: dict) -> str:
@@ -195,6 +223,8 @@ def format_report(report: dict) -> str:
         if r.get("d_over_b") is not None:
             parts.append(f"d/b {r['d_over_b']:.2f}")
         lines.append("ratios (items/s): " + "; ".join(parts))
+        if w.get("steady"):
+            lines.append(_steady_line(w))
         check = w["cross_check"]
         lines.append(
             f"cross-check vs (c): max |diff| {check['max_abs_diff']:.2e} "

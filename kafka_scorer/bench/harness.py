@@ -4,13 +4,15 @@ Contenders:
 - (a) our engine with MIS off (`multi_item: false`): every item is its own `query + item` pair;
 - (b) our engine with MIS on, once per attention backend (`b:dense`, `b:cascade`, ...);
 - (c) the transformers baseline (`bench/baseline.py`): padded pairs, full logits, log_softmax;
-- (d) the full worker through a real Kafka-protocol broker (embedded tansu), same scorer in-process.
+- (d) the full worker through a real Kafka-protocol broker (embedded tansu), same scorer in-process,
+  timed in steady state against the engine on the same long stream (`b:steady`, `steady.py`).
 
 This module is the run's order of events: build or load the models, measure the matmul peak, then per
 workload time every contender, summarise and cross-check them, and finally judge the targets. Where
 each step happens:
 - `contenders.py`: (a), (b), (c) and the closed-loop client that times them (warm-up slice, window);
 - `worker_contender.py`: (d), the worker and a closed-loop Kafka client;
+- `steady.py`: (d)'s stream, sized from (b)'s measured time per job, and its steady span;
 - `probes.py`: peak memory a run adds and the CPU other processes took meanwhile;
 - `matmul_peak.py`: the peak FLOP rate the compute floor is measured against;
 - `summary.py`: figures per contender and the cross-check of every score against (c);
@@ -43,7 +45,15 @@ from kafka_scorer.bench.matmul_peak import measure_matmul_peak
 from kafka_scorer.bench.models import SHAPES, ModelShape
 from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, repeated
-from kafka_scorer.bench.summary import cross_check, max_abs_diff, ratios, summarise
+from kafka_scorer.bench.steady import MAX_JOBS, QUICK_MAX_JOBS, steady_stream
+from kafka_scorer.bench.summary import (
+    STEADY_ENGINE,
+    cross_check,
+    max_abs_diff,
+    ratios,
+    summarise,
+    summarise_steady,
+)
 from kafka_scorer.bench.targets import evaluate_targets
 from kafka_scorer.bench.worker_contender import run_worker_contender
 from kafka_scorer.bench.workloads import WORKLOADS, Workload, build_workload, with_multi_item, workload_spec
@@ -68,10 +78,19 @@ class BenchConfig:
     """Most timed runs per contender; the fastest is reported (noise on a shared machine only slows)."""
     repeat_budget_s: float = 15.0
     """No further run once a contender's timed runs took this long: a slow contender runs once."""
+    steady_seconds: float | None = None
+    """Engine time the steady stream of (d) is sized for, between its fill and drain (`steady.py`);
+    None: 20 s, or 0.25 s with `quick`."""
     seed: int = 0
     model_dir: str | None = None
     """Where to keep the generated checkpoints between runs; None: a temp dir removed at the end."""
     verbose: bool = True
+
+
+def _steady_seconds(config: BenchConfig) -> float:
+    if config.steady_seconds is not None:
+        return config.steady_seconds
+    return 0.25 if config.quick else 20.0
 
 
 def default_backends(device: torch.device) -> tuple[str, ...]:
@@ -93,7 +112,7 @@ def run_workload(
     mis = with_multi_item(workload.jobs, True)
     peak_flops = env.peak["flops_per_s"]
 
-    def timed(make: Callable[[], Contender], jobs: list[Job]) -> RunRecord:
+    def timed(make: Callable[[], Contender], jobs: list[Job], window: int = window) -> RunRecord:
         drive(make(), warmup_jobs(jobs), window, env.probe)
         return repeated(
             lambda _: drive(make(), jobs, window, env.probe), config.repeats, config.repeat_budget_s
@@ -117,19 +136,45 @@ def run_workload(
             f"engine, MIS on [{backend}]",
             timed(lambda backend=backend: EngineContender(scorer, backend), mis),
         )
+    stream = None
     if not config.skip_worker:
-        log(f"  (d) worker through the broker [{default_backend}] ...")
+        measured = runs.get(f"b:{default_backend}", runs[f"b:{backends[0]}"])[1]
+        stream = steady_stream(
+            mis,
+            measured.wall_s / len(mis),
+            window,
+            _steady_seconds(config),
+            QUICK_MAX_JOBS if config.quick else MAX_JOBS,
+        )
+        log(
+            f"  steady stream: {len(stream.jobs)} jobs (the workload cycled), window {stream.window}, "
+            f"~{stream.seconds:g} s of engine time between fill and drain"
+        )
+        log(f"  (b) engine on the steady stream [{default_backend}] ...")
+        runs[STEADY_ENGINE] = (
+            f"engine, steady stream [{default_backend}]",
+            timed(lambda: EngineContender(scorer, None), stream.jobs, stream.window),
+        )
+        log(f"  (d) worker through the broker on the steady stream [{default_backend}] ...")
         runs["d"] = (
             f"worker via broker [{default_backend}]",
-            run_worker_contender(scorer, mis, window, env.probe, config.repeats, config.repeat_budget_s),
+            run_worker_contender(
+                scorer, stream.jobs, stream.window, env.probe, config.repeats, config.repeat_budget_s
+            ),
         )
 
     reference = runs["c"][1].scores
+    steady_workload = Workload(workload.spec, stream.jobs) if stream else workload
     contenders = {}
     for key, (label, record) in runs.items():
-        summary = summarise(label, record, workload, env.shape, peak_flops)
+        if key in (STEADY_ENGINE, "d"):
+            summary = summarise_steady(label, record, steady_workload, env.shape, peak_flops)
+            want = [reference[k % len(reference)] for k in range(len(record.scores))]
+        else:
+            summary = summarise(label, record, workload, env.shape, peak_flops)
+            want = reference
         if key != "c":
-            summary.max_abs_diff_vs_baseline = max_abs_diff(record.scores, reference)
+            summary.max_abs_diff_vs_baseline = max_abs_diff(record.scores, want)
         contenders[key] = asdict(summary)
 
     return {
@@ -139,6 +184,14 @@ def run_workload(
         "pair_tokens": workload.pair_tokens,
         "packed_tokens": workload.packed_tokens,
         "window": window,
+        "steady": None
+        if stream is None
+        else {
+            "jobs": len(stream.jobs),
+            "window": stream.window,
+            "seconds": stream.seconds,
+            "engine_per_job_s": stream.per_job_s,
+        },
         "contenders": contenders,
         "ratios": ratios(contenders, backends, default_backend),
         "cross_check": cross_check(contenders, env.dtype),

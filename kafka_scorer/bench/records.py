@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka_scorer.bench.probes import Measured
 from kafka_scorer.protocol import Result
@@ -31,6 +31,10 @@ class RunRecord:
     peak_bytes: int
     foreign_cpu_load: float | None = None
     runs: int = 1
+    submitted: list[float] = field(default_factory=list)
+    """Per job, when it was submitted (`time.perf_counter`)."""
+    answered_at: list[float] = field(default_factory=list)
+    """Per job, when its answer arrived (0.0: never): what `steady.py` cuts the steady span from."""
 
 
 class RunLog:
@@ -44,6 +48,7 @@ class RunLog:
         self.errors = [""] * num_jobs
         self.submitted = [0.0] * num_jobs
         self.latencies = [0.0] * num_jobs
+        self.answered_at = [0.0] * num_jobs
 
     def submit(self, index: int) -> None:
         self.submitted[index] = time.perf_counter()
@@ -55,6 +60,7 @@ class RunLog:
         self.scores[index] = scores
         self.errors[index] = error or ""
         self.latencies[index] = now - self.submitted[index]
+        self.answered_at[index] = now
 
     def record(self, wall_s: float, forward_tokens: int, lm_head_rows: int, measured: Measured) -> RunRecord:
         return RunRecord(
@@ -66,6 +72,8 @@ class RunLog:
             lm_head_rows=lm_head_rows,
             peak_bytes=measured.peak_bytes,
             foreign_cpu_load=measured.foreign_cpu_load,
+            submitted=self.submitted,
+            answered_at=self.answered_at,
         )
 
 

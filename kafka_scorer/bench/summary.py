@@ -15,7 +15,8 @@ import torch
 
 from kafka_scorer.bench.models import ModelShape
 from kafka_scorer.bench.records import RunRecord, Scores
-from kafka_scorer.bench.workloads import Workload
+from kafka_scorer.bench.steady import steady_state
+from kafka_scorer.bench.workloads import Workload, packed_tokens, pair_tokens
 
 
 @dataclass
@@ -41,6 +42,13 @@ class ContenderSummary:
     """Timed runs made; the figures are those of the fastest (the one least disturbed)."""
     max_abs_diff_vs_baseline: float | None = None
     first_error: str | None = None
+    steady: dict | None = None
+    """Steady-state contenders only: the stream's and the span's job counts, the span's length, and the
+    fill (time to first result) and drain around it, in seconds."""
+
+
+STEADY_ENGINE = "b:steady"
+"""The engine (default backend, MIS on) on (d)'s steady stream: what (d) is divided by."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -55,25 +63,66 @@ def percentile(values: Sequence[float], q: float) -> float:
 def summarise(
     label: str, record: RunRecord, workload: Workload, shape: ModelShape, peak_flops: float
 ) -> ContenderSummary:
-    """The compute floor is 2 × matmul parameters × tokens FLOPs over the measured matmul peak
-    (attention FLOPs excluded): floor fraction = floor time / measured time."""
-    wall = max(record.wall_s, 1e-9)
-    flops = 2 * shape.decoder_params() * record.forward_tokens
-    flops += 2 * shape.lm_head_params() * record.lm_head_rows
+    """The whole run: every job, first submission to last answer."""
+    return _summary(label, record, workload, shape, peak_flops, range(len(workload.jobs)), record.wall_s)
+
+
+def summarise_steady(
+    label: str, record: RunRecord, workload: Workload, shape: ModelShape, peak_flops: float
+) -> ContenderSummary:
+    """Only the steady span (`steady.py`): the jobs answered inside it, over its length; fill and drain
+    are reported beside the figures. A run with no steady span (its window held every job) falls back
+    to the whole run, and says so with `steady: None`."""
+    state = steady_state(record)
+    if state is None:
+        return summarise(label, record, workload, shape, peak_flops)
+    summary = _summary(label, record, workload, shape, peak_flops, state.indices, state.span_s, state.settled)
+    summary.steady = {
+        "stream_jobs": len(workload.jobs),
+        "span_jobs": len(state.indices),
+        "span_s": state.span_s,
+        "fill_s": state.fill_s,
+        "drain_s": state.drain_s,
+    }
+    return summary
+
+
+def _summary(
+    label: str,
+    record: RunRecord,
+    workload: Workload,
+    shape: ModelShape,
+    peak_flops: float,
+    indices: Sequence[int],
+    seconds: float,
+    timed: Sequence[int] | None = None,
+) -> ContenderSummary:
+    """Figures over the jobs at `indices` in `seconds`. The compute floor is 2 × matmul parameters ×
+    tokens FLOPs over the measured matmul peak (attention FLOPs excluded): floor fraction = floor time /
+    measured time. Forward tokens and LM-head rows of a subset are the run's, in the subset's share of
+    the packed tokens (exact when every job is packed the same way, as in these workloads). Latency
+    percentiles are over `timed` (default: `indices`)."""
+    wall = max(seconds, 1e-9)
+    jobs = workload.jobs
+    share = sum(packed_tokens(jobs[k]) for k in indices) / max(1, workload.packed_tokens)
+    forward_tokens = round(record.forward_tokens * share)
+    flops = 2 * shape.decoder_params() * forward_tokens
+    flops += 2 * shape.lm_head_params() * record.lm_head_rows * share
     floor = flops / peak_flops
     errors = [e for e in record.errors if e]
+    latencies = [record.latencies[k] for k in (indices if timed is None else timed)]
     return ContenderSummary(
         label=label,
-        jobs=len(workload.jobs),
+        jobs=len(jobs),
         items=workload.num_items,
         errors=len(errors),
         wall_s=record.wall_s,
-        items_per_s=workload.num_items / wall,
-        tokens_per_s=record.forward_tokens / wall,
-        pair_tokens_per_s=workload.pair_tokens / wall,
+        items_per_s=sum(len(jobs[k].items) for k in indices) / wall,
+        tokens_per_s=forward_tokens / wall,
+        pair_tokens_per_s=sum(pair_tokens(jobs[k]) for k in indices) / wall,
         forward_tokens=record.forward_tokens,
-        latency_p50_s=percentile(record.latencies, 50),
-        latency_p99_s=percentile(record.latencies, 99),
+        latency_p50_s=percentile(latencies, 50),
+        latency_p99_s=percentile(latencies, 99),
         peak_memory_bytes=record.peak_bytes,
         floor_s=floor,
         floor_fraction=floor / wall,
@@ -142,6 +191,6 @@ def ratios(contenders: dict[str, dict], backends: Sequence[str], default_backend
     }
     default_key = f"b:{default_backend}" if f"b:{default_backend}" in contenders else f"b:{backends[0]}"
     out["b_over_a_vs_token_ratio"] = {b: (out["b_over_a"][b] or 0.0) / token_ratio for b in backends}
-    if "d" in contenders:
-        out["d_over_b"] = ratio("d", default_key)
+    if "d" in contenders:  # the worker against the engine on the same steady stream, when it ran
+        out["d_over_b"] = ratio("d", STEADY_ENGINE if STEADY_ENGINE in contenders else default_key)
     return out

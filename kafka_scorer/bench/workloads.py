@@ -60,12 +60,20 @@ class Workload:
     @property
     def pair_tokens(self) -> int:
         """Tokens if every item ran as its own `query + item` pair: what no-MIS scoring computes."""
-        return sum(len(job.items) * len(job.query) + sum(map(len, job.items)) for job in self.jobs)
+        return sum(map(pair_tokens, self.jobs))
 
     @property
     def packed_tokens(self) -> int:
         """Tokens if every job ran as one MIS sequence (1-item jobs gain nothing)."""
-        return sum(len(job.query) + sum(map(len, job.items)) for job in self.jobs)
+        return sum(map(packed_tokens, self.jobs))
+
+
+def pair_tokens(job: Job) -> int:
+    return len(job.items) * len(job.query) + sum(map(len, job.items))
+
+
+def packed_tokens(job: Job) -> int:
+    return len(job.query) + sum(map(len, job.items))
 
 
 FULL: dict[str, WorkloadSpec] = {

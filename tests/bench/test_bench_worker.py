@@ -1,4 +1,5 @@
-"""(d) of `kafka-scorer bench`: the real worker through the embedded tansu broker, same jobs as (b)."""
+"""(d) of `kafka-scorer bench`: the real worker through the embedded tansu broker, in steady state beside
+the engine on the same stream."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_scorer.bench.steady import QUICK_MAX_JOBS
 from kafka_scorer.cli import main
 
 
@@ -17,13 +19,24 @@ def test_quick_bench_runs_the_worker_through_a_broker(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert rc == 0
     w = report["workloads"]["rerank"]
-    d = w["contenders"]["d"]
+    d, engine = w["contenders"]["d"], w["contenders"]["b:steady"]
     assert d["errors"] == 0, d["first_error"]
-    assert d["max_abs_diff_vs_baseline"] <= 1e-4
+    assert d["max_abs_diff_vs_baseline"] <= 1e-4 and engine["max_abs_diff_vs_baseline"] <= 1e-4
+    # The steady stream: the workload cycled, long enough for a span between a fill and a drain of one
+    # window each (--quick caps it at QUICK_MAX_JOBS).
+    steady = w["steady"]
+    assert steady["jobs"] == QUICK_MAX_JOBS and steady["jobs"] >= 3 * steady["window"]
+    assert d["jobs"] == engine["jobs"] == steady["jobs"] and d["items"] == steady["jobs"] * 4
     # Every job came back through Kafka, packed exactly as the engine packs it in-process.
-    backend = d["label"].rsplit("[", 1)[1].rstrip("]")
-    assert d["forward_tokens"] == w["contenders"][f"b:{backend}"]["forward_tokens"]
-    assert d["items_per_s"] > 0 and 0 < d["latency_p50_s"] <= d["latency_p99_s"]
-    assert w["ratios"]["d_over_b"] == pytest.approx(
-        d["items_per_s"] / w["contenders"][f"b:{backend}"]["items_per_s"]
-    )
+    assert d["forward_tokens"] == engine["forward_tokens"]
+    for c in (d, engine):
+        span = c["steady"]
+        assert span is not None, c["label"]
+        # The span leaves out the fill (time to first result) and the drain, reported beside it.
+        assert 0 < span["span_jobs"] < span["stream_jobs"] == steady["jobs"]
+        assert span["fill_s"] > 0 and span["drain_s"] >= 0 and span["span_s"] > 0
+        assert span["span_s"] + span["fill_s"] <= c["wall_s"] + 1e-6
+        assert c["items_per_s"] > 0 and 0 < c["latency_p50_s"] <= c["latency_p99_s"]
+    assert w["ratios"]["d_over_b"] == pytest.approx(d["items_per_s"] / engine["items_per_s"])
+    targets = {t["target"]: t for t in report["targets"]}
+    assert targets["rerank: (d)/(b) items/s"]["value"] == pytest.approx(w["ratios"]["d_over_b"])
