@@ -90,6 +90,9 @@ class TopicWatch:
         except (KafkaError, OSError) as exc:
             log.debug("topic check: metadata unavailable (%r)", exc)
             return None
+        except Exception as exc:  # a readiness check must never become the worker's fatal error
+            log.warning("topic check failed (%r); readiness left as it was", exc)
+            return None
 
     def _update(self, matched: int, waited_s: float) -> None:
         if matched:
