@@ -47,6 +47,6 @@ def provenance_lines(results: list[Result | None]) -> list[str]:
         seen[key] = seen.get(key, 0) + 1
     return [
         f"provenance: template {template}, model_revision {revision}, dtype {dtype}"
-        + (f" ({count} results)" if len(seen) > 1 else "")
+        + (f" ({count} result{'s' * (count != 1)})" if len(seen) > 1 else "")
         for (template, revision, dtype), count in seen.items()
     ]

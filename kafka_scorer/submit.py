@@ -14,6 +14,11 @@ Choices where the contract is silent (also in docs/submit.md):
 - A job without an `id` gets its correlation id as `id`; the record key is the job id.
 - Results are written as they arrive (not in input order), one JSON object per line, exactly the
   worker's Result; the exit status says whether every job got a successful one.
+- `--top-n`, `--label-tokens` and `--instruction` fill those fields in every job that does not set
+  them (a job's own value wins; `--label-tokens` skips jobs with `label_token_ids`, since both is an
+  error): a file of plain query/items lines becomes a reranking run without editing it.
+- The summary on stderr shows rankings readably (rank, index, score, the item's text) and the
+  provenance once (`result_view.py`); stdout stays the results, clean for a pipe.
 
 Heavy imports (aiokafka, rich) happen inside functions: `kafka-scorer --help` imports this module.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import sys
 import time
@@ -36,6 +42,7 @@ import msgspec
 from kafka_scorer import errors
 from kafka_scorer.help_style import add_env_file, add_setting_flag
 from kafka_scorer.protocol import Job, Result, WireFormat, content_type_of, decode_result, encode_job
+from kafka_scorer.result_view import provenance_lines, ranking_lines
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
@@ -47,7 +54,7 @@ REPLY_TOPIC_HEADER = "reply_topic"
 METADATA_WAIT_S = 10.0
 """Longest wait for a topic's partitions; a broker without auto-creation never gives them."""
 MAX_LISTED = 10
-"""Ids listed on stderr for failed or timed-out jobs; the rest are counted."""
+"""Ids listed on stderr for failed or timed-out jobs, and rankings shown there; the rest are counted."""
 
 EXIT_OK = 0
 EXIT_JOBS_FAILED = 1
@@ -104,7 +111,57 @@ def new_submission(job: Job, line: int = 0) -> Submission:
     return Submission(line=line, job=job, correlation_id=correlation_id)
 
 
-def read_jobs(lines: Iterable[bytes | str]) -> tuple[list[Submission], list[str]]:
+@dataclass(frozen=True)
+class JobDefaults:
+    """Job fields the command line fills in for every job that does not set them itself."""
+
+    top_n: int | None = None
+    label_tokens: list[str] | None = None
+    instruction: str | None = None
+
+    def apply(self, job: Job) -> Job:
+        """The job with the unset fields filled; a job's own value always wins. `label_tokens` is left
+        out where the job names `label_token_ids` (giving both is an error, SPEC §8)."""
+        changes: dict[str, object] = {}
+        if self.top_n is not None and job.top_n is None:
+            changes["top_n"] = self.top_n
+        if self.label_tokens is not None and job.label_tokens is None and job.label_token_ids is None:
+            changes["label_tokens"] = list(self.label_tokens)
+        if self.instruction is not None and job.instruction is None:
+            changes["instruction"] = self.instruction
+        return msgspec.structs.replace(job, **changes) if changes else job
+
+
+def label_list(text: str) -> list[str]:
+    """`--label-tokens`: `yes,no` (split at commas, spaces kept: ` yes` is another token than `yes`), or
+    a JSON array of strings for labels that hold a comma."""
+    if text.lstrip().startswith("["):
+        try:
+            labels = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not a JSON array of strings: {exc}") from None
+    else:
+        labels = text.split(",")
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give one or more non-empty labels, as yes,no or as a JSON array of strings"
+        )
+    return labels
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
+def read_jobs(
+    lines: Iterable[bytes | str], defaults: JobDefaults | None = None
+) -> tuple[list[Submission], list[str]]:
     """Parse JSON Lines into submissions; every bad line becomes an error naming its line number."""
     decoder = msgspec.json.Decoder(Job)
     submissions: list[Submission] = []
@@ -118,7 +175,7 @@ def read_jobs(lines: Iterable[bytes | str]) -> tuple[list[Submission], list[str]
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
             problems.append(f"line {number}: {exc}")
             continue
-        submissions.append(new_submission(job, number))
+        submissions.append(new_submission(defaults.apply(job) if defaults else job, number))
     return submissions, problems
 
 
@@ -384,6 +441,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="TOPIC",
         help="topic to read results from (default: reply_topic; env: KAFKA_SCORER_REPLY_TOPIC)",
     )
+    parser.add_argument(
+        "--top-n",
+        type=non_negative,
+        metavar="N",
+        help="ask every job that sets no top_n for a ranking of its best N items (default: each job's own)",
+    )
+    parser.add_argument(
+        "--label-tokens",
+        type=label_list,
+        metavar="A,B,...",
+        help="labels by text for every job that names no labels, e.g. yes,no (spaces count; a JSON array "
+        "for labels with commas) (default: each job's own, else the worker's template's)",
+    )
+    parser.add_argument(
+        "--instruction",
+        metavar="TEXT",
+        help="the template's {instruction} for every job that sets none (default: each job's own, else the "
+        "template's)",
+    )
     add_env_file(parser)
     for field in CONNECTION_FLAGS:
         add_setting_flag(parser, field)
@@ -420,8 +496,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         bootstrap = settings.bootstrap_servers
+        defaults = JobDefaults(
+            top_n=getattr(args, "top_n", None),
+            label_tokens=getattr(args, "label_tokens", None),
+            instruction=getattr(args, "instruction", None),
+        )
         with _open_input(args.input) as lines:
-            submissions, problems = read_jobs(lines)
+            submissions, problems = read_jobs(lines, defaults)
         if problems:
             for problem in problems[:MAX_LISTED]:
                 print(f"kafka-scorer submit: {problem}", file=sys.stderr)
@@ -494,7 +575,21 @@ def summarize(submissions: Sequence[Submission], timeout_s: float, stream: IO[st
             "(is a worker consuming the request topic? raise --timeout for slow models)",
             file=stream,
         )
+    for line in provenance_lines([s.result for s in submissions]):
+        print(f"  {line}", file=stream)
+    print_rankings(submissions, stream)
     return EXIT_JOBS_FAILED if failed or timed_out else EXIT_OK
+
+
+def print_rankings(submissions: Sequence[Submission], stream: IO[str]) -> None:
+    """The rankings of the first MAX_LISTED jobs that have one, in input order, one line per item."""
+    ranked = [s for s in submissions if s.result is not None and s.result.ranking is not None]
+    for submission in ranked[:MAX_LISTED]:
+        print(f"  ranking {submission.job_id} (line {submission.line}):", file=stream)
+        for line in ranking_lines(submission.job, submission.result) or ["(no items)"]:  # type: ignore[arg-type]
+            print(f"    {line}", file=stream)
+    if len(ranked) > MAX_LISTED:
+        print(f"  ({len(ranked) - MAX_LISTED} more rankings in the results)", file=stream)
 
 
 @contextlib.contextmanager

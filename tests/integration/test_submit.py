@@ -7,7 +7,10 @@ time, tests/engine/reference.py), never against the worker's own engine.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -16,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import Job, Result
+from kafka_scorer.protocol import Job, Result, TemplateRef
 from tests.integration.jobs import MODEL_VOCAB, Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
     ROOT,
@@ -168,7 +171,7 @@ async def test_submit_rejects_bad_lines_by_number_and_sends_nothing(kafka, tmp_p
     jobs_file = tmp_path / "jobs.jsonl"
     jobs_file.write_text(
         '{"query": [1], "items": [[2]], "label_token_ids": [3]}\n'
-        '{"query": [1], "items": [[2]], "label_tokens": [3]}\n'  # typo: unknown field
+        '{"query": [1], "items": [[2]], "label_tokens": [3]}\n'  # labels by text must be strings
         "not json at all\n"
     )
     rc, stdout, stderr, _ = await _submit(
@@ -182,3 +185,102 @@ async def test_submit_rejects_bad_lines_by_number_and_sends_nothing(kafka, tmp_p
     assert "2 invalid job line(s); nothing was sent" in stderr
     assert "Traceback" not in stderr
     assert await read_topic(kafka.bootstrap, requests, lambda rs: False, timeout_s=1.0) == []
+
+
+READABLE_RANK = re.compile(r"^    (\d+)\. #(\d+) (\d\.\d{4}) (.+)$")
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory) -> Path:
+    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+
+    return build_tiny_reranker(tmp_path_factory.mktemp("reranker"))
+
+
+def _printed_rankings(stderr: str) -> dict[str, list[tuple[int, int, float, str]]]:
+    """`ranking ID (line N):` blocks of the summary: (rank, index, score, item text) per line."""
+    rankings: dict[str, list[tuple[int, int, float, str]]] = {}
+    current: list[tuple[int, int, float, str]] = []
+    for line in stderr.splitlines():
+        if line.startswith("  ranking "):
+            current = rankings[line.split()[1]] = []
+        elif m := READABLE_RANK.match(line):
+            current.append((int(m[1]), int(m[2]), float(m[3]), m[4]))
+    return rankings
+
+
+async def test_submit_flags_make_plain_text_jobs_a_reranking_run_and_print_it_readably(
+    kafka, reranker: Path, tmp_path: Path
+) -> None:
+    """`--top-n`, `--label-tokens` and `--instruction` fill what a job leaves unset (a job's own value
+    wins); rankings are checked against the model card's prompt run alone, on stdout and as printed."""
+    from kafka_scorer.engine.revision import checkpoint_revision
+    from kafka_scorer.engine.scorer import Scorer
+    from tests.engine.reference import load_reference
+    from tests.engine.test_templates import card_prompt, reference_rows
+
+    jobs = [
+        {"id": "plain", "query": "What is the capital of California?",
+         "items": ["Sacramento is the capital.", "Los Angeles is in the south.", "Rivers flow to the sea.",
+                   "An offset is a position in a partition, and this item is long enough to be cut."]},
+        {"id": "own-top-n", "query": "Is this review positive?", "items": ["Great food.", "Cold and late."],
+         "top_n": 1},
+        {"id": "own-instruction", "query": "Kafka offsets", "items": ["Offsets are positions.", "Dogs."],
+         "instruction": "Given a topic, find documents about it"},
+        {"id": "ids", "query": "Kafka offsets", "items": ["Offsets.", "Cats."], "label_token_ids": [5, 6]},
+    ]  # fmt: skip
+    jobs_file = tmp_path / "jobs.jsonl"
+    jobs_file.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    flag_instruction = "Given a question, retrieve passages that answer it"
+    topics = await fresh_topics(kafka, partitions=1)
+    scorer = Scorer(str(reranker), dtype="float32", device="cpu", template="qwen3-reranker")
+    async with InProcessWorker(topics.settings(reranker, template="qwen3-reranker"), scorer):
+        rc, stdout, stderr, _ = await _submit(
+            str(jobs_file), "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
+            "--reply-topic", topics.replies, "--no-progress", "--top-n", "3", "--label-tokens", "yes,no",
+            "--instruction", flag_instruction,
+        )  # fmt: skip
+    assert rc == 0, stderr
+    results = {r.id: r for r in _results(stdout)}
+    assert set(results) == {j["id"] for j in jobs}
+    printed = _printed_rankings(stderr)
+    assert set(printed) == set(results), stderr
+    want_top_n = {"plain": 3, "own-top-n": 1, "own-instruction": 2, "ids": 2}  # top_n 3, capped by items
+    for spec in jobs:
+        result = results[spec["id"]]
+        assert result.error is None, result.error
+        instruction = spec.get("instruction", flag_instruction)
+        prompts = [card_prompt(spec["query"], item, instruction) for item in spec["items"]]
+        labels = ["yes", "no"]
+        if "label_token_ids" in spec:  # --label-tokens is not added to it: both would be invalid_request
+            labels = load_reference(reranker)[1].convert_ids_to_tokens(spec["label_token_ids"])
+        rows = reference_rows(reranker, prompts, labels, apply_softmax=False)
+        relevance = [row[0] for row in rows]
+        assert max_abs_diff(result.scores, rows) <= 1e-5, spec["id"]
+        order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))[: want_top_n[spec["id"]]]
+        assert result.ranking is not None and [r.index for r in result.ranking] == order, spec["id"]
+        lines = printed[spec["id"]]
+        assert [(rank, index) for rank, index, _, _ in lines] == list(enumerate(order, start=1))
+        for _, index, score, text in lines:
+            assert score == pytest.approx(relevance[index], abs=6e-5)
+            assert spec["items"][index].startswith(text.removesuffix("…")) and len(text) <= 30
+    template = TemplateRef("qwen3-reranker", hashlib.sha256(
+        card_prompt("{query}", "{item}", "{instruction}").encode()).hexdigest()[:12])  # fmt: skip
+    revision = checkpoint_revision(str(reranker))
+    assert {(r.template, r.model_revision, r.dtype) for r in results.values()} == {
+        (template, revision, "float32")
+    }
+    provenance = [line.strip() for line in stderr.splitlines() if "provenance:" in line]
+    assert provenance == [
+        f"provenance: template qwen3-reranker (hash {template.hash}), model_revision {revision}, "
+        "dtype float32"
+    ], stderr
+
+
+async def test_submit_refuses_empty_label_tokens_and_a_negative_top_n(kafka, tmp_path: Path) -> None:
+    jobs_file = tmp_path / "jobs.jsonl"
+    jobs_file.write_text('{"query": "q", "items": ["a"]}\n')
+    for flags, needle in ((["--label-tokens", "yes,,no"], "--label-tokens"), (["--top-n", "-1"], "--top-n")):
+        rc, stdout, stderr, _ = await _submit(str(jobs_file), "--bootstrap-servers", kafka.bootstrap, *flags)
+        assert rc == 2 and stdout == b"", stderr
+        assert needle in stderr and "Traceback" not in stderr
