@@ -153,30 +153,10 @@ class JobTrace:
 NO_SPANS = JobTrace()
 
 
-class Tracing:
-    """The worker's tracer. This base records nothing (no OpenTelemetry, or none configured)."""
-
-    def job(self, origin: Origin, job_id: str, group_id: str) -> JobTrace:
-        """The spans of a record just consumed; its `consume` span starts now."""
-        return NO_SPANS
-
-    def batch(
-        self,
-        jobs: Sequence[JobTrace],
-        *,
-        formed_at: float,
-        started_at: float,
-        done_at: float,
-        attributes: Mapping[str, int],
-    ) -> None:
-        """Record one finished forward pass after the fact (times from `time.monotonic()`): the batch from
-        its oldest job joining the queue to the end of the pass, and the pass itself."""
-
-    def close(self) -> None:
-        """Flush and stop what `from_environment` started."""
-
-
 class OtelJobTrace(JobTrace):
+    """One job's spans through an OpenTelemetry tracer: `consume` from the start, `produce` once its result
+    record is built."""
+
     def __init__(self, tracer: Any, consume: Any) -> None:
         self._tracer = tracer
         self._consume = consume
@@ -213,15 +193,23 @@ class OtelJobTrace(JobTrace):
         self._consume.end()
 
 
-class OtelTracing(Tracing):
-    """Spans through an OpenTelemetry tracer; `provider` is shut down (flushed) by `close` when this
-    object made it."""
+class Tracing:
+    """The worker's tracer: spans through an OpenTelemetry `tracer`, or none when it is None (no
+    OpenTelemetry, or none configured; the headers still pass through). `close` shuts `provider`
+    down (flushing its spans) when `from_environment` made one."""
 
-    def __init__(self, tracer: Any, provider: Any = None) -> None:
+    def __init__(self, tracer: Any = None, provider: Any = None) -> None:
         self._tracer = tracer
         self._provider = provider
 
+    @property
+    def enabled(self) -> bool:
+        return self._tracer is not None
+
     def job(self, origin: Origin, job_id: str, group_id: str) -> JobTrace:
+        """The spans of a record just consumed; its `consume` span starts now."""
+        if self._tracer is None:
+            return NO_SPANS
         parent = Context()  # no incoming context: the job starts a trace, whatever the thread had
         if origin.trace is not None:
             parent = otel.set_span_in_context(otel.NonRecordingSpan(_span_context(origin.trace)), parent)
@@ -250,6 +238,10 @@ class OtelTracing(Tracing):
         done_at: float,
         attributes: Mapping[str, int],
     ) -> None:
+        """Record one finished forward pass after the fact (times from `time.monotonic()`): the batch from
+        its oldest job joining the queue to the end of the pass, and the pass itself."""
+        if self._tracer is None:
+            return
         links = [link for job in jobs if (link := job.link()) is not None]
         named = {f"kafka_scorer.batch.{key}": value for key, value in attributes.items()}
         batch = self._tracer.start_span(
@@ -262,6 +254,7 @@ class OtelTracing(Tracing):
         batch.end(end_time=_wall_ns(done_at))
 
     def close(self) -> None:
+        """Flush and stop what `from_environment` started."""
         if self._provider is not None:
             self._provider.shutdown()
 
@@ -325,14 +318,14 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Tracing:
     """
     env = os.environ if environ is None else environ
     if otel is not None and not isinstance(otel.get_tracer_provider(), otel.ProxyTracerProvider):
-        return OtelTracing(otel.get_tracer(__name__, __version__))
+        return Tracing(otel.get_tracer(__name__, __version__))
     asked = _asks_for_traces(env)
     if asked is None:
         return Tracing()
     provider = _sdk_provider(asked, env.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp")
     if provider is None:
         return Tracing()
-    return OtelTracing(provider.get_tracer(__name__, __version__), provider)
+    return Tracing(provider.get_tracer(__name__, __version__), provider)
 
 
 def _sdk_provider(asked: str, exporter_names: str) -> Any:

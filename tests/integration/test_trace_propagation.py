@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from kafka_scorer.protocol import ErrorCode, Job, encode_job
 from kafka_scorer.worker.logs import one_line
-from kafka_scorer.worker.tracing import OtelTracing, parse_traceparent
+from kafka_scorer.worker.tracing import Tracing, parse_traceparent
 from tests.integration.kafka_helpers import InProcessWorker, Out, decode_replies, fresh_topics, produce
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ async def test_a_jobs_trace_reaches_its_result_through_the_workers_spans(
         Out(topics.requests, b"\x00 not a job", key=b"bad", headers=[("traceparent", TRACEPARENT.encode())]),
     ]
     worker = InProcessWorker(topics.settings(causal_model), causal_scorer)
-    worker.worker.tracing = OtelTracing(provider.get_tracer("test"))
+    worker.worker.tracing = Tracing(provider.get_tracer("test"))
     with caplog.at_level(logging.INFO, logger="kafka_scorer.worker"):
         async with worker:
             await produce(kafka.bootstrap, records)

@@ -1,7 +1,7 @@
 """Trace context: W3C headers parsed strictly, carried from the job to its result, never an error; spans
 through the OpenTelemetry SDK's in-memory exporter; and the worker without any OpenTelemetry package.
 
-The worker's whole path with spans runs against the real broker in tests/integration/test_tracing.py.
+The worker's whole path with spans runs against the real broker in tests/integration/test_trace_propagation.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import logging
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
 
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
@@ -29,31 +28,15 @@ from kafka_scorer.worker.tracing import (
     parse_tracestate,
     trace_context,
 )
-from kafka_scorer.worker.wire import Inbound, WireRules, read_record, result_record
+from kafka_scorer.worker.wire import Inbound, read_record, result_record
 from tests.worker.test_delivery_refusals import DEFAULT, Harness
+from tests.worker.test_wire import RULES, Rec
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"  # W3C Trace Context's own example
 STRICT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-RULES = WireRules(
-    reply_topic="results",
-    dead_letter_topic_for=lambda t: f"{t}.DLT",
-    max_message_bytes=10_000,
-    model_name="m",
-)
 JOB = encode_job(Job(id="j1", query="q", items=["a"], label_token_ids=[1]))
-
-
-@dataclass
-class Rec:
-    value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-    key: bytes | None = b"k"
-    topic: str = "jobs"
-    partition: int = 0
-    offset: int = 7
-    timestamp: int = 0
 
 
 def _headers_of(record) -> dict[str, bytes]:
@@ -238,12 +221,10 @@ def test_an_error_result_is_one_line_at_the_level_its_cause_deserves(
 
 
 def _memory_tracing() -> tuple[Tracing, InMemorySpanExporter]:
-    from kafka_scorer.worker.tracing import OtelTracing
-
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return OtelTracing(provider.get_tracer("test")), exporter
+    return Tracing(provider.get_tracer("test")), exporter
 
 
 def test_spans_of_two_jobs_sharing_a_batch() -> None:
@@ -290,14 +271,14 @@ def test_spans_of_two_jobs_sharing_a_batch() -> None:
 
 def test_from_environment(caplog: pytest.LogCaptureFixture) -> None:
     """Spans only when asked for; an exporter that is not installed is one warning naming the variable."""
-    assert type(from_environment({})) is Tracing
-    assert type(from_environment({"OTEL_TRACES_EXPORTER": "none"})) is Tracing
-    assert type(from_environment({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"})) is Tracing
+    assert not from_environment({}).enabled
+    assert not from_environment({"OTEL_TRACES_EXPORTER": "none"}).enabled
+    assert not from_environment({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}).enabled
     console = from_environment({"OTEL_TRACES_EXPORTER": "console"})
-    assert type(console) is not Tracing
+    assert console.enabled
     console.close()
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.worker.tracing"):
-        assert type(from_environment({"OTEL_TRACES_EXPORTER": "nosuch"})) is Tracing
+        assert not from_environment({"OTEL_TRACES_EXPORTER": "nosuch"}).enabled
     (line,) = caplog.records
     assert "OTEL_TRACES_EXPORTER=nosuch" in line.getMessage() and "console" in line.getMessage()
 
@@ -316,7 +297,7 @@ from kafka_scorer.worker.wire import WireRules, read_record, result_record
 from kafka_scorer.protocol import Job, encode_job, error_result, ErrorCode
 assert tracing.otel is None
 t = tracing.from_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"})
-assert type(t) is tracing.Tracing
+assert not t.enabled
 class Rec:
     topic, partition, offset, timestamp, key = "jobs", 0, 1, 0, None
     value = encode_job(Job(id="j", query="q", items=[], label_token_ids=[1]))
