@@ -1,7 +1,8 @@
 """Trace context: W3C headers parsed strictly, carried from the job to its result, never an error; spans
 through the OpenTelemetry SDK's in-memory exporter; and the worker without any OpenTelemetry package.
 
-The worker's whole path with spans runs against the real broker in tests/integration/test_trace_propagation.py.
+The worker's whole path with spans runs against the real broker in
+tests/integration/test_trace_propagation.py.
 """
 
 from __future__ import annotations
@@ -322,3 +323,31 @@ def test_without_opentelemetry_headers_still_pass_through() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == TRACEPARENT
     assert "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed" in done.stderr
+
+
+_UNDER_INSTRUMENTATION = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from kafka_scorer.worker.tracing import from_environment
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # what opentelemetry-instrument does before the worker starts
+tracing = from_environment({})
+tracing.batch([], formed_at=0.0, started_at=0.0, done_at=0.0, attributes={})
+tracing.close()  # not ours to shut down: the wrapper's provider keeps working
+tracing.batch([], formed_at=0.0, started_at=0.0, done_at=0.0, attributes={})
+print(sorted(span.name for span in exporter.get_finished_spans()))
+"""
+
+
+def test_a_tracer_provider_installed_before_the_worker_is_used_as_it_is() -> None:
+    """Under `opentelemetry-instrument` (or an embedding application) the global provider is already
+    set: the worker records through it with no OTEL_* variable of its own, and leaves it running."""
+    done = subprocess.run(
+        [sys.executable, "-c", _UNDER_INSTRUMENTATION], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(["batch", "batch", "forward", "forward"])
