@@ -78,13 +78,11 @@ class TraceContext:
 
 
 def _ascii(value: bytes | str | None) -> str | None:
+    """The header value as text without surrounding blanks; None unless it is all ASCII."""
     if value is None:
         return None
-    try:
-        text = value.decode("ascii") if isinstance(value, bytes) else value.encode("ascii").decode("ascii")
-    except UnicodeError:
-        return None
-    return text.strip(_OWS)
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    return text.strip(_OWS) if text.isascii() else None
 
 
 def parse_traceparent(value: bytes | str | None) -> tuple[str, str, int] | None:
@@ -243,15 +241,16 @@ class Tracing:
         if self._tracer is None:
             return
         links = [link for job in jobs if (link := job.link()) is not None]
+        offset = _clock_offset_ns()
         named = {f"kafka_scorer.batch.{key}": value for key, value in attributes.items()}
         batch = self._tracer.start_span(
-            "batch", context=Context(), links=links, attributes=named, start_time=_wall_ns(formed_at)
+            "batch", context=Context(), links=links, attributes=named, start_time=offset + _ns(formed_at)
         )
         forward = self._tracer.start_span(
-            "forward", context=otel.set_span_in_context(batch, Context()), start_time=_wall_ns(started_at)
+            "forward", context=otel.set_span_in_context(batch, Context()), start_time=offset + _ns(started_at)
         )
-        forward.end(end_time=_wall_ns(done_at))
-        batch.end(end_time=_wall_ns(done_at))
+        forward.end(end_time=offset + _ns(done_at))
+        batch.end(end_time=offset + _ns(done_at))
 
     def close(self) -> None:
         """Flush and stop what `from_environment` started."""
@@ -282,9 +281,23 @@ def _from_span(span: Any) -> TraceContext | None:
     )
 
 
-def _wall_ns(monotonic_s: float) -> int:
-    """A `time.monotonic()` instant as the epoch nanoseconds spans are stamped with."""
-    return time.time_ns() - int((time.monotonic() - monotonic_s) * 1e9)
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _clock_offset_ns() -> int:
+    """Epoch minus monotonic time, in ns: turns the batcher's `time.monotonic()` stamps into the epoch
+    times spans carry. The epoch clock is read between two monotonic reads and the tightest of three
+    tries is kept, so a thread preempted between reads cannot shift the spans by its wait."""
+    best: tuple[int, int] | None = None
+    for _ in range(3):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        if best is None or after - before < best[0]:
+            best = (after - before, wall - (before + after) // 2)
+    assert best is not None
+    return best[1]
 
 
 # ---- set-up from the standard OTEL_* variables ----------------------------------------------------
