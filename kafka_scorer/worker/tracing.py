@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 
-# version-traceid-parentid-flags; a version after 00 may append fields, which are not read (W3C §3.2.4)
+# version-traceid-parentid-flags; a version after 00 may append fields, which are not read (W3C rule)
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\x00-\x1f]*)?")
 _STATE_KEY = re.compile(r"[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13}")
 _STATE_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
