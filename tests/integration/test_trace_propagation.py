@@ -54,6 +54,11 @@ async def test_a_jobs_trace_reaches_its_result_through_the_workers_spans(
     }
     assert len(results) == len(records)
 
+    # the batch histograms count per forward pass: three jobs of two items each went through the model
+    metrics = worker.worker.metrics.render().decode()
+    assert "kafka_scorer_batch_jobs_sum 3.0" in metrics and "kafka_scorer_batch_items_sum 6.0" in metrics
+    assert 'kafka_scorer_errors_total{code="invalid_message"} 1.0' in metrics
+
     spans = exporter.get_finished_spans()
     consumes = {span.attributes["messaging.message.id"]: span for span in spans if span.name == "consume"}
     assert set(consumes) == set(results)
