@@ -13,8 +13,14 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from kafka_scorer.engine.attention.dense import DenseMetadata, capped_attention, dense_attention, soft_cap
-from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host, to_device
+from kafka_scorer.engine.attention.dense import (
+    DenseMetadata,
+    OverDense,
+    capped_attention,
+    dense_attention,
+    soft_cap,
+)
+from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host
 from kafka_scorer.engine.attention.pairs import PairMetadata, pair_attention
 
 
@@ -48,18 +54,12 @@ class ItemBlock:
 
 
 @dataclass(frozen=True)
-class CascadeMetadata:
+class CascadeMetadata(OverDense):
     """Gather/scatter indices of the cascade, built once per batch on the packing thread."""
 
-    dense: DenseMetadata
-    """For a sliding window shorter than a plain pair, which the cascade leaves to the dense path."""
     prefix_groups: list[PrefixGroup]
     items: list[ItemBlock]
     backend: ClassVar[str] = "cascade"
-
-    @property
-    def layout(self) -> AttentionLayout:
-        return self.dense.layout
 
     @classmethod
     def build(cls, layout: AttentionLayout, pin: bool) -> CascadeMetadata:
@@ -71,9 +71,6 @@ class CascadeMetadata:
             if lens and max(lens) > 0
         ]
         return cls(DenseMetadata.build(layout, pin), prefix_groups, items)
-
-    def to(self, device: torch.device) -> CascadeMetadata:
-        return to_device(self, device)
 
 
 def prepare_cascade(layout: AttentionLayout, pin: bool) -> CascadeMetadata | PairMetadata:

@@ -7,7 +7,7 @@ pair, a soft-capped encoder layer), so its metadata is part of theirs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,22 @@ class DenseMetadata:
         return cls(layout, host(segments, pin))
 
     def to(self, device: torch.device) -> DenseMetadata:
+        return to_device(self, device)
+
+
+@dataclass(frozen=True)
+class OverDense:
+    """Base of the other backends' metadata: each leaves some layers to the dense path (a sliding
+    window shorter than a plain pair; the cascade also a soft-capped encoder layer), so each carries
+    the dense metadata, and the layout with it."""
+
+    dense: DenseMetadata
+
+    @property
+    def layout(self) -> AttentionLayout:
+        return self.dense.layout
+
+    def to(self, device: torch.device) -> Self:
         return to_device(self, device)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
+from kafka_scorer.engine.attention.dense import DenseMetadata, OverDense, dense_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout, host
 
 if TYPE_CHECKING:
@@ -26,18 +26,14 @@ BLOCK = 128  # FlexAttention's sparse block size (its default)
 
 
 @dataclass(frozen=True)
-class FlexMetadata:
-    dense: DenseMetadata
-    """Its segment ids feed the mask rule; the dense path serves a window shorter than a plain pair."""
+class FlexMetadata(OverDense):
+    """The block mask and the per-token ids its rule reads (the segment ids are the dense metadata's)."""
+
     documents: torch.Tensor
     """[T] int32: the sequence each token belongs to."""
     block_mask: BlockMask
     """Its `mask_mod` reads `documents` and `dense.segments` on the same device as the block index."""
     backend: ClassVar[str] = "flex"
-
-    @property
-    def layout(self) -> AttentionLayout:
-        return self.dense.layout
 
     @classmethod
     def build(cls, layout: AttentionLayout, pin: bool) -> FlexMetadata:

@@ -9,8 +9,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from kafka_scorer.engine.attention.dense import DenseMetadata
-from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host, to_device
+from kafka_scorer.engine.attention.dense import DenseMetadata, OverDense
+from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host
 
 
 @dataclass(frozen=True)
@@ -30,17 +30,11 @@ class PairGroup:
 
 
 @dataclass(frozen=True)
-class PairMetadata:
+class PairMetadata(OverDense):
     """The cascade backend's metadata for an encoder batch: O(T) indices in all."""
 
-    dense: DenseMetadata
-    """For what the groups do not cover: a window shorter than a pair, a soft-capped layer."""
     groups: list[PairGroup]
     backend: ClassVar[str] = "cascade"
-
-    @property
-    def layout(self) -> AttentionLayout:
-        return self.dense.layout
 
     @classmethod
     def build(cls, layout: AttentionLayout, pin: bool) -> PairMetadata:
@@ -65,9 +59,6 @@ class PairMetadata:
                 )
             )
         return cls(DenseMetadata.build(layout, pin), groups)
-
-    def to(self, device: torch.device) -> PairMetadata:
-        return to_device(self, device)
 
 
 def pair_attention(
