@@ -18,6 +18,10 @@ from kafka_scorer.errors import EXIT_USER_ERROR
 MODELS = {
     "causal": ("causal", "a tiny Qwen3-shaped CausalLM: jobs ask for label-token probabilities"),
     "classification": ("classification", "a tiny Qwen3-shaped classifier with 3 classes"),
+    "qwen3-reranker": (
+        "reranker",
+        "a tiny Qwen3-shaped yes/no reranker with a Qwen-style chat tokenizer (--template qwen3-reranker)",
+    ),
 }
 
 
@@ -41,12 +45,17 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
-    from kafka_scorer.testing.tiny_models import build_tiny_model
+    from kafka_scorer.testing.tiny_models import build_tiny_model, build_tiny_reranker
 
     kind = MODELS[args.name][0]
-    build_tiny_model(directory, "qwen3", kind, num_labels=3, seed=args.seed)  # type: ignore[arg-type]
+    serve = f"kafka-scorer worker --model {directory}"
+    if kind == "reranker":  # text jobs get the preset's prompt and yes/no labels from the worker
+        build_tiny_reranker(directory, seed=args.seed)
+        serve += " --template qwen3-reranker"
+    else:
+        build_tiny_model(directory, "qwen3", kind, num_labels=3, seed=args.seed)  # type: ignore[arg-type]
     print(f"wrote {MODELS[args.name][1]} to {directory}")
-    print("serve it:  kafka-scorer worker --model " + str(directory))
+    print("serve it:  " + serve)
     print("a job:     " + json.dumps(sample_job(directory, kind)))
     return 0
 
@@ -58,6 +67,8 @@ def sample_job(directory: Path, kind: str) -> dict[str, object]:
         "query": "Is this review positive?",
         "items": ["The food was great.", "Cold and late."],
     }
+    if kind == "reranker":
+        job["top_n"] = 2  # labels and prompt come from the worker's template
     if kind == "causal":
         from transformers import AutoTokenizer
 

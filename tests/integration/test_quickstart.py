@@ -1,5 +1,6 @@
 """The quickstart's laptop path, run as written: `kafka-scorer broker`, `kafka-scorer model`, a worker
-serving that model, and `kafka-scorer submit` with the job `model` printed — all real processes."""
+started with the command `model` printed, and `kafka-scorer submit` with the job it printed — all real
+processes; for the plain CausalLM and for the reranker served with `--template qwen3-reranker`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,37 +40,72 @@ def _wait_for(log: Path, needle: str, proc: subprocess.Popen[bytes], timeout_s: 
         time.sleep(0.1)
 
 
+@dataclass(frozen=True)
+class Flow:
+    """One quickstart path: the model `kafka-scorer model` writes, and the request topic its worker reads
+    (the reranker's worker gets a topic and group of its own, so both run side by side on one broker)."""
+
+    name: str
+    topic: str = "scoring-requests"
+    group: str = "kafka-scorer"
+
+
+FLOWS = (Flow("causal"), Flow("qwen3-reranker", "rerank-requests", "rerank"))
+
+
 def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> None:
+    """Both paths at once (each step is a process start paid in parallel): the CausalLM with the label
+    ids `model` printed, and the reranker served with `--template qwen3-reranker` and text jobs."""
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
-    broker_log, worker_log = tmp_path / "broker.log", tmp_path / "worker.log"
-    broker = _start("broker", "--port", str(port), log=broker_log)
-    worker = None
+    broker_log = tmp_path / "broker.log"
+    topics = [a for t in ("scoring-requests", "scoring-results", FLOWS[1].topic) for a in ("--topic", t)]
+    broker = _start("broker", "--port", str(port), *topics, log=broker_log)
+    workers: dict[str, subprocess.Popen[bytes]] = {}
     try:
+        makers = {
+            f.name: _start("model", f.name, str(tmp_path / f.name), log=tmp_path / f"{f.name}.out")
+            for f in FLOWS
+        }
         _wait_for(broker_log, "broker ready", broker, timeout_s=30)
-        made = run_cli("model", "causal", str(tmp_path / "tiny-causal"))
-        assert made.returncode == 0, made.stderr
-        job_line = next(line for line in made.stdout.splitlines() if line.startswith("a job:"))
-        job = json.loads(job_line.removeprefix("a job:"))
-        worker = _start(
-            "worker",
-            *("--model", str(tmp_path / "tiny-causal"), "--bootstrap-servers", bootstrap),
-            *("--metrics-port", "0", "--fetch-max-wait-ms", "20"),
-            log=worker_log,
-        )
-        _wait_for(worker_log, "worker ready", worker)
-        (tmp_path / "jobs.jsonl").write_text(json.dumps(job) + "\n")
-        submitted = run_cli(
-            "submit", str(tmp_path / "jobs.jsonl"), "--bootstrap-servers", bootstrap, "--timeout", "60"
-        )
-        assert submitted.returncode == 0, submitted.stderr + worker_log.read_text(errors="replace")
-        result = json.loads(submitted.stdout.splitlines()[0])
-        assert result["id"] == job["id"] and "error" not in result
-        assert len(result["scores"]) == len(job["items"])
-        assert all(abs(sum(row) - 1.0) < 1e-5 for row in result["scores"])  # apply_softmax: rows sum to 1
+        jobs = {}
+        for flow in FLOWS:
+            assert makers[flow.name].wait(120) == 0, (tmp_path / f"{flow.name}.out").read_text()
+            printed = dict(
+                line.split(":", 1)
+                for line in (tmp_path / f"{flow.name}.out").read_text().splitlines()
+                if line.startswith(("serve it:", "a job:"))
+            )
+            jobs[flow.name] = json.loads(printed["a job"])
+            serve = printed["serve it"].split()  # kafka-scorer worker --model DIR [--template NAME]
+            assert serve[:2] == ["kafka-scorer", "worker"], printed
+            workers[flow.name] = _start(
+                *serve[1:],
+                *("--bootstrap-servers", bootstrap, "--metrics-port", "0", "--fetch-max-wait-ms", "20"),
+                *("--request-topics", flow.topic, "--group-id", flow.group),
+                log=tmp_path / f"{flow.name}-worker.log",
+            )
+        for flow in FLOWS:
+            _wait_for(tmp_path / f"{flow.name}-worker.log", "worker ready", workers[flow.name])
+        for flow in FLOWS:
+            job = jobs[flow.name]
+            (tmp_path / "jobs.jsonl").write_text(json.dumps(job) + "\n")
+            submitted = run_cli(
+                "submit", str(tmp_path / "jobs.jsonl"), "--bootstrap-servers", bootstrap, "--timeout", "60",
+                "--request-topic", flow.topic,
+            )  # fmt: skip
+            worker_log = (tmp_path / f"{flow.name}-worker.log").read_text(errors="replace")
+            assert submitted.returncode == 0, submitted.stderr + worker_log
+            result = json.loads(submitted.stdout.splitlines()[0])
+            assert result["id"] == job["id"] and "error" not in result
+            assert len(result["scores"]) == len(job["items"])
+            if flow.name == "causal":
+                assert all(abs(sum(row) - 1.0) < 1e-5 for row in result["scores"])  # apply_softmax
+            else:
+                _check_reranked(result, job, submitted.stderr)
     finally:
-        for proc in (worker, broker):
-            if proc is not None and proc.poll() is None:
+        for proc in (*workers.values(), broker):
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
                 try:
                     proc.wait(20)
@@ -76,6 +113,17 @@ def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> No
                     proc.kill()
     assert broker.returncode == 0, broker_log.read_text(errors="replace")
     assert "broker stopped" in broker_log.read_text()
+
+
+def _check_reranked(result: dict, job: dict, stderr: str) -> None:
+    """The preset's yes/no labels, a ranking by the first one, and the template named on the result."""
+    assert {len(row) for row in result["scores"]} == {2}, result  # labels from the template: yes, no
+    relevance = [row[0] for row in result["scores"]]
+    order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))[: job["top_n"]]
+    assert [r["index"] for r in result["ranking"]] == order, result
+    assert [r["score"] for r in result["ranking"]] == [relevance[i] for i in order]
+    assert result["template"]["name"] == "qwen3-reranker" and result["model_revision"].startswith("sha256:")
+    assert f"ranking {job['id']} (line 1):" in stderr and "provenance: template qwen3-reranker" in stderr
 
 
 def test_broker_refuses_a_busy_port_in_one_line(tmp_path: Path) -> None:
