@@ -35,6 +35,8 @@ _REQUEST_HEADERS = {
         "kafka_correlationId": {"type": "string", "description": "Spring's name; echoed under this name."},
         "reply_topic": {"type": "string", "description": "Topic for this job's result."},
         "kafka_replyTopic": {"type": "string", "description": "Spring's name for reply_topic."},
+        "traceparent": {"type": "string", "description": "W3C Trace Context; a malformed one is ignored."},
+        "tracestate": {"type": "string", "description": "W3C Trace Context vendor state, with traceparent."},
     },
 }
 
@@ -43,6 +45,11 @@ _RESULT_HEADERS = {
     "properties": {
         "content-type": {"type": "string", "enum": [CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK]},
         "correlation_id": {"type": "string", "description": "The request's, under the name it arrived with."},
+        "traceparent": {
+            "type": "string",
+            "description": "The job's trace (its produce span's when the worker records spans).",
+        },
+        "tracestate": {"type": "string", "description": "The job's tracestate, carried on."},
     },
     "required": ["content-type"],
 }
