@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from kafka_scorer.broker import create_topics
 from kafka_scorer.protocol import CONTENT_TYPE_MSGPACK, Job, decode_result, encode_job, unframe
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import InProcessWorker, Out, fresh_topics, produce, read_topic, unique
@@ -24,6 +25,7 @@ async def test_json_results_are_framed_per_reply_topic_msgpack_and_dead_letters_
 ) -> None:
     topics = await fresh_topics(kafka, partitions=1, dead_letters=True)
     own_reply = unique("own-replies")
+    await create_topics(kafka.bootstrap, [own_reply], 1)  # tansu 0.6 is slow to auto-create on produce
     json_job = Job(id="json", query=[5, 6], items=[[7], [8, 9]], label_token_ids=[3, 4])
     packed_job = Job(id="packed", query=[5], items=[[7]], label_token_ids=[3])
     routed_job = Job(id="routed", query=[6], items=[[9]], label_token_ids=[4])
