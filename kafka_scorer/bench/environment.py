@@ -25,15 +25,18 @@ class Environment:
     model_root: Path
     peak: dict
     probe: RunProbe
+    template: str = ""
+    """The causal scorer's prompt template (`--template`); its checkpoint then has a chat tokenizer."""
     scorers: dict[str, object] = field(default_factory=dict)
     baselines: dict[str, BaselineScorer] = field(default_factory=dict)
 
     def checkpoint(self, kind: str) -> Path:
         dtype = str(self.dtype).removeprefix("torch.")
-        path = self.model_root / f"{self.shape.name}-{kind}-{dtype}"
+        chat = bool(self.template) and kind == "causal"
+        path = self.model_root / f"{self.shape.name}-{kind}-{dtype}{'-chat' * chat}"
         if not (path / "config.json").exists():
             init_device = "cuda" if self.device.type == "cuda" else "cpu"
-            build_shaped_model(path, self.shape, kind, dtype=dtype, init_device=init_device)  # type: ignore[arg-type]
+            build_shaped_model(path, self.shape, kind, dtype=dtype, init_device=init_device, chat=chat)  # type: ignore[arg-type]
         return path
 
     def scorer(self, kind: str, max_batch_tokens: int):
@@ -46,6 +49,7 @@ class Environment:
                 dtype=str(self.dtype).removeprefix("torch."),
                 device=str(self.device),
                 max_batch_tokens=max_batch_tokens,
+                template=self.template if kind == "causal" else "",
             )
         return self.scorers[kind]
 

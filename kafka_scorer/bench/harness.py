@@ -84,6 +84,9 @@ class BenchConfig:
     seed: int = 0
     model_dir: str | None = None
     """Where to keep the generated checkpoints between runs; None: a temp dir removed at the end."""
+    template: str = ""
+    """A prompt template for the causal scorer (`--template`): the rerank workload is then sent as text
+    (`templated.py`) and reports the template's token counts."""
     verbose: bool = True
 
 
@@ -108,8 +111,8 @@ def run_workload(
     scorer = env.scorer(kind, config.max_batch_tokens)
     baseline = env.baseline(kind)
     window = window_for(workload, config.max_batch_tokens)
-    no_mis = with_multi_item(workload.jobs, False)
-    mis = with_multi_item(workload.jobs, True)
+    no_mis = with_multi_item(workload.requests, False)
+    mis = with_multi_item(workload.requests, True)
     peak_flops = env.peak["flops_per_s"]
 
     def timed(make: Callable[[], Contender], jobs: list[Job], window: int = window) -> RunRecord:
@@ -123,7 +126,10 @@ def run_workload(
     log("  (c) baseline ...")
     runs["c"] = (
         "transformers baseline",
-        timed(lambda: BaselineContender(baseline, config.max_batch_tokens), no_mis),
+        timed(
+            lambda: BaselineContender(baseline, config.max_batch_tokens),
+            with_multi_item(workload.jobs, False),
+        ),
     )
     log(f"  (a) engine, MIS off [{default_backend}] ...")
     runs["a"] = (
@@ -165,6 +171,10 @@ def run_workload(
 
     reference = runs["c"][1].scores
     steady_workload = Workload(workload.spec, stream.jobs) if stream else workload
+    if stream and workload.sent is not None:  # the stream cycles the text jobs: count on their token view
+        steady_workload = Workload(
+            workload.spec, [workload.jobs[k % len(workload.jobs)] for k in range(len(stream.jobs))]
+        )
     contenders = {}
     for key, (label, record) in runs.items():
         if key in (STEADY_ENGINE, "d"):
@@ -183,6 +193,7 @@ def run_workload(
         "items": workload.num_items,
         "pair_tokens": workload.pair_tokens,
         "packed_tokens": workload.packed_tokens,
+        "template": _template_tokens(workload, scorer),
         "window": window,
         "steady": None
         if stream is None
@@ -196,6 +207,16 @@ def run_workload(
         "ratios": ratios(contenders, backends, default_backend),
         "cross_check": cross_check(contenders, env.dtype),
     }
+
+
+def _template_tokens(workload: Workload, scorer) -> dict | None:
+    """Per job, the tokens MIS and no-MIS compute under the template (None: the jobs are not text)."""
+    if workload.sent is None or scorer.template is None:
+        return None
+    from kafka_scorer.bench.templated import template_tokens
+
+    counts = template_tokens(workload, scorer.template.name, scorer.template.digest)
+    return {**asdict(counts), "mis_tokens": counts.mis_tokens, "no_mis_tokens": counts.no_mis_tokens}
 
 
 def run_bench(config: BenchConfig) -> dict:
@@ -228,12 +249,19 @@ def run_bench(config: BenchConfig) -> dict:
             model_root=root,
             peak=measure_matmul_peak(device, dtype, shape, config.quick),
             probe=RunProbe(device),
+            template=config.template,
         )
         log(f"  {env.peak['flops_per_s'] / 1e9:.1f} GFLOP/s")
         results = {}
         for name in config.workloads:
             spec = workload_spec(name, quick=config.quick, device_type=device.type, num_jobs=config.num_jobs)
             workload = build_workload(spec, shape.vocab_size, seed=config.seed)
+            if config.template and name == "rerank":
+                from kafka_scorer.bench.templated import templated_workload
+
+                workload = templated_workload(
+                    spec, env.scorer("causal", config.max_batch_tokens), seed=config.seed
+                )
             log(f"workload {name}: {len(workload.jobs)} jobs, {workload.num_items} items")
             results[name] = run_workload(env, workload, config, backends, log)
         label_kernel = None

@@ -53,7 +53,9 @@ SHAPES: dict[str, ModelShape] = {
 }
 
 
-def qwen3_config(shape: ModelShape, kind: Kind, *, num_labels: int, pad_token_id: int, bos_token_id: int):
+def qwen3_config(
+    shape: ModelShape, kind: Kind, *, num_labels: int, pad_token_id: int, bos_token_id: int | None
+):
     """`shape` as a Qwen3 config, with the family's published context, RoPE base and norm epsilon."""
     from kafka_scorer.testing.tiny_models import decoder_config
 
@@ -86,20 +88,23 @@ def build_shaped_model(
     dtype: str = "float32",
     seed: int = 0,
     init_device: str = "cpu",
+    chat: bool = False,
 ) -> Path:
     """Write a random model of `shape` (plus a small offline tokenizer) to `directory`.
 
     `init_device="cuda"` initialises the weights on the GPU: random init of an 8B model on a CPU takes
     minutes, on a GPU seconds. Saved in `dtype` so loading reads no more bytes than serving needs.
+    `chat`: a Qwen-style chat tokenizer (no BOS), for a prompt template's special tokens.
     """
-    from kafka_scorer.testing.tiny_models import build_tokenizer, save_random_model
+    from kafka_scorer.testing.tiny_models import build_chat_tokenizer, build_tokenizer, save_random_model
 
     shape = SHAPES[shape] if isinstance(shape, str) else shape
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(path)
-    if tokenizer.pad_token_id >= FIRST_REGULAR_ID or tokenizer.bos_token_id >= FIRST_REGULAR_ID:
-        raise RuntimeError("special token ids must lie below FIRST_REGULAR_ID")
+    tokenizer = build_chat_tokenizer(path) if chat else build_tokenizer(path)
+    specials = [tokenizer.pad_token_id, tokenizer.bos_token_id]
+    if any(i is not None and i >= FIRST_REGULAR_ID for i in specials) or len(tokenizer) > shape.vocab_size:
+        raise RuntimeError("special token ids must lie below FIRST_REGULAR_ID, all ids within the vocabulary")
     config = qwen3_config(
         shape,
         kind,

@@ -48,10 +48,18 @@ class WorkloadSpec:
 class Workload:
     spec: WorkloadSpec
     jobs: list[Job] = field(default_factory=list)
+    sent: list[Job] | None = None
+    """The jobs as the engine and the worker receive them, where that differs from `jobs`: text under a
+    prompt template (`templated.py`), with `jobs` the same jobs as the engine's token ids. None: `jobs`."""
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def requests(self) -> list[Job]:
+        """What (a), (b) and (d) are sent; (c) and every token count read `jobs`."""
+        return self.jobs if self.sent is None else self.sent
 
     @property
     def num_items(self) -> int:
