@@ -5,6 +5,13 @@ closes as soon as the queue holds `max_batch_tokens`, or when its oldest job has
 `max_batch_wait_ms`, or at once while draining. The forward pass runs on one executor thread that owns
 the device, so the event loop keeps fetching, heartbeating and producing while the model computes.
 
+While the device still has a batch ahead, a partial batch keeps growing past `max_batch_wait_ms` until
+shortly before the device is expected to need it (from the device's measured time per token): its jobs
+could not start any earlier, and the jobs that join meanwhile save a forward of their own. Under a
+steady load this is the difference between a stream of full batches and full ones interleaved with
+scraps (measured with `kafka-scorer bench`: rerank on the CPU ran 7,680-token batches with 1,280-token
+ones between them). Should the estimate be long, the device's end wakes the batch at once.
+
 Up to two batches are out at a time: one computing and the next one already closed, packed (on a CPU
 thread of its own, while the first computes) and queued behind it on the device thread, so the device
 goes from one forward to the next without waiting for the event loop or for packing. A third batch
@@ -34,6 +41,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")  # the caller's per-job context (the worker's Ticket)
 
 _SLOTS = 2  # one batch computing + one ready behind it
+_EWMA = 0.3  # weight of the newest batch in the device's time per token and the pack time
+_LEAD_S = 0.002  # a held batch closes this long (plus twice a pack) before the device is expected free
 
 
 class PreparedLike(Protocol):
@@ -82,6 +91,10 @@ class Batcher(Generic[T]):
         self._draining = False
         self.failure: BaseException | None = None  # the fatal error that stopped the batcher
         self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-device")
+        self._s_per_token: float | None = None  # device seconds per token, from finished batches
+        self._pack_s = 0.0  # recent packing time
+        self._device_tokens = 0  # tokens handed to the device (packing, queued or computing)
+        self._device_free_at = 0.0  # when the device is expected to run out of work (monotonic)
         self._packer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-pack")
 
     @property
@@ -132,6 +145,7 @@ class Batcher(Generic[T]):
                 context, at = self._waiting.pop(id(prepared))
                 contexts.append(context)
                 enqueued.append(at)
+            self._hand_to_device(sum(p.num_tokens for p in batch))
             future = asyncio.ensure_future(self._pack_and_compute(loop, batch))
             self._running.add(future)
             future.add_done_callback(lambda f, c=contexts, e=enqueued: self._finished(f, c, e))
@@ -147,7 +161,8 @@ class Batcher(Generic[T]):
             if self._draining or self._scheduler.full:
                 return self._scheduler.next_batch()
             _, oldest_at = next(iter(self._waiting.values()))
-            remaining = self._max_wait_s - (time.monotonic() - oldest_at)
+            now = time.monotonic()
+            remaining = max(self._max_wait_s - (now - oldest_at), self._device_ahead_s(now))
             if remaining <= 0:
                 return self._scheduler.next_batch()
             self._added.clear()
@@ -156,19 +171,45 @@ class Batcher(Generic[T]):
             except TimeoutError:
                 return self._scheduler.next_batch()
 
+    def _device_ahead_s(self, now: float) -> float:
+        """How long a partial batch may still grow before the device needs it (<= 0: close it now)."""
+        if self._s_per_token is None or not self._running:
+            return 0.0
+        return self._device_free_at - now - 2 * self._pack_s - _LEAD_S
+
+    def _hand_to_device(self, tokens: int) -> None:
+        self._device_tokens += tokens
+        if self._s_per_token is not None:
+            start = max(time.monotonic(), self._device_free_at)
+            self._device_free_at = start + tokens * self._s_per_token
+
+    def _learn(self, tokens: int, compute_s: float, pack_s: float) -> None:
+        """After a forward: the device's pace, and when what is still handed to it should be done (the
+        next batch starts now, as it was queued behind this one)."""
+        self._device_tokens -= tokens
+        if tokens > 0:
+            pace = compute_s / tokens
+            old = self._s_per_token
+            self._s_per_token = pace if old is None else (1 - _EWMA) * old + _EWMA * pace
+        self._pack_s = (1 - _EWMA) * self._pack_s + _EWMA * pack_s
+        self._device_free_at = time.monotonic() + self._device_tokens * (self._s_per_token or 0.0)
+        self._added.set()  # a held batch re-reads the estimate (the device may be free already)
+
     async def _pack_and_compute(
         self, loop: asyncio.AbstractEventLoop, batch: list
-    ) -> tuple[list[Result], float, float, int]:
+    ) -> tuple[list[Result], float, float, int, float]:
         """Packing runs while the device still computes the previous batch; both threads are FIFO, so
         batches reach the device in the order they closed."""
-        packed = await loop.run_in_executor(self._packer, self._pack, batch)
-        return await loop.run_in_executor(self._device, self._compute, batch, packed)
+        packed, pack_s = await loop.run_in_executor(self._packer, self._pack, batch)
+        return (*await loop.run_in_executor(self._device, self._compute, batch, packed), pack_s)
 
-    def _pack(self, batch: list) -> Any:
+    def _pack(self, batch: list) -> tuple[Any, float]:
+        started = time.monotonic()
         try:
-            return self._scorer.pack(batch)
+            packed = self._scorer.pack(batch)
         except Exception as exc:  # answered as a failed batch by `_compute`, which logs it
-            return exc
+            packed = exc
+        return packed, time.monotonic() - started
 
     def _compute(self, batch: list, packed: Any) -> tuple[list[Result], float, float, int]:
         """On the device thread. The engine answers a failed job with `internal` itself; this covers the
@@ -198,7 +239,8 @@ class Batcher(Generic[T]):
             self.failure = self.failure or exc
             self._added.set()  # wake `run`, which raises it
             return
-        results, started, compute_s, tokens = future.result()
+        results, started, compute_s, tokens, pack_s = future.result()
+        self._learn(tokens, compute_s, pack_s)
         queue_s = [max(0.0, started - at) for at in enqueued]
         self._on_done(BatchDone(contexts, results, queue_s, compute_s, tokens))
 

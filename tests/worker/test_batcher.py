@@ -225,6 +225,56 @@ async def test_discarded_jobs_are_never_computed_and_the_rest_keep_their_order(d
     assert batcher.discard(lambda context: True) == []
 
 
+class TimedEngine(RecordingEngine):
+    """Records when each forward started and ended (monotonic), to see the device's idle gaps."""
+
+    def __init__(self, compute_s: float) -> None:
+        super().__init__(compute_s=compute_s)
+        self.spans: list[tuple[float, float]] = []
+
+    def run_packed(self, jobs):
+        started = time.monotonic()
+        try:
+            return super().run_packed(jobs)
+        finally:
+            self.spans.append((started, time.monotonic()))
+
+
+async def test_a_partial_batch_grows_while_the_device_has_a_batch_ahead(done) -> None:
+    """j6 is left over under the budget and has waited past max_batch_wait_ms when a slot frees, but the
+    device still has [j3..j5] to compute: closing j6 alone then would only put a scrap batch on the
+    device. It keeps growing, and the jobs that arrive meanwhile ride in the same forward."""
+    engine = TimedEngine(compute_s=0.5)
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=10)
+    for i in range(7):
+        batcher.add(FakePrepared(f"j{i}", 10), f"ctx{i}")
+
+    async def more_after_the_first_batch() -> None:
+        while not done:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)  # well inside the second batch's 0.5 s
+        batcher.add(FakePrepared("j7", 10), "ctx7")
+        batcher.add(FakePrepared("j8", 10), "ctx8")
+
+    adder = asyncio.create_task(more_after_the_first_batch())
+    await _run(batcher, lambda: len(done) >= 3)
+    await adder
+    assert engine.calls == [["j0", "j1", "j2"], ["j3", "j4", "j5"], ["j6", "j7", "j8"]]
+
+
+async def test_a_held_batch_still_reaches_the_device_when_it_frees(done) -> None:
+    """Held back, the lone leftover must not make the device wait: it runs right after the batch ahead
+    (the bound is generous against 0.5 s forwards, for a loaded machine)."""
+    engine = TimedEngine(compute_s=0.5)
+    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=10)
+    for i in range(7):
+        batcher.add(FakePrepared(f"j{i}", 10), f"ctx{i}")
+    await _run(batcher, lambda: len(done) >= 3)
+    assert engine.calls == [["j0", "j1", "j2"], ["j3", "j4", "j5"], ["j6"]]
+    (_, second_end), (third_start, _) = engine.spans[1], engine.spans[2]
+    assert third_start - second_end < 0.25
+
+
 def test_the_worker_imports_no_torch() -> None:
     """The worker side only counts tokens: importing it must not load torch (seconds of start-up, and
     the seam between worker and engine stays honest)."""
