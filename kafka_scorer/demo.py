@@ -343,30 +343,32 @@ def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_r
         console.print(f"[bold red]{RANDOM_BANNER}[/]")
 
 
-def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
-    """One row per job, one line of (rounded) scores per item."""
+def results_table(
+    title: str, columns: list[tuple[str, str]], wide: str, min_width: int, wraps: str = ""
+) -> Any:
+    """A table of (name, justify) columns: ids, kinds and numbers keep their width; the `wide` column
+    (scores, rankings) takes the rest but never less than `min_width`, so a narrow terminal folds an
+    error text, not the numbers. Only `wide` and `wraps` may wrap."""
     from rich.table import Table
 
-    table = Table(title="kafka-scorer demo results", show_lines=False)
-    for name, justify in (
-        ("job id", "left"),
-        ("model", "left"),
-        ("MIS", "center"),
-        ("input", "left"),
-        ("items", "right"),
-        ("scores, one row per item (rounded)", "left"),
-        ("latency ms", "right"),
-    ):
-        # Ids, kinds and numbers keep their width; the scores take the rest, but never less than a
-        # three-label row, so a narrow terminal folds the error text, not the numbers.
-        scores = name.startswith("scores")
+    table = Table(title=title, show_lines=False)
+    for name, justify in columns:
         table.add_column(
             name,
             justify=justify,  # type: ignore[arg-type]
             overflow="fold",
-            no_wrap=name != "input" and not scores,
-            min_width=22 if scores else None,
+            no_wrap=name not in (wide, wraps),
+            min_width=min_width if name == wide else None,
         )
+    return table
+
+
+def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
+    """One row per job, one line of (rounded) scores per item."""
+    scores = "scores, one row per item (rounded)"
+    columns = [("job id", "left"), ("model", "left"), ("MIS", "center"), ("input", "left")]
+    columns += [("items", "right"), (scores, "left"), ("latency ms", "right")]
+    table = results_table("kafka-scorer demo results", columns, scores, 22, wraps="input")  # 3 labels
     for job in jobs[:max_rows]:
         s = job.submission
         mis = {True: "yes", False: "no", None: "auto"}[s.job.multi_item]

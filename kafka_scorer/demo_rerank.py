@@ -107,27 +107,14 @@ def rerank_job(n: int) -> Job:
 
 def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[str]:
     """The rankings table; returns the provenance line(s) for the caller to print once, under it."""
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="kafka-scorer demo rankings")
-    for name, justify in (
-        ("job id", "left"),
-        ("MIS", "center"),
-        ("labels", "left"),
-        ("instruction", "left"),
-        ("top_n/items", "right"),
-        ("rank. #index  score  item", "left"),
-        ("latency ms", "right"),
-    ):
-        ranking = name.startswith("rank")
-        table.add_column(
-            name,
-            justify=justify,  # type: ignore[arg-type]
-            no_wrap=not ranking,
-            overflow="fold",
-            min_width=ITEM_WIDTH + 22 if ranking else None,
-        )
+    from kafka_scorer.demo import results_table
+
+    ranking = "rank. #index  score  item"
+    columns = [("job id", "left"), ("MIS", "center"), ("labels", "left"), ("instruction", "left")]
+    columns += [("top_n/items", "right"), (ranking, "left"), ("latency ms", "right")]
+    table = results_table("kafka-scorer demo rankings", columns, ranking, ITEM_WIDTH + 22)
     for job in jobs[:max_rows]:
         s = job.submission
         latency = f"{s.latency_s * 1000:.0f}" if s.latency_s is not None else "-"

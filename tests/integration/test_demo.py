@@ -32,20 +32,27 @@ class Row:
         return [[float(v) for v in m[1].split()] for c in self.cells if (m := SCORE_ROW.match(c))]
 
 
-def parse_table(out: str) -> dict[str, Row]:
-    """Rows of rich's box table: a line with a job id starts a row, blank-id lines continue it."""
-    rows: dict[str, Row] = {}
-    current: Row | None = None
+def table_lines(out: str, columns: int) -> dict[str, list[list[str]]]:
+    """Rows of rich's box table by job id, each as its printed lines' cells: a line with a job id starts
+    a row, blank-id lines continue it (border and header lines use other box characters)."""
+    rows: dict[str, list[list[str]]] = {}
+    current: list[list[str]] | None = None
     for line in out.splitlines():
         cells = [c.strip() for c in line.split("│")]
-        if len(cells) != 9:  # border and header lines use other box characters
+        if len(cells) != columns + 2:
             continue
-        _, job_id, model, mis, kind, items, scores, _latency, _ = cells
-        if job_id:
-            current = rows[job_id] = Row(job_id, model, mis, kind, int(items))
+        if cells[1]:
+            current = rows[cells[1]] = []
         assert current is not None
-        if scores:
-            current.cells.append(scores)
+        current.append(cells[1:-1])
+    return rows
+
+
+def parse_table(out: str) -> dict[str, Row]:
+    rows: dict[str, Row] = {}
+    for job_id, lines in table_lines(out, 7).items():
+        _, model, mis, kind, items, _, _ = lines[0]
+        rows[job_id] = Row(job_id, model, mis, kind, int(items), [line[5] for line in lines if line[5]])
     return rows
 
 

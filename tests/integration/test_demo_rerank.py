@@ -22,6 +22,7 @@ from kafka_scorer.engine.revision import checkpoint_revision
 from kafka_scorer.testing.tiny_models import build_tiny_reranker
 from tests.cli.helpers import ROOT, cli_env
 from tests.engine.test_templates import CARD_INSTRUCTION, card_prompt, reference_rows
+from tests.integration.test_demo import table_lines
 
 pytestmark = pytest.mark.integration
 
@@ -45,19 +46,11 @@ class RankingRow:
 
 
 def parse_rankings(out: str) -> dict[str, RankingRow]:
-    """Rows of the rankings table: a line with a job id starts a row, blank-id lines continue it."""
     rows: dict[str, RankingRow] = {}
-    current: RankingRow | None = None
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.split("│")]
-        if len(cells) != 9:  # border and header lines use other box characters
-            continue
-        _, job_id, mis, labels, instruction, top_n_items, ranking, _latency, _ = cells
-        if job_id:
-            current = rows[job_id] = RankingRow(job_id, mis, labels, instruction, top_n_items)
-        assert current is not None
-        if ranking:
-            current.lines.append(ranking)
+    for job_id, lines in table_lines(out, 7).items():
+        _, mis, labels, instruction, top_n_items, _, _ = lines[0]
+        ranking = [line[5] for line in lines if line[5]]
+        rows[job_id] = RankingRow(job_id, mis, labels, instruction, top_n_items, ranking)
     return rows
 
 
