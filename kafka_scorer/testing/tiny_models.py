@@ -27,13 +27,22 @@ _CORPUS = [
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
 
 
-def byte_level_bpe(unk: str, specials: list[str], vocab_size: int):
+def byte_level_bpe(unk: str | None, specials: list[str], vocab_size: int, split: str | None = None):
     """An untrained byte-level BPE (any text tokenizes) and its trainer: the decoder models' tokenizer
-    and RoBERTa's are both this, with their own specials."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    and RoBERTa's are both this, with their own specials. `split` is a pre-tokenizer pattern used
+    instead of GPT-2's (the chat tokenizer's is Qwen's)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=unk))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if split is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -86,23 +95,9 @@ _CHAT_CORPUS = [
 def build_chat_tokenizer(directory: Path, vocab_size: int = 512):
     """A Qwen-style chat tokenizer: byte-level BPE behind Qwen's pre-tokenizer pattern, the chat special
     tokens (`<|im_start|>`, `<|im_end|>`, `<think>`, `</think>`) and no BOS, saved as a fast tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_QWEN_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=CHAT_SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    tok, trainer = byte_level_bpe(None, CHAT_SPECIAL_TOKENS, vocab_size, split=_QWEN_SPLIT)
     tok.train_from_iterator(_CHAT_CORPUS * 8, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
