@@ -72,7 +72,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="engine time that (d)'s stream is sized for between its fill and drain, timed as the steady "
-        "state (default: 20; 0.25 with --quick)",
+        "state; engine and worker take two turns each (default: 10; 0.25 with --quick)",
     )
     parser.add_argument(
         "--template",

@@ -45,7 +45,7 @@ from kafka_scorer.bench.matmul_peak import measure_matmul_peak
 from kafka_scorer.bench.models import SHAPES, ModelShape
 from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, repeated
-from kafka_scorer.bench.steady import MAX_JOBS, QUICK_MAX_JOBS, steady_stream
+from kafka_scorer.bench.steady import MAX_JOBS, QUICK_MAX_JOBS, ROUNDS, steadiest, steady_stream
 from kafka_scorer.bench.summary import (
     STEADY_ENGINE,
     cross_check,
@@ -80,7 +80,7 @@ class BenchConfig:
     """No further run once a contender's timed runs took this long: a slow contender runs once."""
     steady_seconds: float | None = None
     """Engine time the steady stream of (d) is sized for, between its fill and drain (`steady.py`);
-    None: 20 s, or 0.25 s with `quick`."""
+    None: 10 s (engine and worker take two turns each), or 0.25 s with `quick`."""
     seed: int = 0
     model_dir: str | None = None
     """Where to keep the generated checkpoints between runs; None: a temp dir removed at the end."""
@@ -93,7 +93,7 @@ class BenchConfig:
 def _steady_seconds(config: BenchConfig) -> float:
     if config.steady_seconds is not None:
         return config.steady_seconds
-    return 0.25 if config.quick else 20.0
+    return 0.25 if config.quick else 10.0
 
 
 def default_backends(device: torch.device) -> tuple[str, ...]:
@@ -115,7 +115,7 @@ def run_workload(
     mis = with_multi_item(workload.requests, True)
     peak_flops = env.peak["flops_per_s"]
 
-    def timed(make: Callable[[], Contender], jobs: list[Job], window: int = window) -> RunRecord:
+    def timed(make: Callable[[], Contender], jobs: list[Job]) -> RunRecord:
         drive(make(), warmup_jobs(jobs), window, env.probe)
         return repeated(
             lambda _: drive(make(), jobs, window, env.probe), config.repeats, config.repeat_budget_s
@@ -156,18 +156,18 @@ def run_workload(
             f"  steady stream: {len(stream.jobs)} jobs (the workload cycled), window {stream.window}, "
             f"~{stream.seconds:g} s of engine time between fill and drain"
         )
-        log(f"  (b) engine on the steady stream [{default_backend}] ...")
+        drive(EngineContender(scorer, None), warmup_jobs(stream.jobs), stream.window, env.probe)
+        engine_runs, worker_runs = [], []
+        for turn in range(ROUNDS):
+            log(f"  (b) engine on the steady stream [{default_backend}], turn {turn + 1} of {ROUNDS} ...")
+            engine_runs.append(drive(EngineContender(scorer, None), stream.jobs, stream.window, env.probe))
+            log(f"  (d) worker through the broker on the steady stream, turn {turn + 1} of {ROUNDS} ...")
+            worker_runs.append(run_worker_contender(scorer, stream.jobs, stream.window, env.probe))
         runs[STEADY_ENGINE] = (
             f"engine, steady stream [{default_backend}]",
-            timed(lambda: EngineContender(scorer, None), stream.jobs, stream.window),
+            steadiest(engine_runs, stream.jobs),
         )
-        log(f"  (d) worker through the broker on the steady stream [{default_backend}] ...")
-        runs["d"] = (
-            f"worker via broker [{default_backend}]",
-            run_worker_contender(
-                scorer, stream.jobs, stream.window, env.probe, config.repeats, config.repeat_budget_s
-            ),
-        )
+        runs["d"] = (f"worker via broker [{default_backend}]", steadiest(worker_runs, stream.jobs))
 
     reference = runs["c"][1].scores
     steady_workload = Workload(workload.spec, stream.jobs) if stream else workload

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.bench.steady import QUICK_MAX_JOBS
+from kafka_scorer.bench.steady import QUICK_MAX_JOBS, ROUNDS
 from kafka_scorer.cli import main
 
 
@@ -37,6 +37,7 @@ def test_quick_bench_runs_the_worker_through_a_broker(tmp_path: Path) -> None:
         assert span["fill_s"] > 0 and span["drain_s"] >= 0 and span["span_s"] > 0
         assert span["span_s"] + span["fill_s"] <= c["wall_s"] + 1e-6
         assert c["items_per_s"] > 0 and 0 < c["latency_p50_s"] <= c["latency_p99_s"]
+    assert d["runs"] == engine["runs"] == ROUNDS  # they took turns on the stream
     assert w["ratios"]["d_over_b"] == pytest.approx(d["items_per_s"] / engine["items_per_s"])
     targets = {t["target"]: t for t in report["targets"]}
     assert targets["rerank: (d)/(b) items/s"]["value"] == pytest.approx(w["ratios"]["d_over_b"])

@@ -12,6 +12,7 @@ from kafka_scorer.bench.records import RunRecord
 from kafka_scorer.bench.steady import (
     MAX_JOBS,
     ROUND_TRIP_S,
+    steadiest,
     steady_state,
     steady_stream,
     steady_window,
@@ -80,6 +81,15 @@ def test_steady_summary_counts_the_span_only() -> None:
         "drain_s": pytest.approx(1.0),
     }
     assert summary.latency_p99_s < 30.0  # latencies of the span's jobs, not the fill's
+
+
+def test_the_steadiest_turn_is_reported_not_the_shortest() -> None:
+    """A turn with a quick fill but slower batches is shorter overall; the figure is the steady pace."""
+    quick_fill = _closed_loop(batches=10, per_batch=4, window=8, batch_s=0.6, fill_s=0.1)
+    fast_batches = _closed_loop(batches=10, per_batch=4, window=8, batch_s=0.5, fill_s=5.0)
+    assert quick_fill.wall_s < fast_batches.wall_s
+    best = steadiest([quick_fill, fast_batches], _jobs(40))
+    assert best is fast_batches and best.runs == 2
 
 
 def test_no_span_when_the_window_holds_every_job() -> None:
