@@ -151,7 +151,9 @@ class Settings(EngineSettings):
     )
     ssl_keyfile: str | None = Field(None, description="Client key for mutual TLS (PEM file).")
 
-    max_batch_wait_ms: int = Field(5, ge=0, description="Longest a job waits for a batch to fill.")
+    max_batch_wait_ms: int = Field(
+        5, ge=0, description="Longest a job waits for a batch to fill while the device has no batch ahead."
+    )
     max_inflight_tokens: int = Field(
         65536, gt=0, description="Queued + running tokens above which partitions are paused (backpressure)."
     )
