@@ -15,6 +15,7 @@ import torch
 from kafka_scorer.bench.baseline import BaselineScorer
 from kafka_scorer.bench.models import ModelShape, build_shaped_model
 from kafka_scorer.bench.probes import RunProbe
+from kafka_scorer.heap import freeze_loaded_heap
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Environment:
                 max_batch_tokens=max_batch_tokens,
                 template=self.template if kind == "causal" else "",
             )
+            freeze_loaded_heap()  # as the worker does after loading: every contender alike
         return self.scorers[kind]
 
     def baseline(self, kind: str) -> BaselineScorer:

@@ -76,8 +76,8 @@ async def _worker_run(
             # short wait (the tests use 10 ms) turns both clients into busy pollers; on 2 cores that CPU
             # comes out of the forward pass (measured: many-items compute 3.6 s at 200 ms, 4.0 s at 10 ms).
             fetch_max_wait_ms=100,
-            session_timeout_ms=3000,
-            heartbeat_interval_ms=300,
+            # session and heartbeat at the worker's defaults: (d) measures the worker as deployed, and
+            # ten heartbeats a second are wake-ups that come out of the forward pass on a small CPU
             shutdown_grace_s=10.0,
             log_level="WARNING",
         )

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import EXIT_USER_ERROR
+from kafka_scorer.heap import freeze_loaded_heap
 from kafka_scorer.help_style import add_env_file, add_setting_flag, env_name, flag_name
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ async def serve(settings: Settings) -> int:
         time.monotonic() - started,
         scorer.attention_backend,
     )
+    freeze_loaded_heap()  # no full collection walks the model's objects while serving
     if stop.is_set():
         return 0
     if not reached:
