@@ -247,19 +247,25 @@ class JobPreparer:
         """SPEC §8: label 0 for CausalLM (the preset's relevance label comes first), the last class for
         classification (a two-class reranker's "relevant" class; a one-logit model's only one)."""
         if self.model.kind is ModelKind.CAUSAL_LM:
-            count, what = len(label_ids), "labels"
+            count, what, default = len(label_ids), "labels", 0
         else:
-            count, what = self.model.num_classes, "classes"
-        rank_by = job.rank_by if job.rank_by is not None else (0 if what == "labels" else count - 1)
+            count, what, default = self.model.num_classes, "classes", self.model.num_classes - 1
+        rank_by = default if job.rank_by is None else job.rank_by
         if not 0 <= rank_by < count:
             raise InputError(
                 ErrorCode.INVALID_REQUEST, f"rank_by: {rank_by} but the job's scores have {count} {what}"
             )
         return rank_by
 
+    def template_for(self, job: Job) -> TemplateRef | None:
+        """The template a job's text goes through: text jobs of decoders only (token ids are used as
+        given; encoders have their own pair encoding). The provenance its results carry."""
+        if not isinstance(job.query, str) or self.model.encoder is not None:
+            return None
+        return self.template_ref
+
     def _templated(self, job: Job) -> bool:
-        """The template applies to text jobs of decoders; encoders have their own pair encoding."""
-        if self.template is None or not isinstance(job.query, str) or self.model.encoder is not None:
+        if self.template is None or self.template_for(job) is None:
             return False
         if job.item_first:
             raise InputError(

@@ -190,8 +190,7 @@ class Scorer:
         """A `Result` comes back for a job that needs no forward pass: an error, or no items."""
         prepared = self._preparer.prepare(job, job_id)
         if isinstance(prepared, Result):
-            applies = self.template is not None and isinstance(job.query, str) and self.loaded.encoder is None
-            return self.stamp(prepared, self._preparer.template_ref if applies else None)
+            return self.stamp(prepared, self._preparer.template_for(job))
         return prepared
 
     def run_batch(self, jobs: Sequence[PreparedJob]) -> list[Result]:
