@@ -130,6 +130,14 @@ def _job_documents(fmt: str) -> st.SearchStrategy:
         "return_pooled_hidden_states": st.one_of(st.booleans(), anything),
         "multi_item": st.one_of(st.none(), st.booleans(), anything),
         "model": st.one_of(st.just("fuzz-model"), st.text(max_size=10), anything),
+        "truncate": st.one_of(st.none(), st.booleans(), anything),
+        "label_tokens": st.one_of(
+            st.lists(st.sampled_from(["yes", "no", "", "yes no"]) | st.text(max_size=6)), anything
+        ),
+        "instruction": st.one_of(st.none(), _TEXT, anything),
+        "top_n": st.one_of(st.none(), st.integers(-3, 12), anything),
+        "rank_by": st.one_of(st.none(), st.integers(-3, 4), anything),
+        "activation": st.one_of(st.sampled_from(["none", "softmax", "sigmoid", "relu"]), anything),
     }
     known = st.fixed_dictionaries({}, optional=fields)
     unknown = st.dictionaries(st.text(max_size=10), anything, max_size=2)
@@ -206,15 +214,34 @@ def _code(decoded: Inbound | Rejected) -> ErrorCode | None:
 # ---- properties ----------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="session")
+def templated_fuzz_scorer(tmp_path_factory) -> Scorer:
+    """The same limits behind the qwen3-reranker template: every text job goes through the template's
+    pieces, the seam repair and the label lookup by text."""
+    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+
+    return Scorer(
+        str(build_tiny_reranker(tmp_path_factory.mktemp("fuzz-reranker"))),
+        served_model_name="fuzz-model",
+        dtype="float32",
+        device="cpu",
+        max_pair_tokens=MAX_PAIR_TOKENS,
+        max_labels_per_job=64,
+        template="qwen3-reranker",
+    )
+
+
 @_fuzz(120)
+@pytest.mark.parametrize("served", ["fuzz_scorer", "templated_fuzz_scorer"])
 @given(data=st.data(), fmt=st.sampled_from(["json", "msgpack"]), declared=st.booleans())
-def test_well_formed_documents_are_jobs_or_schema_errors(fuzz_scorer, data, fmt, declared):
+def test_well_formed_documents_are_jobs_or_schema_errors(request, served, data, fmt, declared):
     """A document that decodes is never dead-lettered: it is a job, or `invalid_request` / `too_long`."""
+    scorer = request.getfixturevalue(served)
     document = data.draw(_job_documents(fmt), label="document")
     value = _encode(document, fmt)
     noise = data.draw(_NOISE_HEADERS, label="noise headers")
     headers = [*noise, (JSON_CT if fmt == "json" else MSGPACK_CT)] if declared else noise
-    decoded, _ = _run(fuzz_scorer, Rec(value, headers))
+    decoded, _ = _run(scorer, Rec(value, headers))
     code = _code(decoded)
     if _headers_size(headers) > MAX_HEADER_BYTES:
         assert code is ErrorCode.INVALID_REQUEST and "max_header_bytes" in decoded.result.error.message
