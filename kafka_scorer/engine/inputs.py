@@ -283,10 +283,12 @@ class JobPreparer:
         With `truncate`, an item whose part does not fit loses text from its own end, never the
         template's: the part is cut as text and tokenized again (see `cut_item_text`).
         """
-        self._check_inputs(job)
-        template, tokenizer = self.template, self._tokenizer()
+        template = self.template
         assert template is not None
         instruction = job.instruction if job.instruction is not None else template.instruction
+        # the instruction is text the tokenizer reads (twice, with the seam check): bounded like the rest
+        self._check_inputs(job, instruction if template.has_instruction else None)
+        tokenizer = self._tokenizer()
         items = [str(item) for item in job.items]
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
@@ -437,8 +439,9 @@ class JobPreparer:
             )
         return list(labels)
 
-    def _check_inputs(self, job: Job) -> bool:
-        """One kind of input per job, and no part too long to fit; True for text jobs."""
+    def _check_inputs(self, job: Job, instruction: str | None = None) -> bool:
+        """One kind of input per job, and no part (nor the template's `instruction`) too long to fit;
+        True for text jobs."""
         text_query = isinstance(job.query, str)
         kinds = {isinstance(item, str) for item in job.items}
         if kinds != {text_query}:
@@ -446,7 +449,7 @@ class JobPreparer:
                 ErrorCode.INVALID_REQUEST,
                 "query and items must all be text or all be token-id lists, not a mix",
             )
-        self._check_lengths(job, text_query)
+        self._check_lengths(job, text_query, instruction)
         return text_query
 
     def _tokenizer(self):
@@ -474,7 +477,7 @@ class JobPreparer:
         items = tokenizer(list(job.items), add_special_tokens=item_leads)["input_ids"]  # type: ignore[operator]
         return list(query), [list(item) for item in items]
 
-    def _check_lengths(self, job: Job, text: bool) -> None:
+    def _check_lengths(self, job: Job, text: bool, instruction: str | None = None) -> None:
         """`too_long` from lengths alone, before any tokenizing or per-token work: a text longer than
         `max_text_chars`, or a token-id list longer than the pair limit, cannot fit in any pair."""
         limit = self.max_text_chars if text else self.limits.max_pair_tokens
@@ -485,13 +488,15 @@ class JobPreparer:
             if text
             else f"max_pair_tokens={self.limits.max_pair_tokens}"
         )
-        for index, part in enumerate([job.query, *job.items]):
+        named = [("query", job.query, None), *((f"item {i}", item, i) for i, item in enumerate(job.items))]
+        if instruction is not None:
+            named.append(("instruction", instruction, None))
+        for where, part, item in named:
             if len(part) > limit:
-                where = "query" if index == 0 else f"item {index - 1}"
                 raise InputError(
                     ErrorCode.TOO_LONG,
                     f"{where}: {len(part)} {unit} cannot fit; the limit is {limit} ({why})",
-                    item=None if index == 0 else index - 1,
+                    item=item,
                 )
 
     def _check_token_ids(self, ids: list[int], item: int | None) -> None:

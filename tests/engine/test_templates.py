@@ -188,6 +188,12 @@ def test_a_template_on_an_encoder_is_refused(tiny_encoder):
     assert info.value.setting == "template"
 
 
+def test_an_instruction_too_long_to_fit_is_too_long_before_tokenizing(preset_scorer):
+    limit = preset_scorer._preparer.max_text_chars
+    result = preset_scorer.score("q", ["a"], instruction="x" * (limit + 1))
+    assert result.error.code is ErrorCode.TOO_LONG and result.error.message.startswith("instruction:")
+
+
 def test_item_first_under_a_template_is_an_invalid_request(preset_scorer):
     result = preset_scorer.score("q", ["a"], item_first=True)
     assert result.error.code is ErrorCode.INVALID_REQUEST and "item_first" in result.error.message
