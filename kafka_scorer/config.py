@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import typing
-from typing import Annotated, Literal
+from dataclasses import fields
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from kafka_scorer.engine.config import EngineConfig
 
 DeliveryMode = Literal["at_least_once", "exactly_once"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -30,7 +34,7 @@ def choices(annotation: object) -> tuple[str, ...]:
 
 
 class EngineSettings(BaseSettings):
-    """What the engine needs; usable without any Kafka setting (`Scorer.from_settings`)."""
+    """What the engine needs; usable without any Kafka setting (`settings.engine_config()`)."""
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_SCORER_", env_file=".env", extra="ignore")
 
@@ -95,6 +99,12 @@ class EngineSettings(BaseSettings):
         description="Revision reported in every result; empty: a hash of the checkpoint's config, weight "
         "and tokenizer files, computed at start-up.",
     )
+
+    def engine_config(self) -> EngineConfig:
+        """The plain record the engine is built from (`Scorer.from_config`): the engine reads no settings."""
+        from kafka_scorer.engine.config import EngineConfig
+
+        return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})
 
     @field_validator("template")
     @classmethod

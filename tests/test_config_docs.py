@@ -140,7 +140,7 @@ def test_module_runs_as_a_script() -> None:
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
 def test_documented_flags_are_the_ones_the_worker_cli_accepts(name: str) -> None:
     """The flag column is rendered independently of the CLI; parse each documented flag for real."""
-    from kafka_scorer.worker.command import configure
+    from kafka_scorer.cli.worker import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)

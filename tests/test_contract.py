@@ -11,8 +11,8 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_scorer.contract import asyncapi, documents, json_schema
-from kafka_scorer.protocol import ErrorCode, Job, MessageDecodeError, Result, decode_job, encode_result
+from kafka_scorer.wire.contract import asyncapi, documents, json_schema
+from kafka_scorer.wire.protocol import ErrorCode, Job, MessageDecodeError, Result, decode_job, encode_result
 
 CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "contract"
 
@@ -59,11 +59,13 @@ def _decodes(document: object) -> bool:
 
 
 def test_published_documents_are_current() -> None:
-    """Regenerate with `python -m kafka_scorer.contract docs/contract` after changing a wire struct."""
+    """Regenerate with `python -m kafka_scorer.wire.contract docs/contract` after changing a wire struct."""
     for name, text in documents().items():
         path = CONTRACT / name
-        assert path.exists(), f"{path} missing: run python -m kafka_scorer.contract docs/contract"
-        assert path.read_text() == text, f"{path} is stale: run python -m kafka_scorer.contract docs/contract"
+        assert path.exists(), f"{path} missing: run python -m kafka_scorer.wire.contract docs/contract"
+        assert path.read_text() == text, (
+            f"{path} is stale: run python -m kafka_scorer.wire.contract docs/contract"
+        )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,7 +76,7 @@ def test_job_schema_accepts_exactly_what_the_worker_decodes(document: object) ->
 
 
 def test_a_real_result_validates() -> None:
-    from kafka_scorer.protocol import ErrorInfo
+    from kafka_scorer.wire.protocol import ErrorInfo
 
     ok = Result(id="a", scores=[[0.25, 0.75]], prompt_tokens=9, model="m", warnings=["w"])
     failed = Result(id="b", scores=None, error=ErrorInfo(code=ErrorCode.TOO_LONG, message="long", item=1))

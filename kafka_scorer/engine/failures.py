@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 
 log = logging.getLogger(__name__)
 

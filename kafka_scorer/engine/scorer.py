@@ -13,12 +13,12 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
-from kafka_scorer.config import EngineSettings
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
@@ -28,7 +28,7 @@ from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.errors import SettingError
-from kafka_scorer.protocol import Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Job, Result, TemplateRef
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +94,10 @@ class Scorer:
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_settings(cls, settings: EngineSettings) -> Scorer:
-        return cls(
-            settings.model,
-            served_model_name=settings.served_model_name,
-            dtype=settings.dtype,
-            device=settings.device,
-            trust_remote_code=settings.trust_remote_code,
-            attention_backend=settings.attention_backend,
-            max_batch_tokens=settings.max_batch_tokens,
-            max_items_per_job=settings.max_items_per_job,
-            max_pair_tokens=settings.max_pair_tokens,
-            truncate=settings.truncate,
-            max_labels_per_job=settings.max_labels_per_job,
-            template=settings.template,
-            model_revision=settings.model_revision,
-        )
+    def from_config(cls, config: EngineConfig) -> Scorer:
+        """The engine as configured (the worker builds `config` from its settings)."""
+        options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "model"}
+        return cls(config.model, **options)
 
     @property
     def model_name(self) -> str:

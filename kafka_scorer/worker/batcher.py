@@ -34,7 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kafka_scorer.engine.failures import failed_results, is_fatal
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler
-from kafka_scorer.protocol import Result
+from kafka_scorer.wire.protocol import Result
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import msgspec
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
-from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker, Watermark

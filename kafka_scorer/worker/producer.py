@@ -38,7 +38,7 @@ from aiokafka.errors import (
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
-from kafka_scorer.registry import RegistryError
+from kafka_scorer.wire.registry import RegistryError
 from kafka_scorer.worker.connection import client_options
 from kafka_scorer.worker.framing import ResultFraming
 from kafka_scorer.worker.retry import Backoff, is_retriable

@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError
 
 from kafka_scorer import __version__
 from kafka_scorer.config import Settings
-from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result, error_result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.consumer import JobConsumer
 from kafka_scorer.worker.delivery import Answer, AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery, Ticket

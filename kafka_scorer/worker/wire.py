@@ -31,7 +31,7 @@ from typing import Protocol
 
 import msgspec
 
-from kafka_scorer.protocol import (
+from kafka_scorer.wire.protocol import (
     ErrorCode,
     Job,
     MessageDecodeError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer import errors
-from kafka_scorer.broker import free_port
+from kafka_scorer.testing.broker import free_port
 from tests.cli.helpers import cli_env, run_cli
 
 
@@ -212,3 +212,20 @@ def test_a_busy_metrics_port_is_one_line_before_the_model_loads(tmp_path) -> Non
     line = _one_line(done.stderr)
     assert "--metrics-port" in line and str(port) in line
     assert "loading model" not in done.stderr
+
+
+def test_every_secret_setting_is_kept_out_of_error_lines() -> None:
+    """errors.py imports no config, so it lists the secrets itself: a SecretStr added to the settings
+    without joining that list would have its value echoed by the next bad-setting line."""
+    import typing
+
+    from pydantic import SecretStr
+
+    from kafka_scorer.config import Settings
+
+    secret = {
+        name
+        for name, info in Settings.model_fields.items()
+        if info.annotation is SecretStr or SecretStr in typing.get_args(info.annotation)
+    }
+    assert secret == errors.SECRET_SETTINGS

@@ -22,9 +22,9 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from pydantic import SecretStr
 
-from kafka_scorer.broker import create_topics
 from kafka_scorer.config import Settings
-from kafka_scorer.protocol import Result, decode_result
+from kafka_scorer.testing.broker import create_topics
+from kafka_scorer.wire.protocol import Result, decode_result
 
 ROOT = Path(__file__).resolve().parents[2]
 

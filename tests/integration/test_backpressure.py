@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 from tests.integration.jobs import Sent, assert_answers, to_record
 from tests.integration.kafka_helpers import InProcessWorker, decode_replies, fresh_topics, produce
 

@@ -12,7 +12,7 @@ from collections import Counter
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import ErrorCode, Job, encode_job
+from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
 from tests.integration.jobs import MODEL_VOCAB, assert_answers, mixed_stream
 from tests.integration.kafka_helpers import (
     InProcessWorker,

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Job, Result, TemplateRef
 from tests.integration.jobs import MODEL_VOCAB, Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
     ROOT,

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kafka_scorer.protocol import ErrorCode, Job, encode_job
+from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.tracing import Tracing, parse_traceparent
 from tests.integration.kafka_helpers import InProcessWorker, Out, decode_replies, fresh_topics, produce

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from kafka_scorer.config import Settings
-from kafka_scorer.protocol import ErrorCode, Job, Result
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result
 from kafka_scorer.worker.service import Worker
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kafka_scorer.protocol import ErrorCode, Result
+from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 
 

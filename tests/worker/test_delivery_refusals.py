@@ -10,7 +10,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import MessageSizeTooLargeError, TopicAuthorizationFailedError
 
-from kafka_scorer.protocol import ErrorCode, Result, decode_result
+from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result
 from kafka_scorer.worker.delivery import (
     Answer,
     AtLeastOnceDelivery,

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kafka_scorer.engine.inputs import PreparedJob
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import ErrorCode, Result, decode_result
+from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result
 from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
 
 MAX_PAIR_TOKENS = 64

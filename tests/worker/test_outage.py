@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from kafka_scorer.broker import free_port
 from kafka_scorer.config import Settings
+from kafka_scorer.testing.broker import free_port
 from kafka_scorer.worker.service import Worker
 
 

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kafka_scorer.protocol import ErrorCode, Job, encode_job, error_result
+from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job, error_result
 from kafka_scorer.worker.tracing import (
     TraceContext,
     Tracing,
@@ -295,7 +295,7 @@ logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 import kafka_scorer.worker.service
 from kafka_scorer.worker import tracing
 from kafka_scorer.worker.wire import WireRules, read_record, result_record
-from kafka_scorer.protocol import Job, encode_job, error_result, ErrorCode
+from kafka_scorer.wire.protocol import Job, encode_job, error_result, ErrorCode
 assert tracing.otel is None
 t = tracing.from_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"})
 assert not t.enabled

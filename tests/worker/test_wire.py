@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import ErrorCode, Job, Result, decode_result, encode_job
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
 from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
 
 
@@ -273,7 +273,7 @@ def test_an_exception_while_reading_a_record_becomes_its_internal_answer() -> No
 @pytest.mark.parametrize("fmt", ["json", "msgpack"])
 def test_schema_registry_framed_jobs_are_unwrapped(fmt) -> None:
     """Confluent framing: magic byte 0, a 4-byte schema id, then the payload (JSON Schema serializer)."""
-    from kafka_scorer.protocol import decode_job
+    from kafka_scorer.wire.protocol import decode_job
 
     job = Job(id="framed", query="q", items=["a", "b"], label_token_ids=[1])
     framed = b"\x00" + (1234).to_bytes(4, "big") + encode_job(job, fmt)
@@ -283,7 +283,7 @@ def test_schema_registry_framed_jobs_are_unwrapped(fmt) -> None:
 
 @pytest.mark.parametrize("payload", [b"", b"\x0a\x03abc", b"not json"])
 def test_a_framed_record_with_an_unreadable_payload_is_invalid_message(payload: bytes) -> None:
-    from kafka_scorer.protocol import MessageDecodeError, decode_job
+    from kafka_scorer.wire.protocol import MessageDecodeError, decode_job
 
     with pytest.raises(MessageDecodeError) as info:
         decode_job(b"\x00\x00\x00\x00\x07" + payload, "application/json")

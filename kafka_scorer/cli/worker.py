@@ -17,10 +17,10 @@ import time
 
 from pydantic import ValidationError
 
+from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, env_name, flag_name
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import EXIT_USER_ERROR
 from kafka_scorer.heap import freeze_loaded_heap
-from kafka_scorer.help_style import add_env_file, add_setting_flag, env_name, flag_name
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ async def serve(settings: Settings) -> int:
 
     log.info("loading model %s", settings.model)
     try:
-        scorer = await asyncio.to_thread(Scorer.from_settings, settings)
+        scorer = await asyncio.to_thread(Scorer.from_config, settings.engine_config())
     except Exception as exc:
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
         return report(exc, prog=_PROG)
@@ -142,8 +142,8 @@ async def serve(settings: Settings) -> int:
 
 def _check_metrics_port(settings: Settings) -> None:
     """A metrics port someone else holds is found before the model loads, as one line."""
-    from kafka_scorer.broker import check_can_listen
     from kafka_scorer.errors import SettingError
+    from kafka_scorer.testing.broker import check_can_listen
 
     if not settings.metrics_port:
         return
@@ -179,7 +179,7 @@ def _check_schema_registry(settings: Settings) -> None:
     """A registry that cannot give the Result schema's id is found before the model loads, as one line:
     later, every result to the reply topic would wait on it."""
     from kafka_scorer.errors import SettingError
-    from kafka_scorer.registry import RegistryError, SchemaRegistry, subject_for
+    from kafka_scorer.wire.registry import RegistryError, SchemaRegistry, subject_for
 
     if not settings.schema_registry_url:
         return

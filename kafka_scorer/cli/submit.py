@@ -40,9 +40,9 @@ from typing import IO, TYPE_CHECKING, Literal
 import msgspec
 
 from kafka_scorer import errors
-from kafka_scorer.help_style import add_env_file, add_setting_flag
-from kafka_scorer.protocol import Job, Result, WireFormat, content_type_of, decode_result, encode_job
-from kafka_scorer.result_view import provenance_lines, ranking_lines
+from kafka_scorer.cli.help_style import add_env_file, add_setting_flag
+from kafka_scorer.cli.result_view import provenance_lines, ranking_lines
+from kafka_scorer.wire.protocol import Job, Result, WireFormat, content_type_of, decode_result, encode_job
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from kafka_scorer.cli import add_device_arguments
+from kafka_scorer.cli.help_style import add_device_arguments
 
 WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "all")
 """`all`: the decoder workloads; `cross-encoder` (a real MiniLM cross-encoder against sentence-transformers
