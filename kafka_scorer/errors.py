@@ -26,6 +26,12 @@ SECRET_SETTINGS = frozenset({"sasl_password"})
 (this module imports no config: it is imported by commands before their settings are read)."""
 
 
+class FatalError(RuntimeError):
+    """The worker can no longer serve (a poisoned device, a fenced producer, a lost group for good, an
+    answer no topic takes): it stops with exit status 1 and commits nothing unanswered. The one base of
+    every such error, so the worker tells them from a job's failure by type alone."""
+
+
 class UserFacingError(Exception):
     """Raised where the code already knows the one line a person should read (e.g. a missing topic)."""
 

@@ -29,6 +29,7 @@ from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Job, Result, TemplateRef
+from kafka_scorer.wire.provenance import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +127,14 @@ class Scorer:
     def dtype_name(self) -> str:
         return str(self.loaded.dtype).removeprefix("torch.")
 
+    @property
+    def served(self) -> ServedModel:
+        """What the worker needs to know of the model (and stamps results with): name, revision, dtype."""
+        return ServedModel(self.model_name, self.revision, self.dtype_name, self.description)
+
     def stamp(self, result: Result, template: TemplateRef | None = None) -> Result:
         """Provenance on a result (SPEC §8): which checkpoint, dtype and template produced it."""
-        result.model = result.model or self.model_name
-        result.model_revision = self.revision
-        result.dtype = self.dtype_name
-        result.template = template
-        return result
+        return self.served.stamp(result, template)
 
     def warm_up(self) -> None:
         """Full batches at the served shapes before the worker says it is ready — one packed MIS

@@ -38,6 +38,7 @@ from aiokafka.errors import (
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
+from kafka_scorer.errors import FatalError
 from kafka_scorer.wire.registry import RegistryError
 from kafka_scorer.worker.connection import client_options
 from kafka_scorer.worker.framing import ResultFraming
@@ -52,7 +53,7 @@ _MISSING_TOPIC_GRACE_S = 10.0  # how long a topic the broker says it lacks may t
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's rule for topic names
 
 
-class FatalProducerError(RuntimeError):
+class FatalProducerError(FatalError):
     """The producer cannot go on (fenced by a newer instance with the same transactional id)."""
 
 

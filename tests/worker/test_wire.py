@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import msgspec
 import pytest
 
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
 from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
-
-
-@dataclass
-class Rec:
-    value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-    key: bytes | None = b"k1"
-    topic: str = "jobs"
-    partition: int = 2
-    offset: int = 41
-    timestamp: int = 1_700_000_000_000
-
+from tests.worker.conftest import Rec
 
 RULES = WireRules(
     reply_topic="results",
@@ -245,29 +234,6 @@ def test_headers_that_are_not_utf8_do_not_break_the_record() -> None:
     out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
     assert out.topic == "results"
     assert "not a valid topic name" in decode_result(out.value).warnings[0]
-
-
-def test_an_exception_while_reading_a_record_becomes_its_internal_answer() -> None:
-    """Second line of defence in the worker: a bug in the edge answers one record, it stops nothing."""
-    from types import SimpleNamespace
-
-    from kafka_scorer.worker.service import Worker
-
-    class Exploding(Rec):
-        @property
-        def headers(self):  # type: ignore[override]
-            raise RuntimeError("boom")
-
-        @headers.setter
-        def headers(self, _value) -> None:
-            pass
-
-    rejected = Worker._read(SimpleNamespace(rules=RULES), Exploding(b"{}"))  # type: ignore[arg-type]
-    assert isinstance(rejected, Rejected) and rejected.result.error is not None
-    assert rejected.result.error.code is ErrorCode.INTERNAL
-    assert "boom" in rejected.result.error.message
-    assert rejected.result.id == "jobs:2:41"
-    assert result_record(rejected.result, rejected.origin).topic == "results"
 
 
 @pytest.mark.parametrize("fmt", ["json", "msgpack"])
