@@ -210,7 +210,7 @@ class Scorer:
                 )
                 for group in plan
             ]
-        except Exception as exc:
+        except Exception as exc:  # the engine's one guard around packing: the batch is answered, not lost
             log.exception("packing failed for %d jobs", len(jobs))
             return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
         return PackedBatch(jobs, forwards)
@@ -224,7 +224,7 @@ class Scorer:
         """
         try:
             return self._run_packed_once(packed)
-        except Exception as exc:
+        except Exception as exc:  # the engine's one guard around forwards: isolates the job that breaks it
             return self._after_failure(packed.jobs, exc)
 
     def _after_failure(self, jobs: list[PreparedJob], exc: Exception) -> list[Result]:
@@ -245,7 +245,7 @@ class Scorer:
         if is_out_of_memory(exc):  # alone, with the cache freed: one more try, then the device is too small
             try:
                 return self._run_packed_once(self.pack(jobs))
-            except Exception as again:
+            except Exception as again:  # the retry alone, classified like the first failure
                 if is_out_of_memory(again):
                     raise FatalDeviceError(
                         f"out of memory on one job of {job.num_tokens} tokens after freeing the cache: "

@@ -223,7 +223,7 @@ def _malformation(value: bytes, fmt: WireFormat) -> str | None:
     """
     try:
         (_JSON_UNTYPED_DECODER if fmt == "json" else _MSGPACK_UNTYPED_DECODER).decode(value)
-    except Exception as exc:
+    except Exception as exc:  # hostile bytes raise more than DecodeError: all of it means "undecodable"
         return _describe(exc)
     return None
 
@@ -242,7 +242,7 @@ def _salvage_id(value: bytes, fmt: WireFormat) -> str | None:
     """Best effort, for correlation only: any failure to read the id just means there is none."""
     try:
         return (_JSON_ID_DECODER if fmt == "json" else _MSGPACK_ID_DECODER).decode(value).id
-    except Exception:
+    except Exception:  # best effort, by design: no id is a fine answer
         return None
 
 

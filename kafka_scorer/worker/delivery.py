@@ -318,7 +318,8 @@ class ExactlyOnceDelivery(Delivery):
                 await self.producer.send_transaction(records, offsets, self._group_id)
             except FatalProducerError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # catch-all, on purpose: whatever failed the transaction aborted it,
+                # so the work is redone from the committed offsets; refusals in a row stop the worker
                 self._refusals = self._refusals + 1 if not is_retriable(exc) else 0
                 if self._refusals >= _REFUSED_TRANSACTIONS:
                     raise Undeliverable(
