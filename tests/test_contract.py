@@ -33,6 +33,8 @@ _FIELD_VALUES = {
     "return_pooled_hidden_states": st.booleans(),
     "multi_item": st.one_of(st.booleans(), st.none(), _SCALARS),
     "model": st.one_of(st.text(max_size=8), st.none(), _INT64),
+    "timeout_ms": st.one_of(st.none(), st.integers(min_value=-2, max_value=2), _INT64, _SCALARS),
+    "priority": st.one_of(st.none(), st.integers(min_value=-130, max_value=130), _SCALARS),
     "no_such_field": _SCALARS,
 }
 

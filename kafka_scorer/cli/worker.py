@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
@@ -38,20 +39,24 @@ def load_settings(args: argparse.Namespace) -> Settings:
     return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
 
 
-def describe_errors(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError, prog: str = _PROG, flags: Mapping[str, str] | None = None) -> str:
     """One self-contained line per problem, each naming the setting (its flag and env var follow).
 
     Input values are not repeated (a secret's would be the secret); messages that need the value,
-    like a missing file's path, carry it themselves.
+    like a missing file's path, carry it themselves. `flags` maps the settings that are flags of
+    `prog` to their flag (default: every setting, as the worker has); a setting without one is named
+    by its environment variable alone, never by a flag the command does not take.
     """
     lines = []
     for error in exc.errors():
         name = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
+        flag = flag_name(name) if flags is None else flags.get(name)
+        where = f"{flag}, {env_name(name)}" if flag else env_name(name)
         if name:
-            lines.append(f"{_PROG}: invalid setting {name} ({flag_name(name)}, {env_name(name)}): {message}")
+            lines.append(f"{prog}: invalid setting {name} ({where}): {message}")
         else:  # checks across settings start with the names they are about
-            lines.append(f"{_PROG}: invalid setting {message}")
+            lines.append(f"{prog}: invalid setting {message}")
     return "\n".join(lines)
 
 

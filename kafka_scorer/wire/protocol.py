@@ -19,6 +19,9 @@ WireFormat = Literal["json", "msgpack"]
 TensorDType = Literal["float32", "float16", "bfloat16"]
 Activation = Literal["none", "softmax", "sigmoid"]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+TimeoutMs = Annotated[int, msgspec.Meta(gt=0)]
+Priority = Annotated[int, msgspec.Meta(ge=-128, le=127)]
+"""SPEC §9 `priority`: a small int, higher first; out of this range a job is `invalid_request`."""
 
 
 class ErrorCode(str, enum.Enum):
@@ -30,6 +33,8 @@ class ErrorCode(str, enum.Enum):
     UNSUPPORTED = "unsupported"
     MODEL_MISMATCH = "model_mismatch"
     INTERNAL = "internal"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    """SPEC §9: the job expired (record timestamp + `timeout_ms`) before its forward pass started."""
 
 
 class Tensor(msgspec.Struct, frozen=True):
@@ -46,8 +51,12 @@ class ErrorInfo(msgspec.Struct, omit_defaults=True):
     item: int | None = None
 
 
-class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One scoring request (SPEC §2). Field names follow SGLang's /v1/score."""
+class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One scoring request (SPEC §2). Field names follow SGLang's /v1/score.
+
+    Encoded without the fields left at their default, so a job carries only what its sender set: a
+    job that uses no newer field reads the same to a worker that predates it.
+    """
 
     query: str | list[int]
     items: list[str | list[int]]
@@ -70,6 +79,10 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """SPEC §8: the label (CausalLM) or class (classification) whose score ranks the items."""
     activation: Activation | None = None
     """SPEC §8: classification only; null means `softmax` with `apply_softmax`, else `none`."""
+    timeout_ms: TimeoutMs | None = None
+    """SPEC §9: the job expires at its record's timestamp + `timeout_ms`; null: the worker's default."""
+    priority: Priority | None = None
+    """SPEC §9: higher first; null: the request topic's default priority (0 unless set)."""
 
 
 class Ranked(msgspec.Struct, frozen=True):
