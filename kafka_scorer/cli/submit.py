@@ -42,7 +42,8 @@ from pydantic import ValidationError
 
 from kafka_scorer import errors
 from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_name
-from kafka_scorer.cli.result_view import provenance_lines, ranking_lines
+from kafka_scorer.cli.progress import ProgressBar
+from kafka_scorer.cli.submit_summary import MAX_LISTED, PROG, summarize
 from kafka_scorer.wire.protocol import Job, Result, WireFormat
 
 if TYPE_CHECKING:
@@ -50,13 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_LISTED = 10
-"""Ids listed on stderr for failed or timed-out jobs, and rankings shown there; the rest are counted."""
-
-EXIT_OK = 0
-EXIT_JOBS_FAILED = 1
-
-PROG = "kafka-scorer submit"
 
 # Settings fields that are also flags here (help text from Settings, the worker's style); flags override
 # KAFKA_SCORER_* variables, which override --env-file, which overrides defaults.
@@ -182,68 +176,6 @@ def read_jobs(
             continue
         submissions.append(new_submission(defaults.apply(job) if defaults else job, number))
     return submissions, problems
-
-
-class ProgressBar:
-    """Done/total with live throughput on stderr; a no-op when disabled.
-
-    Rich must not redirect stdout: results may be streaming there.
-    """
-
-    def __init__(self, total: int, description: str, *, enabled: bool = True) -> None:
-        self.total = total
-        self.description = description
-        self.enabled = enabled and total > 0
-        self._progress = None
-        self._task = None
-        self._started = time.monotonic()
-        self._items = 0
-        self._done = 0
-
-    def __enter__(self) -> ProgressBar:
-        self._started = time.monotonic()
-        return self
-
-    def restart_clock(self) -> None:
-        """Throughput counts from here (the first send), not from connecting to the cluster; the bar
-        appears here too, so a run that never connects prints no `0/N` line before its error."""
-        self._started = time.monotonic()
-        if self.enabled and self._progress is None:
-            self._show()
-        if self._progress is not None:
-            self._progress.reset(self._task, total=self.total, completed=self._done, rate="")
-
-    def _show(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
-        self._progress.start()
-        self._task = self._progress.add_task(self.description, total=self.total, rate="")
-
-    def advance(self, items: int = 0) -> None:
-        self._done += 1
-        self._items += items
-        if self._progress is not None:
-            self._progress.update(self._task, advance=1, rate=self.rate_text())
-
-    def rate_text(self) -> str:
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        return f"{self._done / elapsed:,.1f} jobs/s  {self._items / elapsed:,.1f} items/s"
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
 
 async def submit_jobs(
@@ -458,65 +390,6 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         return errors.report(exc, bootstrap_servers=bootstrap, verbose=args.verbose, prog=PROG)
     return summarize(submissions, args.timeout, sys.stderr)
-
-
-def summarize(submissions: Sequence[Submission], timeout_s: float, stream: IO[str]) -> int:
-    """One line of counts, then which jobs failed or timed out; the exit status follows from them."""
-    failed = [s for s in submissions if s.state == "failed"]
-    timed_out = [s for s in submissions if s.state == "pending"]
-    ok = len(submissions) - len(failed) - len(timed_out)
-    print(
-        f"{PROG}: {count(len(submissions), 'job')}: {ok} ok, {len(failed)} failed, "
-        f"{len(timed_out)} timed out",
-        file=stream,
-    )
-    for submission in failed[:MAX_LISTED]:
-        if submission.send_error is not None:
-            reason = f"not sent: {submission.send_error}"
-        else:
-            error = submission.result.error  # type: ignore[union-attr]
-            reason = f"{error.code.value}: {error.message}"
-        print(f"  failed: {submission.job_id} (line {submission.line}): {reason}", file=stream)
-    if timed_out:
-        ids = ", ".join(s.job_id for s in timed_out[:MAX_LISTED])
-        more = f" and {len(timed_out) - MAX_LISTED} more" if len(timed_out) > MAX_LISTED else ""
-        print(
-            f"  timed out after {timeout_s:g}s with no result: {ids}{more} "
-            "(is a worker consuming the request topic? raise --timeout for slow models)",
-            file=stream,
-        )
-    print_warnings(submissions, stream)
-    for line in provenance_lines([s.result for s in submissions]):
-        print(f"  {line}", file=stream)
-    print_rankings(submissions, stream)
-    return EXIT_JOBS_FAILED if failed or timed_out else EXIT_OK
-
-
-def print_warnings(submissions: Sequence[Submission], stream: IO[str]) -> None:
-    """What the worker accepted but ignored, per job (a template not applied to token ids, labels sent
-    to a classification model): an "ok" whose request was not read as meant must say so."""
-    warned = [s for s in submissions if s.result is not None and s.result.warnings]
-    for submission in warned[:MAX_LISTED]:
-        for warning in submission.result.warnings:  # type: ignore[union-attr]
-            print(f"  warning: {submission.job_id} (line {submission.line}): {warning}", file=stream)
-    if len(warned) > MAX_LISTED:
-        print(f"  ({count(len(warned) - MAX_LISTED, 'more job')} with warnings in the results)", file=stream)
-
-
-def count(n: int, noun: str) -> str:
-    """`1 job`, `2 jobs`."""
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def print_rankings(submissions: Sequence[Submission], stream: IO[str]) -> None:
-    """The rankings of the first MAX_LISTED jobs that have one, in input order, one line per item."""
-    ranked = [s for s in submissions if s.result is not None and s.result.ranking is not None]
-    for submission in ranked[:MAX_LISTED]:
-        print(f"  ranking {submission.job_id} (line {submission.line}):", file=stream)
-        for line in ranking_lines(submission.job, submission.result) or ["(no items)"]:  # type: ignore[arg-type]
-            print(f"    {line}", file=stream)
-    if len(ranked) > MAX_LISTED:
-        print(f"  ({len(ranked) - MAX_LISTED} more rankings in the results)", file=stream)
 
 
 @contextlib.contextmanager
