@@ -167,6 +167,28 @@ class Settings(EngineSettings):
     max_inflight_tokens: int = Field(
         65536, gt=0, description="Queued + running tokens above which partitions are paused (backpressure)."
     )
+    max_job_age_ms: int = Field(
+        0,
+        ge=0,
+        description="Deadline of jobs without `timeout_ms`, from their record's timestamp: a job older than "
+        "this when its forward pass would start is answered `deadline_exceeded`, uncomputed; 0: off.",
+    )
+    topic_priorities: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=dict,
+        description="Default `priority` of each request topic, as TOPIC=N,TOPIC=N (e.g. "
+        "scoring-bulk=-1,scoring-interactive=1); other topics: 0. Backpressure pauses lower ones first.",
+    )
+    scheduling: Literal["priority", "fifo"] = Field(
+        "priority",
+        description="priority: batches fill from the highest priority first, earliest deadline first within "
+        "one, with aging (priority_aging_ms); fifo: in arrival order, priorities ignored.",
+    )
+    priority_aging_ms: int = Field(
+        2000,
+        gt=0,
+        description="A queued job's priority rises by one for each this long it has waited, so it waits "
+        "behind newer jobs of a priority d higher for at most (d + 1) times this.",
+    )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."
     )
@@ -237,6 +259,22 @@ class Settings(EngineSettings):
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
+
+    @field_validator("topic_priorities", mode="before")
+    @classmethod
+    def _topic_priorities(cls, value: object) -> object:
+        """TOPIC=N,TOPIC=N from the environment or a flag; N within the job field's range (-128..127)."""
+        if not isinstance(value, str):
+            return value
+        out: dict[str, int] = {}
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            topic, equals, number = part.rpartition("=")
+            if not equals or not topic.strip() or not number.strip().lstrip("-").isdigit():
+                raise ValueError(f"{part!r} is not TOPIC=N (e.g. scoring-bulk=-1,scoring-interactive=1)")
+            if not -128 <= int(number) <= 127:
+                raise ValueError(f"{part!r}: a priority is from -128 to 127")
+            out[topic.strip()] = int(number)
+        return out
 
     @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
     @classmethod

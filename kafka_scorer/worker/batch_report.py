@@ -29,6 +29,7 @@ def report_batch(done: BatchDone[Any], metrics: WorkerMetrics, tracing: Tracing)
     metrics.compute_seconds.observe(done.compute_s)
     for ticket in tickets:
         metrics.queue_seconds.observe(ticket.queue_s)
+        metrics.job_age_seconds.observe(max(0.0, ticket.enqueued_at + ticket.queue_s - ticket.born))
     log.info(
         "batch jobs=%d items=%d tokens=%d queue_ms=%.1f compute_ms=%.1f",
         len(tickets),

@@ -26,6 +26,7 @@ that error: the worker stops, and the jobs of that batch stay unanswered and unc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any, Generic
 
 from kafka_scorer.engine.failures import failed_results, is_fatal
-from kafka_scorer.engine.scheduler import TokenBudgetScheduler
 from kafka_scorer.wire.protocol import Result
 from kafka_scorer.worker.engine import B, Engine, P
+from kafka_scorer.worker.lanes import LaneQueue
 from kafka_scorer.worker.ticket import Ticket
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,15 @@ class Batcher(Generic[P, B]):
         *,
         max_batch_tokens: int,
         max_batch_wait_ms: int,
+        aging_ms: int | None = None,
+        on_expired: Callable[[list[Ticket[P]]], None] | None = None,
         queued_tokens_gauge: Any = None,
     ) -> None:
         self._engine = engine
         self._on_done = on_done
-        self._scheduler: TokenBudgetScheduler[Ticket[P]] = TokenBudgetScheduler(max_batch_tokens)
+        self._on_expired = on_expired  # queued jobs whose deadline passed, taken out uncomputed
+        aging_s = aging_ms / 1000 if aging_ms else None  # None: arrival order (scheduling=fifo)
+        self._scheduler: LaneQueue[Ticket[P]] = LaneQueue(max_batch_tokens, aging_s)
         self._gauge = queued_tokens_gauge  # a Prometheus gauge of the queued tokens, kept current here
         self._max_wait_s = max_batch_wait_ms / 1000
         self._added = asyncio.Event()
@@ -137,7 +142,10 @@ class Batcher(Generic[P, B]):
             future.add_done_callback(lambda f, b=batch: self._finished(f, b))
 
     async def _next_batch(self) -> list[Ticket[P]]:
+        """Wait until a batch should close, then close it; expired jobs leave the queue on every turn."""
         while True:
+            now = time.monotonic()
+            self._expire(now)
             if self.failure is not None:
                 return []
             if not self._scheduler:
@@ -145,17 +153,24 @@ class Batcher(Generic[P, B]):
                 await self._added.wait()
                 continue
             if self._draining or self._scheduler.full:
-                return self._scheduler.next_batch()
-            now = time.monotonic()
+                return self._scheduler.next_batch(now)
             oldest_at = self._scheduler.oldest().enqueued_at
             remaining = max(self._max_wait_s - (now - oldest_at), self._device_ahead_s(now))
             if remaining <= 0:
-                return self._scheduler.next_batch()
+                return self._scheduler.next_batch(now)
+            expiry = self._scheduler.next_expiry()
+            wait_s = remaining if expiry is None else min(remaining, max(0.0, expiry - now))
             self._added.clear()
-            try:
-                await asyncio.wait_for(self._added.wait(), remaining)
-            except TimeoutError:
-                return self._scheduler.next_batch()
+            with contextlib.suppress(TimeoutError):  # woken by a new job, or the time is up: look again
+                await asyncio.wait_for(self._added.wait(), wait_s)
+
+    def _expire(self, now: float) -> None:
+        if self._on_expired is None:
+            return
+        expired = self._scheduler.expire(now)
+        if expired:
+            self._gauge_queue()
+            self._on_expired(expired)
 
     def _device_ahead_s(self, now: float) -> float:
         """How long a partial batch may still grow before the device needs it (<= 0: close it now)."""

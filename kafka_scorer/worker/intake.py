@@ -7,6 +7,10 @@ therefore complete out of offset order; the watermark commits only what lies bel
 unanswered record. A prepare still running counts in the ledger, so draining and rebalances wait for
 it like for any other job.
 
+A job's deadline (deadline.py) is checked here twice: a job already expired when it is read is answered
+`deadline_exceeded` without being prepared, and one that expired while it was being prepared is not
+queued; the batcher checks the rest while they wait.
+
 The next fetch waits until this poll's prepares are done, so their tokens count in the backpressure
 budget before more is read (the budget is overrun by at most one poll), but at most `_PREPARE_WAIT_S`:
 a record that takes longer to prepare goes on alone, without holding back the other partitions.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,6 +30,7 @@ from aiokafka import TopicPartition
 
 from kafka_scorer.wire.protocol import Result
 from kafka_scorer.worker.batcher import Batcher
+from kafka_scorer.worker.deadline import TimePolicy, born_at
 from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
@@ -47,6 +53,7 @@ class Intake:
         outbox: Outbox,
         rules: WireRules,
         tracing: Tracing,
+        time_policy: TimePolicy | None = None,
     ) -> None:
         self.engine = engine
         self.ledger = ledger
@@ -54,6 +61,7 @@ class Intake:
         self.outbox = outbox
         self.rules = rules
         self.tracing = tracing
+        self.time_policy = time_policy or TimePolicy()
         self.pool = ThreadPoolExecutor(_PREPARE_THREADS, thread_name_prefix="kafka-scorer-prepare")
 
     async def accept(self, polled: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
@@ -89,7 +97,14 @@ class Intake:
         ticket = self.ledger.open(tp, decoded.origin, job_id, trace)
         if not isinstance(decoded, Inbound):
             return ticket.answer(decoded.result, decoded.dead_letter), None
-        ticket.items = len(decoded.job.items)
+        job, policy = decoded.job, self.time_policy
+        ticket.items = len(job.items)
+        ticket.born = born_at(record.timestamp)
+        ticket.priority = policy.priority(record.topic, job.priority)
+        ticket.deadline = policy.deadline(ticket.born, job.timeout_ms)
+        now = time.monotonic()
+        if ticket.expired(now):
+            return ticket.expire(now), None
         return ticket, decoded
 
     def _prepare(self, ticket: Ticket[Any], inbound: Inbound) -> Any:
@@ -115,10 +130,13 @@ class Intake:
             self.outbox.send_soon(ticket.fail(stage, exc))
 
     def _queue(self, ticket: Ticket[Any], prepared: Any) -> None:
+        now = time.monotonic()
         if isinstance(prepared, Result):
             self.outbox.send_soon(ticket.answer(prepared))
         elif ticket.watermark.closed:  # revoked while it was being prepared
             ticket.settle(None)
+        elif ticket.expired(now):
+            self.outbox.send_soon(ticket.expire(now))
         else:
             ticket.prepared = prepared
             self.ledger.queued(ticket, prepared.num_tokens)

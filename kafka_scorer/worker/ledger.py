@@ -7,9 +7,10 @@ have one owner.
 - **Counts.** Records and tokens in flight (fetched and not yet settled), with their high-water marks:
   what backpressure actually allowed.
 - **Backpressure.** Above `max_inflight_tokens` tokens (or four polls' worth of records, which bounds the
-  answers not counted in tokens) the consumer pauses its partitions; below half of both it resumes.
-  The hysteresis keeps it from flapping. Paused partitions are still polled, so the group membership
-  stays alive.
+  answers not counted in tokens) the consumer pauses the partitions of its lower-priority topics
+  (`topic_priorities`) first; a quarter above the budget, or with no lower topic to pause, all of them.
+  Below half of both it resumes them all: the hysteresis keeps it from flapping. Paused partitions are
+  still polled, so the group membership stays alive.
 - **Settling.** Metrics, the error-result log line and the job's trace end are written once per ticket,
   and waiters (a rebalance settling its partitions, a drain) are woken.
 """
@@ -57,6 +58,8 @@ class Pausable(Protocol):
 
     def paused(self) -> set[TopicPartition]: ...
 
+    def assignment(self) -> set[TopicPartition]: ...
+
 
 class Ledger:
     def __init__(self, settings: Settings, metrics: WorkerMetrics, consumer: Pausable) -> None:
@@ -65,12 +68,14 @@ class Ledger:
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.max_tokens = settings.max_inflight_tokens
         self.max_jobs = _RECORDS_PER_POLL_IN_FLIGHT * settings.max_poll_records
+        self.topic_priorities = dict(settings.topic_priorities)
         self.jobs = 0
         self.tokens = 0
         self.peak_jobs = 0
         self.peak_tokens = 0
         self.resumes = 0
-        self.paused = False
+        self.paused = False  # some partitions are paused by backpressure
+        self.paused_all = False  # ... and all of them, not only the lower-priority topics'
         self.started = False  # the consumer has started (before that it has no partitions to count)
         self.draining = False  # shutting down: backpressure may still pause, but never resumes
         self._settled = asyncio.Event()
@@ -114,6 +119,8 @@ class Ledger:
             m.e2e_seconds.observe(time.monotonic() - ticket.received_at)
             if result.error is not None:
                 m.errors.labels(code=result.error.code.value).inc()
+                if result.error.code is ErrorCode.DEADLINE_EXCEEDED:
+                    m.expired.labels(priority=str(ticket.priority)).inc()
                 _log_error_result(ticket, result)
             elif result.scores is not None:
                 m.items.inc(len(result.scores))
@@ -133,16 +140,24 @@ class Ledger:
     # ---- backpressure ----------------------------------------------------------------------------
 
     def backpressure(self) -> None:
-        """Pause above the in-flight budget, resume below half of it (hysteresis avoids flapping)."""
+        """Pause above the in-flight budget (lower-priority topics first), resume below half of it."""
         over = self.tokens > self.max_tokens or self.jobs > self.max_jobs
+        far_over = self.tokens > self.max_tokens * 5 // 4 or self.jobs > self.max_jobs * 5 // 4
         under = self.tokens <= self.max_tokens // 2 and self.jobs <= self.max_jobs // 2
-        if not self.paused and over:
+        if over and not self.paused_all:
+            low = self.lower_partitions(self.consumer.assignment())
+            first = not self.paused
+            if low and not far_over:
+                self.consumer.pause(low)
+            else:
+                self.consumer.pause()
+                self.paused_all = True
             self.paused = True
-            self.consumer.pause()
-            self.metrics.pauses.inc()
-            log.debug("backpressure: paused (%d tokens, %d jobs in flight)", self.tokens, self.jobs)
+            if first:
+                self.metrics.pauses.inc()
+                log.debug("backpressure: paused (%d tokens, %d jobs in flight)", self.tokens, self.jobs)
         elif self.paused and under:
-            self.paused = False
+            self.paused = self.paused_all = False
             self.resumes += 1
             if not self.draining:
                 self.consumer.resume()
@@ -150,6 +165,21 @@ class Ledger:
         self.metrics.inflight_tokens.set(self.tokens)
         self.metrics.inflight_jobs.set(self.jobs)
         self.metrics.paused_partitions.set(len(self.consumer.paused()) if self.started else 0)
+
+    def lower_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """The partitions whose topic's default priority is below the highest among `partitions`."""
+        partitions = set(partitions)
+        priority = {tp: self.topic_priorities.get(tp.topic, 0) for tp in partitions}
+        top = max(priority.values(), default=0)
+        return {tp for tp, p in priority.items() if p < top}
+
+    def held(self, assigned: set[TopicPartition]) -> set[TopicPartition]:
+        """Of newly assigned partitions, those backpressure (or a drain) keeps paused right away."""
+        if self.draining or self.paused_all:
+            return assigned
+        return (
+            self.lower_partitions(self.consumer.assignment() | assigned) & assigned if self.paused else set()
+        )
 
 
 def _log_error_result(ticket: Ticket[Any], result: Result) -> None:

@@ -64,8 +64,9 @@ class Rebalance:
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.ledger.tracker.assign(assigned)
-        if self.ledger.paused or self.ledger.draining:
-            self.consumer.pause(assigned)
+        held = self.ledger.held(assigned)
+        if held:
+            self.consumer.pause(held)
         log.info("partitions assigned: %s", names(assigned))
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:

@@ -34,6 +34,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.worker.batch_report import report_batch
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.consumer import JobConsumer
+from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
 from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.intake import Intake
@@ -42,6 +43,7 @@ from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.producer import ResultProducer
 from kafka_scorer.worker.rebalance import Rebalance
+from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.topic_watch import TopicWatch
 from kafka_scorer.worker.tracing import Tracing, from_environment
 from kafka_scorer.worker.wire import WireRules
@@ -79,6 +81,8 @@ class Worker:
             self._batch_done,
             max_batch_tokens=settings.max_batch_tokens,
             max_batch_wait_ms=settings.max_batch_wait_ms,
+            aging_ms=settings.priority_aging_ms if settings.scheduling == "priority" else None,
+            on_expired=self._expired,
             queued_tokens_gauge=self.metrics.queued_tokens,
         )
         self.rebalance = Rebalance(
@@ -92,7 +96,8 @@ class Worker:
             group_id=settings.group_id,
             max_header_bytes=settings.max_header_bytes,
         )
-        self.intake = Intake(engine, self.ledger, self.batcher, self.outbox, rules, self.tracing)
+        time_policy = TimePolicy(settings.max_job_age_ms, settings.topic_priorities)
+        self.intake = Intake(engine, self.ledger, self.batcher, self.outbox, rules, self.tracing, time_policy)
         self._fatal: BaseException | None = None
 
     @property
@@ -166,6 +171,10 @@ class Worker:
     def _batch_done(self, done: BatchDone[Any]) -> None:
         report_batch(done, self.metrics, self.tracing)
         self.outbox.send(done.tickets)
+
+    def _expired(self, tickets: list[Ticket[Any]]) -> None:
+        now = time.monotonic()
+        self.outbox.send([ticket.expire(now) for ticket in tickets])
 
     def _probe(self) -> ProbeServer | None:
         if not self.settings.metrics_port:

@@ -33,6 +33,9 @@ class Ticket(Generic[P]):
     received_at: float  # monotonic, when the record was fetched
     ledger: Ledger
     trace: JobTrace = NO_SPANS
+    born: float = 0.0  # monotonic instant of the record's timestamp (deadline.py)
+    priority: int = 0  # the job's, else its topic's default
+    deadline: float | None = None  # monotonic; None: never expires
     items: int = 0
     prepared: P | None = None  # the engine's prepared job, once prepare is done
     tokens: int = 0  # counted in the ledger's in-flight tokens from queueing to settling
@@ -59,6 +62,18 @@ class Ticket(Generic[P]):
         self.result = result
         self.dead_letter = dead_letter
         return self
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and self.deadline <= now
+
+    def expire(self, now: float) -> Ticket[P]:
+        """Answer `deadline_exceeded`: its sender stopped waiting before its forward pass could start."""
+        age_ms = (now - self.born) * 1000
+        message = (
+            f"the job's deadline passed before its forward pass started ({age_ms:.0f} ms after its record's "
+            "timestamp; timeout_ms, or the worker's max_job_age_ms): not computed"
+        )
+        return self.answer(error_result(self.job_id, ErrorCode.DEADLINE_EXCEEDED, message))
 
     def fail(self, stage: str, exc: BaseException) -> Ticket[P]:
         """Answer `internal`: the one place on the worker's side where an exception becomes an answer

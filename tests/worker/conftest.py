@@ -56,6 +56,7 @@ class FakeEngine:
         self.served = ServedModel("fake")
         self.gate = threading.Event()
         self.calls: list[list[str]] = []
+        self.prepared: list[str] = []
         self.threads: set[str] = set()
         self.pack_threads: set[str] = set()
         self.compute_s = compute_s
@@ -66,6 +67,7 @@ class FakeEngine:
         self._lock = threading.Lock()
 
     def prepare(self, job: Job, job_id: str) -> FakePrepared:
+        self.prepared.append(job_id)
         if job_id.startswith("slow"):
             assert self.gate.wait(10), "test never opened the gate"
         if job_id.startswith("boom"):

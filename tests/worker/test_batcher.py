@@ -25,13 +25,14 @@ RecordingEngine = FakeEngine
 TP = TopicPartition("jobs", 0)
 
 
-def job(name: str, tokens: int, partition: int = 0) -> Ticket:
+def job(name: str, tokens: int, partition: int = 0, deadline: float | None = None) -> Ticket:
     """A ticket as intake queues it: prepared, its tokens counted, enqueued now."""
     origin = Origin("jobs", partition, 0, None, "results", "json", None)
     ticket = Ticket(TopicPartition("jobs", partition), origin, name, Watermark(), time.monotonic(), None)
     ticket.prepared = FakePrepared(name, tokens)
     ticket.tokens = tokens
     ticket.enqueued_at = time.monotonic()
+    ticket.deadline = deadline
     return ticket
 
 
@@ -264,3 +265,17 @@ def test_the_worker_imports_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+async def test_a_queued_job_whose_deadline_passes_leaves_uncomputed(done) -> None:
+    """The batch would wait a minute to fill; the job's deadline passes first, so it is handed back
+    (to be answered deadline_exceeded) at its deadline, and the device never sees it."""
+    engine = RecordingEngine()
+    expired: list[Ticket] = []
+    batcher = Batcher(
+        engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000, on_expired=expired.extend
+    )
+    batcher.add(job("doomed", 10, deadline=time.monotonic() + 0.1))
+    await _run(batcher, lambda: bool(expired))
+    assert [t.job_id for t in expired] == ["doomed"]
+    assert engine.calls == [] and done == [] and batcher.queued_tokens == 0

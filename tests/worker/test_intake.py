@@ -7,6 +7,7 @@ The real thing on a broker is tests/integration/test_poison.py; these pin the bo
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -15,6 +16,7 @@ from aiokafka import TopicPartition
 
 from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import Batcher
+from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
@@ -54,9 +56,10 @@ def _intake(ledger: Ledger, engine: FakeEngine, broken_queue: bool = False) -> t
     return Intake(engine, ledger, batcher, outbox, RULES, Tracing(None)), outbox
 
 
-def _rec(partition: int, offset: int, job_id: str) -> Rec:
-    job = {"id": job_id, "query": [1], "items": [[2]], "label_token_ids": [1]}
-    return Rec(msgspec.json.encode(job), partition=partition, offset=offset)
+def _rec(partition: int, offset: int, job_id: str, **fields: object) -> Rec:
+    job = {"id": job_id, "query": [1], "items": [[2]], "label_token_ids": [1], **fields}
+    timestamp = int(time.time() * 1000) - 1000  # produced a second ago
+    return Rec(msgspec.json.encode(job), partition=partition, offset=offset, timestamp=timestamp)
 
 
 def _queued(intake: Intake) -> list[str]:
@@ -133,4 +136,32 @@ async def test_a_record_whose_reading_raises_is_answered_internal_and_the_rest_g
     assert result.error.code is ErrorCode.INTERNAL and "boom" in result.error.message
     assert _queued(intake) == ["b"]
     assert ledger.tracker.watermark(TP0).commit_offset() == 1
+    intake.close()
+
+
+async def test_a_job_expired_when_read_is_answered_deadline_exceeded_without_being_prepared(
+    ledger, engine
+) -> None:
+    """Produced a second ago with a 500 ms timeout: answered at once, never prepared nor queued; the
+    job beside it with time to spare goes on. The priority the metric is labelled with is the job's."""
+    intake, outbox = _intake(ledger, engine)
+    late = _rec(0, 0, "late", timeout_ms=500, priority=3)
+    await intake.accept({TP0: [late, _rec(0, 1, "fresh", timeout_ms=60_000)]})
+    await until(lambda: len(outbox.delivery.answered) == 1)  # type: ignore[union-attr]
+    (result,) = outbox.delivery.answered  # type: ignore[union-attr]
+    assert result.id == "late" and result.error is not None
+    assert result.error.code is ErrorCode.DEADLINE_EXCEEDED
+    await until(lambda: _queued(intake) == ["fresh"])
+    assert engine.prepared == ["fresh"]
+    assert ledger.metrics.expired.labels(priority="3")._value.get() == 1
+    intake.close()
+
+
+async def test_a_topics_default_priority_applies_to_jobs_without_one(ledger, engine) -> None:
+    intake, _ = _intake(ledger, engine)
+    intake.time_policy = TimePolicy(topic_priorities={"jobs": -4})
+    await intake.accept({TP0: [_rec(0, 0, "default"), _rec(0, 1, "own", priority=9)]})
+    await until(lambda: len(_queued(intake)) == 2)
+    priorities = {t.job_id: t.priority for t in intake.batcher._scheduler._queue}
+    assert priorities == {"default": -4, "own": 9}
     intake.close()

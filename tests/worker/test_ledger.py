@@ -6,6 +6,8 @@ import asyncio
 import logging
 import time
 
+from aiokafka import TopicPartition
+
 from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics
@@ -94,3 +96,18 @@ async def test_settled_waits_for_the_partitions_work_or_the_deadline(ledger) -> 
     started = time.monotonic()
     await ledger.settled([TP], started + 0.05)
     assert ledger.tracker.unanswered([TP]) == 1, "the deadline ends the wait; the work stays in flight"
+
+
+def test_lower_priority_topics_are_paused_first_and_all_a_quarter_over_the_budget() -> None:
+    bulk, live = TopicPartition("bulk", 0), TopicPartition("live", 0)
+    consumer = FakeConsumer([bulk, live])
+    ledger = Ledger(settings(max_inflight_tokens=100, topic_priorities="bulk=-1"), WorkerMetrics(), consumer)
+    ledger.tracker.assign([bulk, live])
+    tickets = [open_ticket(ledger, i, tp=live) for i in range(3)]
+    ledger.queued(tickets[0], 101)
+    assert consumer.paused() == {bulk}, "the bulk topic first; interactive jobs still come in"
+    assert ledger.held({TopicPartition("bulk", 1)}) == {TopicPartition("bulk", 1)}
+    ledger.queued(tickets[1], 25)  # 126: over a quarter above the budget
+    assert consumer.paused() == {bulk, live}
+    tickets[0].settle(None)  # 25 left: under half
+    assert consumer.paused() == set() and ledger.metrics.pauses._value.get() == 1
