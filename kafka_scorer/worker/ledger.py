@@ -37,7 +37,8 @@ from kafka_scorer.worker.wire import Origin
 log = logging.getLogger(__name__)
 
 _RECORDS_PER_POLL_IN_FLIGHT = 4  # in-flight records cap, in polls' worth
-# Error results the client caused (its job or record) log at INFO; the rest are the worker's to fix.
+# Error results the client caused (its job, its record, or its deadline passing under load: counted in
+# the expired metric) log at INFO; the rest are the worker's to fix.
 _CLIENT_ERRORS = frozenset(
     {
         ErrorCode.INVALID_MESSAGE,
@@ -45,6 +46,7 @@ _CLIENT_ERRORS = frozenset(
         ErrorCode.TOO_LONG,
         ErrorCode.UNSUPPORTED,
         ErrorCode.MODEL_MISMATCH,
+        ErrorCode.DEADLINE_EXCEEDED,
     }
 )
 
