@@ -74,6 +74,8 @@ def _sample(name: str) -> tuple[str, object]:
         return "a,b", ["a", "b"]
     if name == "bootstrap_servers":  # validated as HOST:PORT list
         return "x-value:9093", "x-value:9093"
+    if name == "topic_priorities":  # TOPIC=N pairs
+        return "x-value=3", {"x-value": 3}
     if name == "template":  # validated against the presets and the disk
         return "qwen3-reranker", "qwen3-reranker"
     return "x-value", "x-value"
