@@ -11,9 +11,10 @@ import sys
 
 from kafka_scorer.cli.help_style import add_device_arguments
 
-WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "all")
+WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "backlog", "all")
 """`all`: the decoder workloads; `cross-encoder` (a real MiniLM cross-encoder against sentence-transformers
-on the CPU, `bench/cross_encoder.py`) runs only when named."""
+on the CPU, `bench/cross_encoder.py`) and `backlog` (interactive jobs behind a bulk backlog, priority
+lanes on and off, `bench/backlog.py`) run only when named."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 
@@ -97,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.bench.workloads import WORKLOADS
 
     workloads = tuple(args.workload or ["all"])
+    if "backlog" in workloads:
+        code = _run_backlog(args)
+        workloads = tuple(w for w in workloads if w != "backlog")
+        if not workloads or code:
+            return code
     if "cross-encoder" in workloads:
         code = _run_cross_encoder(args)
         workloads = tuple(w for w in workloads if w != "cross-encoder")
@@ -154,6 +160,26 @@ def _run_cross_encoder(args: argparse.Namespace) -> int:
     if not report["ok"]:
         print("cross-check FAILED: a contender's scores disagree with CrossEncoder.predict", file=sys.stderr)
         return 1
+    return 0
+
+
+def _run_backlog(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.backlog import format_backlog_report, run_backlog_bench
+    from kafka_scorer.engine.model import resolve_device
+
+    report = run_backlog_bench(
+        device=str(resolve_device(args.device)),
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
+    print()
+    print(format_backlog_report(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"backlog": report}, fh, indent=2)
     return 0
 
 
