@@ -226,8 +226,8 @@ class JobConsumer:
         if tps:
             self._consumer.pause(*tps)
 
-    def resume(self) -> None:
-        tps = self.assignment()
+    def resume(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        tps = self.assignment() if partitions is None else set(partitions) & self.assignment()
         if tps:
             self._consumer.resume(*tps)
 

@@ -6,11 +6,14 @@ have one owner.
   unanswered record.
 - **Counts.** Records and tokens in flight (fetched and not yet settled), with their high-water marks:
   what backpressure actually allowed.
-- **Backpressure.** Above `max_inflight_tokens` tokens (or four polls' worth of records, which bounds the
-  answers not counted in tokens) the consumer pauses the partitions of its lower-priority topics
-  (`topic_priorities`) first; a quarter above the budget, or with no lower topic to pause, all of them.
-  Below half of both it resumes them all: the hysteresis keeps it from flapping. Paused partitions are
-  still polled, so the group membership stays alive.
+- **Backpressure.** Two lanes of partitions: the top one (the request topics of the highest default
+  priority, `topic_priorities`) and the lower one (the rest). The lower lane pauses when all in-flight
+  work passes `max_inflight_tokens` (or four polls' worth of records, which bounds the answers not
+  counted in tokens); the top lane only when the work of its priority or above passes it on its own
+  (or all work passes twice the budget, or the record cap), so a bulk backlog never stops interactive
+  records from being read. Each lane resumes below half of what paused it: the hysteresis keeps it from
+  flapping. With one priority everywhere this is the plain rule. Paused partitions are still polled, so
+  the group membership stays alive.
 - **Settling.** Metrics, the error-result log line and the job's trace end are written once per ticket,
   and waiters (a rebalance settling its partitions, a drain) are woken.
 """
@@ -56,7 +59,7 @@ class Pausable(Protocol):
 
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
 
-    def resume(self) -> None: ...
+    def resume(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
 
     def paused(self) -> set[TopicPartition]: ...
 
@@ -76,8 +79,9 @@ class Ledger:
         self.peak_jobs = 0
         self.peak_tokens = 0
         self.resumes = 0
-        self.paused = False  # some partitions are paused by backpressure
-        self.paused_all = False  # ... and all of them, not only the lower-priority topics'
+        self.paused_low = False  # the lower lane's partitions are paused by backpressure
+        self.paused_top = False  # ... and the top lane's
+        self._tokens_by_priority: dict[int, int] = {}  # in-flight tokens of queued jobs, by their priority
         self.started = False  # the consumer has started (before that it has no partitions to count)
         self.draining = False  # shutting down: backpressure may still pause, but never resumes
         self._settled = asyncio.Event()
@@ -106,6 +110,8 @@ class Ledger:
         ticket.enqueued_at = time.monotonic()
         self.tokens += tokens
         self.peak_tokens = max(self.peak_tokens, self.tokens)
+        by = self._tokens_by_priority
+        by[ticket.priority] = by.get(ticket.priority, 0) + tokens
         self.backpressure()
 
     def settle(self, ticket: Ticket[Any], result: Result | None) -> None:
@@ -113,6 +119,8 @@ class Ledger:
         ticket.trace.end(result)
         self.jobs -= 1
         self.tokens -= ticket.tokens
+        if ticket.tokens:
+            self._tokens_by_priority[ticket.priority] -= ticket.tokens
         m = self.metrics
         if result is None:
             m.dropped.inc()
@@ -141,47 +149,73 @@ class Ledger:
 
     # ---- backpressure ----------------------------------------------------------------------------
 
+    @property
+    def paused(self) -> bool:
+        return self.paused_low or self.paused_top
+
     def backpressure(self) -> None:
-        """Pause above the in-flight budget (lower-priority topics first), resume below half of it."""
+        """Pause a lane above its budget, resume it below half of that (see the module docstring)."""
+        low, top = self.lanes(self.consumer.assignment())
+        # one priority everywhere: one lane, held to all the work in flight
+        top_tokens = self._tokens_at_or_above(self._top_priority(top)) if low else self.tokens
+        jobs_under = self.jobs <= self.max_jobs // 2
         over = self.tokens > self.max_tokens or self.jobs > self.max_jobs
-        far_over = self.tokens > self.max_tokens * 5 // 4 or self.jobs > self.max_jobs * 5 // 4
-        under = self.tokens <= self.max_tokens // 2 and self.jobs <= self.max_jobs // 2
-        if over and not self.paused_all:
-            low = self.lower_partitions(self.consumer.assignment())
-            first = not self.paused
-            if low and not far_over:
-                self.consumer.pause(low)
-            else:
-                self.consumer.pause()
-                self.paused_all = True
-            self.paused = True
-            if first:
-                self.metrics.pauses.inc()
-                log.debug("backpressure: paused (%d tokens, %d jobs in flight)", self.tokens, self.jobs)
-        elif self.paused and under:
-            self.paused = self.paused_all = False
-            self.resumes += 1
-            if not self.draining:
-                self.consumer.resume()
-            log.info("backpressure: resumed (%d tokens in flight)", self.tokens)
+        under = self.tokens <= self.max_tokens // 2 and jobs_under
+        top_over = (
+            top_tokens > self.max_tokens or self.tokens > 2 * self.max_tokens or self.jobs > self.max_jobs
+        )
+        top_under = top_tokens <= self.max_tokens // 2 and self.tokens <= self.max_tokens and jobs_under
+        was_paused = self.paused
+        if low and over and not self.paused_low:
+            self.paused_low = True
+            self.consumer.pause(low)
+        if top_over and not self.paused_top:
+            self.paused_top = True
+            self.consumer.pause(top)
+        if self.paused and not was_paused:
+            self.metrics.pauses.inc()
+            log.debug("backpressure: paused (%d tokens, %d jobs in flight)", self.tokens, self.jobs)
+        self._resume(low if under else None, top if top_under else None)
         self.metrics.inflight_tokens.set(self.tokens)
         self.metrics.inflight_jobs.set(self.jobs)
         self.metrics.paused_partitions.set(len(self.consumer.paused()) if self.started else 0)
 
-    def lower_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        """The partitions whose topic's default priority is below the highest among `partitions`."""
+    def _resume(self, low: set[TopicPartition] | None, top: set[TopicPartition] | None) -> None:
+        """Resume each paused lane whose work is under half of what paused it (None: it is not)."""
+        resumed: set[TopicPartition] = set()
+        flipped = False
+        if self.paused_low and low is not None:
+            self.paused_low, flipped = False, True
+            resumed |= low
+        if self.paused_top and top is not None:
+            self.paused_top, flipped = False, True
+            resumed |= top
+        if flipped:
+            self.resumes += 1
+            if not self.draining and resumed:
+                self.consumer.resume(resumed)
+            log.info("backpressure: resumed (%d tokens in flight)", self.tokens)
+
+    def lanes(self, partitions: Iterable[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
+        """(lower, top): the partitions whose topic's default priority is below the highest among
+        `partitions`, and the rest."""
         partitions = set(partitions)
-        priority = {tp: self.topic_priorities.get(tp.topic, 0) for tp in partitions}
-        top = max(priority.values(), default=0)
-        return {tp for tp, p in priority.items() if p < top}
+        top = self._top_priority(partitions)
+        low = {tp for tp in partitions if self.topic_priorities.get(tp.topic, 0) < top}
+        return low, partitions - low
 
     def held(self, assigned: set[TopicPartition]) -> set[TopicPartition]:
         """Of newly assigned partitions, those backpressure (or a drain) keeps paused right away."""
-        if self.draining or self.paused_all:
+        if self.draining:
             return assigned
-        return (
-            self.lower_partitions(self.consumer.assignment() | assigned) & assigned if self.paused else set()
-        )
+        low, top = self.lanes(self.consumer.assignment() | assigned)
+        return ((low if self.paused_low else set()) | (top if self.paused_top else set())) & assigned
+
+    def _top_priority(self, partitions: Iterable[TopicPartition]) -> int:
+        return max((self.topic_priorities.get(tp.topic, 0) for tp in partitions), default=0)
+
+    def _tokens_at_or_above(self, priority: int) -> int:
+        return sum(tokens for p, tokens in self._tokens_by_priority.items() if p >= priority)
 
 
 def _log_error_result(ticket: Ticket[Any], result: Result) -> None:

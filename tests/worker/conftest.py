@@ -144,8 +144,8 @@ class FakeConsumer:
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         self.paused_set |= self.partitions if partitions is None else set(partitions)
 
-    def resume(self) -> None:
-        self.paused_set.clear()
+    def resume(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self.paused_set -= self.partitions if partitions is None else set(partitions)
 
     def paused(self) -> set[TopicPartition]:
         return set(self.paused_set)

@@ -98,16 +98,29 @@ async def test_settled_waits_for_the_partitions_work_or_the_deadline(ledger) -> 
     assert ledger.tracker.unanswered([TP]) == 1, "the deadline ends the wait; the work stays in flight"
 
 
-def test_lower_priority_topics_are_paused_first_and_all_a_quarter_over_the_budget() -> None:
+def test_a_bulk_backlog_pauses_only_the_bulk_topic_and_interactive_work_pauses_its_own() -> None:
+    """The lower lane pauses on all the work in flight; the top lane only on its own (or on twice the
+    budget in all): a bulk backlog never stops interactive records from being read."""
     bulk, live = TopicPartition("bulk", 0), TopicPartition("live", 0)
     consumer = FakeConsumer([bulk, live])
-    ledger = Ledger(settings(max_inflight_tokens=100, topic_priorities="bulk=-1"), WorkerMetrics(), consumer)
+    values = {"max_inflight_tokens": 100, "topic_priorities": "bulk=-1"}
+    ledger = Ledger(settings(**values), WorkerMetrics(), consumer)
     ledger.tracker.assign([bulk, live])
-    tickets = [open_ticket(ledger, i, tp=live) for i in range(3)]
-    ledger.queued(tickets[0], 101)
-    assert consumer.paused() == {bulk}, "the bulk topic first; interactive jobs still come in"
-    assert ledger.held({TopicPartition("bulk", 1)}) == {TopicPartition("bulk", 1)}
-    ledger.queued(tickets[1], 25)  # 126: over a quarter above the budget
-    assert consumer.paused() == {bulk, live}
-    tickets[0].settle(None)  # 25 left: under half
+    backlog = [open_ticket(ledger, i, tp=bulk) for i in range(2)]
+    for ticket in backlog:
+        ticket.priority = -1
+        ledger.queued(ticket, 60)  # 120 in flight, all bulk
+    assert consumer.paused() == {bulk}, "the bulk topic only; interactive jobs still come in"
+    assert ledger.held({TopicPartition("bulk", 1), TopicPartition("live", 1)}) == {TopicPartition("bulk", 1)}
+    interactive = [open_ticket(ledger, i, tp=live) for i in range(2)]
+    ledger.queued(interactive[0], 60)
+    assert consumer.paused() == {bulk}, "60 interactive tokens: under the budget on their own"
+    ledger.queued(interactive[1], 60)
+    assert consumer.paused() == {bulk, live}, "120 interactive tokens: the top lane is over too"
+    for ticket in interactive:
+        ticket.settle(None)
+    assert consumer.paused() == {bulk, live}, "all work (120) is still over the budget"
+    backlog[0].settle(None)
+    assert consumer.paused() == {bulk}, "60 in flight: the top lane resumes, the bulk lane waits for half"
+    backlog[1].settle(None)
     assert consumer.paused() == set() and ledger.metrics.pauses._value.get() == 1
