@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     InconsistentGroupProtocolError,
@@ -88,7 +89,11 @@ class _Listener(ConsumerRebalanceListener):
 
 class JobConsumer:
     def __init__(
-        self, settings: Settings, on_revoked: PartitionsCallback, on_assigned: PartitionsCallback
+        self,
+        settings: Settings,
+        on_revoked: PartitionsCallback,
+        on_assigned: PartitionsCallback,
+        assignors: tuple[object, ...] = (RoundRobinPartitionAssignor,),  # group_model.py offers its own
     ) -> None:
         self._settings = settings
         options: dict[str, Any] = client_options(settings)
@@ -106,6 +111,7 @@ class JobConsumer:
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             max_poll_interval_ms=settings.max_poll_interval_ms,
             isolation_level="read_committed" if settings.delivery == "exactly_once" else "read_uncommitted",
+            partition_assignment_strategy=assignors,
         )
         self._listener = _Listener(on_revoked, on_assigned)
         self._suspects: dict[TopicPartition, _Suspect] = {}

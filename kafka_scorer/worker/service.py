@@ -36,6 +36,7 @@ from kafka_scorer.protocol import ErrorCode, Job, Result, error_result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.consumer import JobConsumer
 from kafka_scorer.worker.delivery import Answer, AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery, Ticket
+from kafka_scorer.worker.group_model import OneModelAssignor
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker
@@ -94,7 +95,9 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self.tracing = tracing if tracing is not None else from_environment()
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
-        self.consumer = JobConsumer(settings, self._on_revoked, self._on_assigned)
+        served = getattr(scorer, "description", {"model": scorer.model_name})
+        self.group_model = OneModelAssignor.serving(settings.group_id, served)
+        self.consumer = JobConsumer(settings, self._on_revoked, self._on_assigned, self.group_model.offered())
         self.topic_watch = TopicWatch(settings, self.consumer.cluster_partitions)
         txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
         self.producer = ResultProducer(settings, transactional_id=txn_id)
@@ -138,7 +141,8 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        return self._started and not self._draining and self.healthy and self.topic_watch.ready
+        watches = self.topic_watch.ready and self.group_model.ready
+        return self._started and not self._draining and self.healthy and watches
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
