@@ -40,6 +40,7 @@ from kafka_scorer.worker.group_model import OneModelAssignor
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.offsets import OffsetTracker
+from kafka_scorer.worker.outage import BrokerWatch
 from kafka_scorer.worker.producer import ResultProducer
 from kafka_scorer.worker.topic_watch import TopicWatch
 from kafka_scorer.worker.tracing import JobTrace, Tracing, from_environment
@@ -99,6 +100,7 @@ class Worker:
         self.group_model = OneModelAssignor.serving(settings.group_id, served)
         self.consumer = JobConsumer(settings, self._on_revoked, self._on_assigned, self.group_model.offered())
         self.topic_watch = TopicWatch(settings, self.consumer.cluster_partitions)
+        self.broker_watch = BrokerWatch(settings.bootstrap_servers, self.consumer.cluster_partitions)
         txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
         self.producer = ResultProducer(settings, transactional_id=txn_id)
         self.batcher: Batcher[Ticket] = Batcher(
@@ -141,7 +143,7 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        watches = self.topic_watch.ready and self.group_model.ready
+        watches = self.topic_watch.ready and self.group_model.ready and self.broker_watch.ready
         return self._started and not self._draining and self.healthy and watches
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -168,6 +170,7 @@ class Worker:
                 asyncio.create_task(self.batcher.run(), name="batcher"),
                 asyncio.create_task(self.delivery.run(), name="committer"),
                 asyncio.create_task(self.topic_watch.run(stop), name="topic-watch"),
+                asyncio.create_task(self.broker_watch.run(stop), name="broker-watch"),
             ]
             self._started = True
             served = dict(getattr(self.scorer, "description", {"model": self.scorer.model_name}))

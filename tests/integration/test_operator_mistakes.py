@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from kafka_scorer.broker import free_port
 from tests.integration.kafka_helpers import Out, decode_replies, produce, read_topic
-from tests.integration.processes import FAST_GROUP, probe, start, stopped_at_exit, wait_for
+from tests.integration.processes import (
+    FAST_GROUP,
+    probe,
+    start,
+    stop,
+    stopped_at_exit,
+    wait_for,
+    wait_for_probe,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +83,33 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
         assert {r.model for r in results} == {str(models["causal"])}
         assert all(r.error is None for r in results), results
         assert "batch jobs=" not in second_log.read_text()
+
+
+def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models: dict[str, Path]) -> None:
+    """The broker stopped for 20 s under a running worker: /readyz 503 meanwhile and 200 after, without
+    a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs."""
+    port = free_port()
+    broker_log, worker_log, metrics = tmp_path / "broker.log", tmp_path / "worker.log", free_port()
+    broker = start("broker", "--port", str(port), log=broker_log)
+    with stopped_at_exit(broker) as procs:
+        wait_for(broker_log, "broker ready", broker, timeout_s=30)
+        worker = start(
+            "worker", "--model", str(models["causal"]), "--bootstrap-servers", f"127.0.0.1:{port}",
+            "--metrics-port", str(metrics), *FAST_GROUP, log=worker_log,
+        )  # fmt: skip
+        procs.append(worker)
+        wait_for(worker_log, "worker ready", worker)
+        wait_for_probe(metrics, 200, worker)
+        assert stop(broker) == 0
+        before = len(worker_log.read_text().splitlines())
+        wait_for_probe(metrics, 503, worker, timeout_s=10)
+        time.sleep(20)
+        during = worker_log.read_text().splitlines()[before:]
+        assert probe(metrics) == 503
+        broker = start("broker", "--port", str(port), log=tmp_path / "broker-again.log")
+        procs.append(broker)
+        wait_for_probe(metrics, 200, worker, timeout_s=30)
+    assert len(during) < 10, "\n".join(during)
+    outage = [line for line in during if "unreachable" in line]
+    assert len(outage) == 1 and "no restart needed" in outage[0], during
+    assert "reachable again after" in worker_log.read_text()
