@@ -56,30 +56,36 @@ def describe_errors(exc: ValidationError) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafka_scorer.env_check import unknown_variables
+    from kafka_scorer.worker.logs import configure_logging
+
+    # A misspelt variable is named first: it is often why a required setting looks missing.
+    misspelt = unknown_variables(os.environ, Settings.model_fields)
     try:
         settings = load_settings(args)
     except ValidationError as exc:
-        print(describe_errors(exc), file=sys.stderr)
+        print(
+            "\n".join([*(f"{_PROG}: warning: {line}" for line in misspelt), describe_errors(exc)]),
+            file=sys.stderr,
+        )
         return EXIT_USER_ERROR
+    configure_logging(settings.log_level, settings.log_format)
+    for line in misspelt:
+        log.warning(line)
     if not settings.model:
         print(
             f"{_PROG}: invalid setting model (--model, KAFKA_SCORER_MODEL): required to run a worker",
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
-    from kafka_scorer.env_check import unknown_variables
-    from kafka_scorer.worker.logs import configure_logging
-
-    configure_logging(settings.log_level, settings.log_format)
-    for line in unknown_variables(os.environ, Settings.model_fields):
-        log.warning(line)
     return asyncio.run(serve(settings))
 
 
 async def serve(settings: Settings) -> int:
     """Load the model, then run the worker until SIGTERM/SIGINT; a second signal exits at once."""
     from kafka_scorer.errors import report
-    from kafka_scorer.worker.preflight import check_connection, wait_until_accepted
+    from kafka_scorer.worker.model_source import check_model_source
+    from kafka_scorer.worker.preflight import check_connection, unreachable_at_start, wait_until_accepted
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -99,13 +105,17 @@ async def serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
+        check_model_source(settings.model)  # a misspelt directory: one line now, not after hub retries
         _check_metrics_port(settings)
         await asyncio.to_thread(_check_schema_registry, settings)
         # TLS and SASL are proven before the model loads: a wrong CA or password is one line and
         # exit 2 in a second, not minutes later, and never an endless "unreachable" retry.
-        reached = await check_connection(settings)
+        unreached: list[str] = []
+        reached = await check_connection(settings, unreached=unreached)
     except Exception as exc:
         return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
+    if not reached:  # said now, not after a model load of minutes: a wrong address is the usual cause
+        log.warning(unreachable_at_start(settings, unreached))
     from kafka_scorer.engine.scorer import Scorer  # torch: seconds, so after the connection check
     from kafka_scorer.worker.service import Worker
 

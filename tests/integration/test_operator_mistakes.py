@@ -113,3 +113,26 @@ def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models
     outage = [line for line in during if "unreachable" in line]
     assert len(outage) == 1 and "no restart needed" in outage[0], during
     assert "reachable again after" in worker_log.read_text()
+
+
+def test_a_wrong_bootstrap_server_is_named_before_the_model_loads(
+    tmp_path: Path, models: dict[str, Path]
+) -> None:
+    log = tmp_path / "worker.log"
+    nobody = f"127.0.0.1:{free_port()}"
+    worker = start(
+        "worker",
+        "--model",
+        str(models["causal"]),
+        "--bootstrap-servers",
+        nobody,
+        "--metrics-port",
+        "0",
+        log=log,
+    )
+    with stopped_at_exit(worker):
+        wait_for(log, "loading model", worker)
+    lines = log.read_text().splitlines()
+    unreachable = next(i for i, line in enumerate(lines) if f"Kafka broker {nobody} not reachable" in line)
+    assert unreachable < next(i for i, line in enumerate(lines) if "loading model" in line)
+    assert "Connection refused" in lines[unreachable] and "--bootstrap-servers" in lines[unreachable]
