@@ -29,12 +29,17 @@ _PROG = "kafka-scorer worker"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_env_file(parser)
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logs and full tracebacks (--log-level DEBUG)"
+    )
     for name in Settings.model_fields:
         add_setting_flag(parser, name)
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
+    if getattr(args, "verbose", False):
+        overrides["log_level"] = "DEBUG"
     return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
 
 
@@ -57,7 +62,7 @@ def describe_errors(exc: ValidationError) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from kafka_scorer.env_check import unknown_variables
-    from kafka_scorer.worker.logs import configure_logging
+    from kafka_scorer.worker.logs import configure_logging, exit_without_teardown, quiet_progress_bars
 
     # A misspelt variable is named first: it is often why a required setting looks missing.
     misspelt = unknown_variables(os.environ, Settings.model_fields)
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USER_ERROR
     configure_logging(settings.log_level, settings.log_format)
+    quiet_progress_bars(settings.log_format)
     for line in misspelt:
         log.warning(line)
     if not settings.model:
@@ -78,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
-    return asyncio.run(serve(settings))
+    code = asyncio.run(serve(settings))
+    if settings.log_format == "json":
+        exit_without_teardown(code)
+    return code
 
 
 async def serve(settings: Settings) -> int:

@@ -61,3 +61,15 @@ def test_a_model_path_that_cannot_exist_fails_at_once_in_one_line(model: str, ex
     assert lines[0].startswith("kafka-scorer worker: error: ") and expected in lines[0]
     assert "--model or KAFKA_SCORER_MODEL" in lines[0]
     assert "Repo id" not in done.stderr and "loading model" not in done.stderr
+
+
+def test_worker_v_is_debug_with_tracebacks() -> None:
+    """`-v` as on `demo` and `submit`: the same one line, with the traceback behind it."""
+    done = run_cli("worker", "-v", "--model", "./no-such-model", "--metrics-port", "0")
+    assert done.returncode == 2
+    assert "Traceback" in done.stderr and "SettingError" in done.stderr
+    assert (
+        done.stderr.rstrip()
+        .splitlines()[-1]
+        .startswith("kafka-scorer worker: error: model: no such directory")
+    )

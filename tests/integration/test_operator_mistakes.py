@@ -136,3 +136,25 @@ def test_a_wrong_bootstrap_server_is_named_before_the_model_loads(
     unreachable = next(i for i, line in enumerate(lines) if f"Kafka broker {nobody} not reachable" in line)
     assert unreachable < next(i for i, line in enumerate(lines) if "loading model" in line)
     assert "Connection refused" in lines[unreachable] and "--bootstrap-servers" in lines[unreachable]
+
+
+def test_json_logs_are_json_from_start_to_exit(tmp_path: Path, models: dict[str, Path]) -> None:
+    """No progress bar, no native-extension teardown report: every stderr line of a worker started and
+    stopped with `--log-format json` is one JSON object."""
+    bootstrap, broker = _broker(tmp_path)
+    log = tmp_path / "worker.log"
+    with stopped_at_exit(broker):
+        worker = start(
+            "worker", "--model", str(models["causal"]), "--bootstrap-servers", bootstrap,
+            "--metrics-port", "0", "--log-format", "json", *FAST_GROUP, log=log,
+        )  # fmt: skip
+        with stopped_at_exit(worker):
+            wait_for(log, "worker ready", worker)
+        assert worker.returncode == 0
+    lines = log.read_text().splitlines()
+    assert len(lines) > 5
+    entries = [json.loads(line) for line in lines]
+    assert all(isinstance(entry, dict) for entry in entries)
+    # the embedded broker's refusal of idempotent producing is expected on a laptop: INFO, not WARNING
+    (refusal,) = [e for e in entries if "refused idempotent producing" in e["msg"]]
+    assert refusal["level"] == "INFO" and "embedded tansu broker" in refusal["msg"]
