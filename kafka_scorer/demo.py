@@ -363,6 +363,20 @@ def results_table(
     return table
 
 
+def print_fitted(console: Any, table: Any) -> None:
+    """Print `table` within the console's width: when its narrowest layout is still too wide (an
+    80-column terminal), drop the vertical borders and outer padding and let every column wrap, instead
+    of rich cutting the right-hand columns off."""
+    from rich import box
+
+    # rich squeezes wrapping columns to fit but crops what no-wrap columns still need beyond the width
+    if sum(table._calculate_column_widths(console, console.options)) > console.width:
+        table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+        for column in table.columns:
+            column.no_wrap, column.min_width = False, None
+    console.print(table)
+
+
 def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
     """One row per job, one line of (rounded) scores per item."""
     scores = "scores, one row per item (rounded)"
@@ -379,7 +393,7 @@ def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
         table.add_row(s.job_id, job.model.label, mis, kind, str(len(s.job.items)), _outcome(s), latency)
     if len(jobs) > max_rows:
         table.caption = f"first {max_rows} of {len(jobs)} jobs"
-    console.print(table)
+    print_fitted(console, table)
 
 
 def _outcome(s: Submission) -> str:

@@ -109,7 +109,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
     """The rankings table; returns the provenance line(s) for the caller to print once, under it."""
     from rich.text import Text
 
-    from kafka_scorer.demo import results_table
+    from kafka_scorer.demo import print_fitted, results_table
 
     ranking = "rank. #index  score  item"
     columns = [("job id", "left"), ("MIS", "center"), ("labels", "left"), ("instruction", "left")]
@@ -129,7 +129,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
         )
     if len(jobs) > max_rows:
         table.caption = f"first {max_rows} of {len(jobs)} jobs"
-    console.print(table)
+    print_fitted(console, table)
     return provenance_lines([j.submission.result for j in jobs])
 
 
