@@ -66,24 +66,20 @@ def run(args: argparse.Namespace) -> int:
 
     # A misspelt variable is named first: it is often why a required setting looks missing.
     misspelt = unknown_variables(os.environ, Settings.model_fields)
+    said_first = [f"{_PROG}: warning: {line}" for line in misspelt]
     try:
         settings = load_settings(args)
     except ValidationError as exc:
-        print(
-            "\n".join([*(f"{_PROG}: warning: {line}" for line in misspelt), describe_errors(exc)]),
-            file=sys.stderr,
-        )
+        print("\n".join([*said_first, describe_errors(exc)]), file=sys.stderr)
+        return EXIT_USER_ERROR
+    if not settings.model:
+        missing = f"{_PROG}: invalid setting model (--model, KAFKA_SCORER_MODEL): required to run a worker"
+        print("\n".join([*said_first, missing]), file=sys.stderr)
         return EXIT_USER_ERROR
     configure_logging(settings.log_level, settings.log_format)
     quiet_progress_bars(settings.log_format)
-    for line in misspelt:
+    for line in misspelt:  # the first log lines, JSON too with --log-format json
         log.warning(line)
-    if not settings.model:
-        print(
-            f"{_PROG}: invalid setting model (--model, KAFKA_SCORER_MODEL): required to run a worker",
-            file=sys.stderr,
-        )
-        return EXIT_USER_ERROR
     code = asyncio.run(serve(settings))
     if settings.log_format == "json":
         exit_without_teardown(code)
