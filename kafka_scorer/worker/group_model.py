@@ -10,7 +10,8 @@ worse, scored by the wrong checkpoint — with nothing in any log. So each membe
 gives partitions only to the members serving the model of the group's longest-serving member. The
 others get none; their assignment carries the group's model, so each of them logs one ERROR naming
 `group_id` and both models, and its `/readyz` stays 503 until the other model's workers are gone (then
-the next rebalance gives it partitions, and it says so).
+the next rebalance gives it partitions, and it says so). The members that keep the partitions log one
+WARNING naming what was kept out, so the first worker's log tells the story as well.
 
 Members that state nothing (another version of this worker, another client under the same protocol)
 count as serving any model. A group whose members still run a version without this assignor falls back
@@ -112,6 +113,8 @@ class OneModelAssignor(AbstractPartitionAssignor):
         self.claim = _Claim(served, int(time.time() * 1000) if since_ms is None else since_ms)
         self.serving_elsewhere: ServedModel | None = None
         """The group's model while it differs from ours (this member then gets no partitions)."""
+        self.kept_out: tuple[str, ...] = ()
+        """What the members kept out of this member's group serve (each described once)."""
 
     @classmethod
     def serving(cls, group_id: str, description: Mapping[str, str]) -> OneModelAssignor:
@@ -141,7 +144,8 @@ class OneModelAssignor(AbstractPartitionAssignor):
             if chosen is None or claims[member] is None or claims[member].served == chosen  # type: ignore[union-attr]
         }
         shares = RoundRobinPartitionAssignor.assign(cluster, eligible)
-        verdict = json.dumps(asdict(chosen)).encode() if chosen is not None else b""
+        kept_out = sorted({str(claim.served) for m, claim in claims.items() if claim and m not in eligible})
+        verdict = b"" if chosen is None else _Verdict(chosen, tuple(kept_out)).encode()
         return {
             member: ConsumerProtocolMemberAssignment(
                 self.version, shares[member].assignment if member in shares else [], verdict
@@ -150,8 +154,18 @@ class OneModelAssignor(AbstractPartitionAssignor):
         }
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
-        chosen = _served_from(assignment.user_data)
+        verdict = _Verdict.decode(assignment.user_data)
+        chosen = verdict.serves if verdict is not None else None
         mine = self.claim.served
+        kept_out = verdict.kept_out if verdict is not None and chosen == mine else ()
+        if kept_out and kept_out != self.kept_out:  # the operator watching this worker's log learns it too
+            log.warning(
+                "consumer group %r also has members serving %s; they take no partitions (one model per "
+                "group)",
+                self.group_id,
+                "; ".join(kept_out),
+            )
+        self.kept_out = kept_out
         elsewhere = chosen if chosen is not None and chosen != mine else None
         if elsewhere is not None and elsewhere != self.serving_elsewhere:
             log.error(excluded_line(self.group_id, elsewhere, mine))
@@ -162,8 +176,22 @@ class OneModelAssignor(AbstractPartitionAssignor):
         self.serving_elsewhere = elsewhere
 
 
-def _served_from(data: bytes) -> ServedModel | None:
-    try:
-        return ServedModel(**{k: str(v) for k, v in json.loads(data).items()})
-    except (ValueError, TypeError, AttributeError):
-        return None
+@dataclass(frozen=True)
+class _Verdict:
+    """The leader's decision, in every member's assignment user data: the group's model, and what the
+    members kept out of it serve."""
+
+    serves: ServedModel
+    kept_out: tuple[str, ...] = ()
+
+    def encode(self) -> bytes:
+        return json.dumps({"serves": asdict(self.serves), "kept_out": list(self.kept_out)}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> _Verdict | None:
+        try:
+            fields = json.loads(data)
+            served = ServedModel(**{k: str(v) for k, v in fields["serves"].items()})
+            return cls(served, tuple(str(line) for line in fields.get("kept_out", ())))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None

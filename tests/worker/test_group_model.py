@@ -58,6 +58,9 @@ def test_a_member_kept_out_says_so_once_and_is_not_ready(caplog: pytest.LogCaptu
         second.on_assignment(shares["b"])
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, errors
+    # the member that keeps the partitions says once what was kept out of its group
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "also has members serving ./rr" in warnings[0], warnings
     assert "'kafka-scorer' (group_id)" in errors[0] and "./tiny-causal" in errors[0] and "./rr" in errors[0]
     assert "--group-id" in errors[0] and "takes no partitions" in errors[0]
     assert first.ready and not second.ready
