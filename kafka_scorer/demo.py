@@ -109,9 +109,11 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.engine.model import ModelKind
     from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.worker.model_source import check_model_source
 
     if model:
         try:
+            check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
             scorer = Scorer(model, device=device, dtype=dtype)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"

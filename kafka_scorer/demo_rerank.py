@@ -56,6 +56,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     from kafka_scorer.demo import DemoModel, say
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.engine.templates import TemplateError, load_template
+    from kafka_scorer.worker.model_source import check_model_source
 
     try:
         load_template(template)
@@ -63,6 +64,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
         raise errors.UserFacingError(f"--template: {exc}") from None
     if model:
         try:
+            check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
             scorer = Scorer(model, device=device, dtype=dtype, template=template)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"

@@ -31,7 +31,7 @@ def check_model_source(model: str) -> None:
     """Raise `SettingError` when `model` can be neither an existing directory nor a fetchable hub id."""
     if Path(model).expanduser().exists():
         return
-    fix = f"point {setting_hint('model')} at a checkpoint directory (config.json, weights, tokenizer)"
+    fix = f"point {setting_hint('model')} at a local checkpoint directory (config.json, weights, tokenizer)"
     if model.startswith((".", "/", "~")) or not _HUB_ID.fullmatch(model) or "--" in model or ".." in model:
         raise SettingError("model", f"model: no such directory {model!r}: {fix}")
     if _in_hub_cache(model):
