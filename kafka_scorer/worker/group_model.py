@@ -7,7 +7,9 @@ request topic between them, and the jobs that land on the wrong model come back 
 worse, scored by the wrong checkpoint — with nothing in any log. So each member puts what it serves
 (model, revision, template, kind) and when it started serving into its group member metadata (the
 `user_data` of the partition assignor, which the group leader sees for every member), and the leader
-gives partitions only to the members serving the model of the group's longest-serving member. The
+gives partitions only to the members serving the group's model: the one it served at the last
+rebalance while a member still serves it (each member states the last verdict it saw, so a restarted
+worker does not lose its group to the model kept out), else that of its longest-serving member. The
 others get none; their assignment carries the group's model, so each of them logs one ERROR naming
 `group_id` and both models, and its `/readyz` stays 503 until the other model's workers are gone (then
 the next rebalance gives it partitions, and it says so). The members that keep the partitions log one
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
@@ -63,30 +66,53 @@ class ServedModel:
 
 @dataclass(frozen=True)
 class _Claim:
-    """One member's user data: what it serves and since when (epoch ms; the earliest one wins)."""
+    """One member's user data: what it serves, since when (epoch ms), and what the group served at
+    its last assignment (None before its first)."""
 
     served: ServedModel
     since_ms: int
+    group_served: ServedModel | None = None
 
     def encode(self) -> bytes:
-        return json.dumps({**asdict(self.served), "since_ms": self.since_ms}, sort_keys=True).encode()
+        remembered = asdict(self.group_served) if self.group_served is not None else None
+        fields = {"serves": asdict(self.served), "since_ms": self.since_ms, "group_served": remembered}
+        return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> _Claim | None:
         """None for a member that states nothing readable (another version, another client)."""
         try:
             fields = json.loads(data)
-            since_ms = int(fields.pop("since_ms"))
-            return cls(ServedModel(**{k: str(v) for k, v in fields.items()}), since_ms)
+            remembered = fields.get("group_served")
+            return cls(
+                _served(fields["serves"]),
+                int(fields["since_ms"]),
+                _served(remembered) if remembered is not None else None,
+            )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
 
+def _served(fields: Mapping[str, object]) -> ServedModel:
+    return ServedModel(**{k: str(v) for k, v in fields.items()})
+
+
 def group_model(claims: Mapping[str, _Claim | None]) -> ServedModel | None:
-    """The model the group serves: that of its longest-serving member that states one (member id breaks
-    a tie, so every leader decides alike); None when no member states a model."""
-    stated = [(claim.since_ms, member, claim.served) for member, claim in claims.items() if claim is not None]
-    return min(stated, key=lambda entry: entry[:2])[2] if stated else None
+    """The model the group serves; None when no member states one.
+
+    The group keeps the model it served while a member still serves it: members remember the last
+    verdict, so a restarted worker (a fresh `since_ms`) does not hand the group to the model that was
+    kept out meanwhile. Without such memory (a new group, or that model's workers all gone), it is the
+    model of the longest-serving member. Member ids break ties, so every leader decides alike."""
+    stated = {member: claim for member, claim in claims.items() if claim is not None}
+    if not stated:
+        return None
+    present = {claim.served for claim in stated.values()}
+    votes = Counter(c.group_served for c in stated.values() if c.group_served in present)
+    if votes:
+        most = max(votes.values())
+        stated = {m: c for m, c in stated.items() if votes.get(c.served) == most}
+    return min(stated.items(), key=lambda entry: (entry[1].since_ms, entry[0]))[1].served
 
 
 def excluded_line(group_id: str, group: ServedModel, mine: ServedModel) -> str:
@@ -110,7 +136,10 @@ class OneModelAssignor(AbstractPartitionAssignor):
 
     def __init__(self, group_id: str, served: ServedModel, since_ms: int | None = None) -> None:
         self.group_id = group_id
-        self.claim = _Claim(served, int(time.time() * 1000) if since_ms is None else since_ms)
+        self.served = served
+        self.since_ms = int(time.time() * 1000) if since_ms is None else since_ms
+        self.group_served: ServedModel | None = None
+        """The group's model at this member's last assignment, stated when it joins again."""
         self.serving_elsewhere: ServedModel | None = None
         """The group's model while it differs from ours (this member then gets no partitions)."""
         self.kept_out: tuple[str, ...] = ()
@@ -131,7 +160,8 @@ class OneModelAssignor(AbstractPartitionAssignor):
         return self.serving_elsewhere is None
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
-        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), self.claim.encode())
+        claim = _Claim(self.served, self.since_ms, self.group_served)
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), claim.encode())
 
     def assign(  # type: ignore[override]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
@@ -156,7 +186,8 @@ class OneModelAssignor(AbstractPartitionAssignor):
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
         verdict = _Verdict.decode(assignment.user_data)
         chosen = verdict.serves if verdict is not None else None
-        mine = self.claim.served
+        mine = self.served
+        self.group_served = chosen
         kept_out = verdict.kept_out if verdict is not None and chosen == mine else ()
         if kept_out and kept_out != self.kept_out:  # the operator watching this worker's log learns it too
             log.warning(
@@ -191,7 +222,6 @@ class _Verdict:
     def decode(cls, data: bytes) -> _Verdict | None:
         try:
             fields = json.loads(data)
-            served = ServedModel(**{k: str(v) for k, v in fields["serves"].items()})
-            return cls(served, tuple(str(line) for line in fields.get("kept_out", ())))
+            return cls(_served(fields["serves"]), tuple(str(line) for line in fields.get("kept_out", ())))
         except (ValueError, TypeError, KeyError, AttributeError):
             return None

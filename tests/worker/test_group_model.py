@@ -75,3 +75,18 @@ def test_members_that_state_nothing_share_as_before() -> None:
     first = OneModelAssignor("g", CAUSAL, since_ms=1)
     shares = first.assign(_cluster(partitions=2), _join(("x", None), ("y", None)))
     assert sorted(len(s.partitions()) for s in shares.values()) == [1, 1]
+
+
+def test_a_restarted_worker_gets_its_group_back_from_the_model_kept_out() -> None:
+    """The CausalLM worker restarts (a later start time) while the reranker waits in the group: the
+    waiting member remembers what the group served, so the group stays with the CausalLM."""
+    first = OneModelAssignor("g", CAUSAL, since_ms=1_000)
+    waiting = OneModelAssignor("g", RERANKER, since_ms=2_000)
+    shares = first.assign(_cluster(), _join(("a", first), ("b", waiting)))
+    waiting.on_assignment(shares["b"])
+    restarted = OneModelAssignor("g", CAUSAL, since_ms=3_000)
+    shares = waiting.assign(_cluster(), _join(("b", waiting), ("c", restarted)))
+    assert shares["b"].partitions() == [] and len(shares["c"].partitions()) == 4
+    # with the CausalLM gone for good, the memory no longer counts: the reranker takes the group
+    alone = waiting.assign(_cluster(), _join(("b", waiting)))
+    assert len(alone["b"].partitions()) == 4
