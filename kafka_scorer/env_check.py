@@ -2,14 +2,16 @@
 
 pydantic-settings ignores environment variables that name no setting, so a typo such as
 `KAFKA_SCORER_BOOTSTRAP_SERVER` passes in silence and the worker retries `localhost:9092` for ever.
-Every command that reads settings calls `unknown_variables` at start and prints one warning per
-unknown name, with the closest valid one.
+Every command checks its environment before anything else and prints one warning per unknown name,
+with the closest valid one: the worker through its log (text or JSON) right after the log set-up, the
+others (`cli.main`) as plain lines; `submit` has its own check.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from typing import TextIO
 
 PREFIX = "KAFKA_SCORER_"
 
@@ -33,3 +35,12 @@ def unknown_variables(environ: Mapping[str, str], settings: Iterable[str]) -> li
         hint = f"did you mean {PREFIX}{close[0]}?" if close else "see docs/configuration.md for the settings"
         lines.append(f"environment variable {name} is not a setting and is ignored: {hint}")
     return lines
+
+
+def warn_unknown(prog: str, environ: Mapping[str, str], stream: TextIO) -> None:
+    """For commands without a log set-up of their own: the warnings first, as plain `PROG: warning:`
+    lines, before the command prints anything else."""
+    from kafka_scorer.config import Settings
+
+    for line in unknown_variables(environ, Settings.model_fields):
+        print(f"{prog}: warning: {line}", file=stream)

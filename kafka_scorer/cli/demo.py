@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafka_scorer import errors
-from kafka_scorer.cli.demo_parts import DemoJob, DemoModel, results_table, say
+from kafka_scorer.cli.demo_parts import DemoJob, DemoModel, print_fitted, results_table, say
 from kafka_scorer.cli.help_style import add_device_arguments
 from kafka_scorer.cli.progress import ProgressBar
 from kafka_scorer.cli.submit import Submission, new_submission, submit_jobs
@@ -72,9 +72,11 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.engine.model import ModelKind
     from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.worker.model_source import check_model_source
 
     if model:
         try:
+            check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
             scorer = Scorer(model, device=device, dtype=dtype)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
@@ -322,7 +324,7 @@ def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
         table.add_row(s.job_id, job.model.label, mis, kind, str(len(s.job.items)), _outcome(s), latency)
     if len(jobs) > max_rows:
         table.caption = f"first {max_rows} of {len(jobs)} jobs"
-    console.print(table)
+    print_fitted(console, table)
 
 
 def _outcome(s: Submission) -> str:

@@ -71,6 +71,20 @@ def results_table(
     return table
 
 
+def print_fitted(console: Any, table: Any) -> None:
+    """Print `table` within the console's width: when its narrowest layout is still too wide (an
+    80-column terminal), drop the vertical borders and outer padding and let every column wrap, instead
+    of rich cutting the right-hand columns off."""
+    from rich import box
+
+    # rich squeezes wrapping columns to fit but crops what no-wrap columns still need beyond the width
+    if sum(table._calculate_column_widths(console, console.options)) > console.width:
+        table.box, table.pad_edge, table.collapse_padding = box.SIMPLE_HEAD, False, True
+        for column in table.columns:
+            column.no_wrap, column.min_width = False, None
+    console.print(table)
+
+
 def say(message: str) -> None:
     """A progress line on stderr; stdout holds only the table and the summary."""
     print(f"kafka-scorer demo: {message}", file=sys.stderr, flush=True)

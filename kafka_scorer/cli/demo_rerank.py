@@ -56,6 +56,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     from kafka_scorer.cli.demo_parts import DemoModel, say
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.engine.templates import TemplateError, load_template
+    from kafka_scorer.worker.model_source import check_model_source
 
     try:
         load_template(template)
@@ -63,6 +64,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
         raise errors.UserFacingError(f"--template: {exc}") from None
     if model:
         try:
+            check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
             scorer = Scorer(model, device=device, dtype=dtype, template=template)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
@@ -109,7 +111,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
     """The rankings table; returns the provenance line(s) for the caller to print once, under it."""
     from rich.text import Text
 
-    from kafka_scorer.cli.demo_parts import results_table
+    from kafka_scorer.cli.demo_parts import print_fitted, results_table
 
     ranking = "rank. #index  score  item"
     columns = [("job id", "left"), ("MIS", "center"), ("labels", "left"), ("instruction", "left")]
@@ -129,7 +131,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
         )
     if len(jobs) > max_rows:
         table.caption = f"first {max_rows} of {len(jobs)} jobs"
-    console.print(table)
+    print_fitted(console, table)
     return provenance_lines([j.submission.result for j in jobs])
 
 

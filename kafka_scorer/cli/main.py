@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from kafka_scorer import __version__
@@ -41,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in ("worker", "submit"):  # those two check after their own set-up
+        from kafka_scorer.env_check import warn_unknown
+
+        warn_unknown(f"kafka-scorer {args.command}", os.environ, sys.stderr)
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     return int(module.run(args) or 0)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from kafka_scorer.errors import EXIT_USER_ERROR
 
 MODELS = {
-    "causal": ("causal", "a tiny Qwen3-shaped CausalLM: jobs ask for label-token probabilities"),
+    "causal": ("causal", "a tiny Qwen3-shaped CausalLM (jobs ask for label-token probabilities)"),
     "classification": ("classification", "a tiny Qwen3-shaped classifier with 3 classes"),
     "qwen3-reranker": (
         "reranker",
@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
+    from kafka_scorer.worker.logs import quiet_progress_bars
+
+    quiet_progress_bars()  # before transformers loads: no `Writing model shards` bar into a pipe or file
     from kafka_scorer.testing.tiny_models import build_tiny_model, build_tiny_reranker
 
     kind = MODELS[args.name][0]
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         serve += " --template qwen3-reranker"
     else:
         build_tiny_model(directory, "qwen3", kind, num_labels=3, seed=args.seed)  # type: ignore[arg-type]
-    print(f"wrote {MODELS[args.name][1]} to {directory}")
+    print(f"wrote {directory}: {MODELS[args.name][1]}")
     print("serve it:  " + serve)
     print("a job:     " + json.dumps(sample_job(directory, kind)))
     return 0

@@ -30,12 +30,17 @@ _PROG = "kafka-scorer worker"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_env_file(parser)
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logs and full tracebacks (--log-level DEBUG)"
+    )
     for name in Settings.model_fields:
         add_setting_flag(parser, name)
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
+    if getattr(args, "verbose", False):
+        overrides["log_level"] = "DEBUG"
     return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
 
 
@@ -61,30 +66,36 @@ def describe_errors(exc: ValidationError, prog: str = _PROG, flags: Mapping[str,
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafka_scorer.env_check import unknown_variables
+    from kafka_scorer.worker.logs import configure_logging, exit_without_teardown, quiet_progress_bars
+
+    # A misspelt variable is named first: it is often why a required setting looks missing.
+    misspelt = unknown_variables(os.environ, Settings.model_fields)
+    said_first = [f"{_PROG}: warning: {line}" for line in misspelt]
     try:
         settings = load_settings(args)
     except ValidationError as exc:
-        print(describe_errors(exc), file=sys.stderr)
+        print("\n".join([*said_first, describe_errors(exc)]), file=sys.stderr)
         return EXIT_USER_ERROR
     if not settings.model:
-        print(
-            f"{_PROG}: invalid setting model (--model, KAFKA_SCORER_MODEL): required to run a worker",
-            file=sys.stderr,
-        )
+        missing = f"{_PROG}: invalid setting model (--model, KAFKA_SCORER_MODEL): required to run a worker"
+        print("\n".join([*said_first, missing]), file=sys.stderr)
         return EXIT_USER_ERROR
-    from kafka_scorer.env_check import unknown_variables
-    from kafka_scorer.worker.logs import configure_logging
-
     configure_logging(settings.log_level, settings.log_format)
-    for line in unknown_variables(os.environ, Settings.model_fields):
+    quiet_progress_bars(settings.log_format)
+    for line in misspelt:  # the first log lines, JSON too with --log-format json
         log.warning(line)
-    return asyncio.run(serve(settings))
+    code = asyncio.run(serve(settings))
+    if settings.log_format == "json":
+        exit_without_teardown(code)
+    return code
 
 
 async def serve(settings: Settings) -> int:
     """Load the model, then run the worker until SIGTERM/SIGINT; a second signal exits at once."""
     from kafka_scorer.errors import report
-    from kafka_scorer.worker.preflight import check_connection, wait_until_accepted
+    from kafka_scorer.worker.model_source import check_model_source
+    from kafka_scorer.worker.preflight import check_connection, unreachable_at_start, wait_until_accepted
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -104,13 +115,17 @@ async def serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
+        check_model_source(settings.model)  # a misspelt directory: one line now, not after hub retries
         _check_metrics_port(settings)
         await asyncio.to_thread(_check_schema_registry, settings)
         # TLS and SASL are proven before the model loads: a wrong CA or password is one line and
         # exit 2 in a second, not minutes later, and never an endless "unreachable" retry.
-        reached = await check_connection(settings)
+        unreached: list[str] = []
+        reached = await check_connection(settings, unreached=unreached)
     except Exception as exc:
         return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
+    if not reached:  # said now, not after a model load of minutes: a wrong address is the usual cause
+        log.warning(unreachable_at_start(settings, unreached))
     from kafka_scorer.engine.scorer import Scorer  # torch: seconds, so after the connection check
     from kafka_scorer.worker.service import Worker
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     InconsistentGroupProtocolError,
@@ -93,7 +94,11 @@ class _Listener(ConsumerRebalanceListener):
 
 
 class JobConsumer:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        assignors: tuple[object, ...] = (RoundRobinPartitionAssignor,),  # group_model.py offers its own
+    ) -> None:
         self._settings = settings
         options: dict[str, Any] = client_options(settings)
         fetch_bytes = max(1 << 20, settings.max_message_bytes + (1 << 20))  # one largest record fits a fetch
@@ -110,6 +115,7 @@ class JobConsumer:
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             max_poll_interval_ms=settings.max_poll_interval_ms,
             isolation_level="read_committed" if settings.delivery == "exactly_once" else "read_uncommitted",
+            partition_assignment_strategy=assignors,
         )
         self._suspects: dict[TopicPartition, _Suspect] = {}
 

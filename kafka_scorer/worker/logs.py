@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 
@@ -47,3 +48,22 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     root.setLevel(level)
     # aiokafka logs every reconnect attempt at ERROR; ours already says what is being retried.
     logging.getLogger("aiokafka").setLevel(max(logging.getLevelName(level), logging.WARNING))
+
+
+def quiet_progress_bars(fmt: str = "text", stream: object = None) -> None:
+    """No progress bars (transformers' `Loading weights`, the hub's downloads, `Writing model shards`)
+    in JSON mode or when stderr is no terminal: there they are garbage between log lines. Set before
+    transformers is imported, which reads it once; an explicit `HF_HUB_DISABLE_PROGRESS_BARS` wins."""
+    stream = sys.stderr if stream is None else stream
+    if fmt == "json" or not getattr(stream, "isatty", lambda: False)():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def exit_without_teardown(code: int) -> None:
+    """End the process now, logs flushed, skipping the interpreter's teardown: native extensions report
+    leaked objects there on stderr (triton's nanobind does, dozens of lines), which would break a JSON
+    log stream. Only for a command whose work is done."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

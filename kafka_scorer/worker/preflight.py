@@ -19,6 +19,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ CHECK_TIMEOUT_S = 10.0
 
 _FIRST_RETRY_S, _LAST_RETRY_S = 0.5, 5.0  # the same cap as the clients' own reconnect backoff
 _HUNG_UP_RECHECK_S = 0.5
+_REPEAT_S = 60.0  # while waiting for a broker, one line a minute: the first was said before the model loaded
 
 # OpenSSL alert reasons a server sends when it wants a (different) client certificate.
 _CLIENT_CERT_REJECTED = (
@@ -59,8 +61,11 @@ class _HungUp:
     error: SettingError
 
 
-async def check_connection(settings: Settings, timeout_s: float = CHECK_TIMEOUT_S) -> bool:
-    """True once a bootstrap server accepted the settings; False when none could be reached.
+async def check_connection(
+    settings: Settings, timeout_s: float = CHECK_TIMEOUT_S, unreached: list[str] | None = None
+) -> bool:
+    """True once a bootstrap server accepted the settings; False when none could be reached (each
+    server's reason, `host:port: why`, is appended to `unreached` when given).
 
     Raises `SettingError` when a server answered and refused them (or the TLS files cannot be used).
     """
@@ -70,6 +75,8 @@ async def check_connection(settings: Settings, timeout_s: float = CHECK_TIMEOUT_
         verdict = await _probe_twice(settings, options.get("ssl_context"), host, port, timeout_s)
         if isinstance(verdict, str):
             log.debug("start-up check: %s:%s not reached: %s", host, port, verdict)
+            if unreached is not None:
+                unreached.append(f"{host}:{port}: {verdict}")
             continue
         if settings.security_protocol.startswith("SASL") and not await _authenticate(
             settings, options, host, port, timeout_s
@@ -177,17 +184,22 @@ async def wait_until_accepted(settings: Settings, stop: asyncio.Event) -> bool:
     that reaches a broker, not left to aiokafka's silent reconnects.
     """
     delay_s = _FIRST_RETRY_S
+    started = said_at = time.monotonic()
     while not stop.is_set():
         if await check_connection(settings):
             log.info("broker %s reached; TLS/SASL settings accepted", settings.bootstrap_servers)
             return True
-        log.warning(
-            "broker %s unreachable (security_protocol=%s); retrying in %.1fs — a TLS listener needs "
-            "SSL or SASL_SSL, and the address must be the one the broker advertises",
-            settings.bootstrap_servers,
-            settings.security_protocol,
-            delay_s,
-        )
+        if time.monotonic() - said_at >= _REPEAT_S:  # the first line came before the model loaded
+            said_at = time.monotonic()
+            log.warning(
+                "broker %s still unreachable after %.0fs (security_protocol=%s); retrying every %.0fs or "
+                "less — a TLS listener needs SSL or SASL_SSL, and the address must be the one the broker "
+                "advertises",
+                settings.bootstrap_servers,
+                said_at - started,
+                settings.security_protocol,
+                _LAST_RETRY_S,
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay_s)  # a signal ends the wait at once
         delay_s = min(_LAST_RETRY_S, delay_s * 2)
@@ -309,3 +321,12 @@ def _tls_refused(cause: ssl.SSLError, settings: Settings, where: str) -> Setting
 
 def _reason(exc: ssl.SSLError) -> str:
     return str(exc.reason or exc.strerror or exc)
+
+
+def unreachable_at_start(settings: Settings, unreached: list[str]) -> str:
+    """The line a worker prints before loading its model when no bootstrap server answered."""
+    why = "; ".join(unreached) or "no address"
+    return (
+        f"Kafka broker {settings.bootstrap_servers} not reachable ({why}); loading the model meanwhile "
+        f"and retrying until it answers: check that the broker runs and {setting_hint('bootstrap_servers')}"
+    )

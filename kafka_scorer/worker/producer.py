@@ -33,6 +33,7 @@ from aiokafka.errors import (
     KafkaError,
     ProducerFenced,
     TopicAuthorizationFailedError,
+    UnknownError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -139,8 +140,7 @@ class ResultProducer:
             log.info("producer started (%s, acks=all, compression=%s)", self.mode, self._settings.compression)
             return
 
-    @staticmethod
-    def _refused(exc: KafkaError, attempts: list[tuple[bool, bool]], index: int) -> int:
+    def _refused(self, exc: KafkaError, attempts: list[tuple[bool, bool]], index: int) -> int:
         """Log the broker's refusal of the producer `attempts[index]`; the index of the next to try."""
         transactional = attempts[index][1]
         refused = "transactions" if transactional else "idempotent producing"
@@ -149,6 +149,13 @@ class ResultProducer:
             log.error(
                 "producer: broker refused %s (%r); delivery degrades to at-least-once with %s — "
                 "results may be duplicated after a crash",
+                refused,
+                exc,
+                fallback,
+            )
+        elif _embedded_refusal(exc, self._settings.bootstrap_servers):
+            log.info(
+                "producer: broker refused %s (%r), as the embedded tansu broker does; falling back to %s",
                 refused,
                 exc,
                 fallback,
@@ -299,3 +306,12 @@ def _sender_errors_muted(muted: bool) -> Iterator[None]:
         yield
     finally:
         sender_log.setLevel(level)
+
+
+def _embedded_refusal(exc: KafkaError, bootstrap_servers: str) -> bool:
+    """The embedded tansu broker's answer to aiokafka's InitProducerId (a bare UnknownError) on a
+    loopback address: expected on every laptop run, so it is INFO there; on a real cluster a refused
+    idempotent producer is worth a WARNING."""
+    hosts = [entry.rsplit(":", 1)[0].strip("[] ") for entry in bootstrap_servers.split(",") if entry.strip()]
+    loopback = bool(hosts) and all(host in ("localhost", "127.0.0.1", "::1") for host in hosts)
+    return loopback and type(exc) is UnknownError

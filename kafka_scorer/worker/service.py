@@ -37,9 +37,11 @@ from kafka_scorer.worker.consumer import JobConsumer
 from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
 from kafka_scorer.worker.engine import Engine
+from kafka_scorer.worker.group_model import OneModelAssignor
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
+from kafka_scorer.worker.outage import BrokerWatch
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.producer import ResultProducer
 from kafka_scorer.worker.rebalance import Rebalance
@@ -70,8 +72,12 @@ class Worker:
         self.served = engine.served
         self.metrics = metrics or WorkerMetrics()
         self.tracing = tracing if tracing is not None else from_environment()
-        self.consumer = JobConsumer(settings)
+        self.group_model = OneModelAssignor.serving(
+            settings.group_id, self.served.description or {"model": self.served.name}
+        )
+        self.consumer = JobConsumer(settings, self.group_model.offered())
         self.topic_watch = TopicWatch(settings, self.consumer.cluster_partitions)
+        self.broker_watch = BrokerWatch(settings.bootstrap_servers, self.consumer.cluster_partitions)
         txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
         self.producer = ResultProducer(settings, transactional_id=txn_id)
         self.ledger = Ledger(settings, self.metrics, self.consumer)
@@ -107,7 +113,8 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        return self.ledger.started and not self.ledger.draining and self.healthy and self.topic_watch.ready
+        watches = self.topic_watch.ready and self.group_model.ready and self.broker_watch.ready
+        return self.ledger.started and not self.ledger.draining and self.healthy and watches
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
@@ -126,6 +133,7 @@ class Worker:
                 asyncio.create_task(self.batcher.run(), name="batcher"),
                 asyncio.create_task(self.outbox.delivery.run(), name="committer"),
                 asyncio.create_task(self.topic_watch.run(stop), name="topic-watch"),
+                asyncio.create_task(self.broker_watch.run(stop), name="broker-watch"),
             ]
             self._started()
             await self._serve(stop, background)

@@ -128,7 +128,7 @@ def test_worker_with_a_missing_model_says_so_in_one_line(tmp_path) -> None:
     )
     assert done.returncode == 2
     line = _one_line(done.stderr)
-    assert line.startswith("kafka-scorer worker: error: model: cannot load config")
+    assert line.startswith("kafka-scorer worker: error: model: no such directory")
     assert "--model or KAFKA_SCORER_MODEL" in line
 
 
@@ -207,7 +207,7 @@ def _unusable_devices() -> list[tuple[str, str]]:
 def test_a_device_this_machine_cannot_use_is_one_line(tmp_path, device: str, expected: str) -> None:
     done = run_cli(
         "worker",
-        *("--model", str(tmp_path / "m"), "--device", device, "--metrics-port", "0"),
+        *("--model", str(tmp_path), "--device", device, "--metrics-port", "0"),  # a directory, not a model
         *("--bootstrap-servers", f"127.0.0.1:{free_port()}", "--log-level", "ERROR"),
     )
     assert done.returncode == 2
@@ -224,7 +224,12 @@ def test_a_busy_metrics_port_is_one_line_before_the_model_loads(tmp_path) -> Non
         port = busy.getsockname()[1]
         done = run_cli(
             "worker",
-            *("--model", str(tmp_path / "no-such-model"), "--metrics-port", str(port)),
+            *(
+                "--model",
+                str(tmp_path),
+                "--metrics-port",
+                str(port),
+            ),  # a directory: not refused before the port
             *("--bootstrap-servers", f"127.0.0.1:{free_port()}", "--log-level", "ERROR"),
         )
     assert done.returncode == 2
