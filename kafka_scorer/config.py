@@ -85,6 +85,18 @@ class EngineSettings(BaseSettings):
         description="Jobs with more `label_token_ids` are rejected (`too_long`); every row of a batch is "
         "padded to its longest label list, so one job must not widen everyone's.",
     )
+    chunking: str = Field(
+        "",
+        description="Default of a job's `chunking`, as its JSON object, e.g. "
+        '`{"aggregate": "max", "overlap": 64}`: score every window of an item too long for one pair '
+        "(docs/message-schema.md, Long items); empty: none. Not together with `truncate`.",
+    )
+    max_chunks_per_job: int = Field(
+        256,
+        gt=0,
+        description="Most windows the chunked items of one job may make; more is `too_long`. Every window "
+        "is a pair run through the model, so this bounds one job's work like `max_items_per_job`.",
+    )
     template: str = Field(
         "",
         description="Prompt template for text jobs: a preset (qwen3-reranker) or a template file with "
@@ -95,6 +107,25 @@ class EngineSettings(BaseSettings):
         description="Revision reported in every result; empty: a hash of the checkpoint's config, weight "
         "and tokenizer files, computed at start-up.",
     )
+
+    @field_validator("chunking")
+    @classmethod
+    def _chunking_decodes(cls, value: str) -> str:
+        """The job field's own decoder reads the setting, so it accepts exactly what a job may send."""
+        if value.strip():
+            _decode_chunking(value)
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _one_long_item_policy(self) -> EngineSettings:
+        if self.truncate and self.chunking:
+            raise ValueError("truncate, chunking: both set; an item too long for a pair is cut or chunked")
+        return self
+
+    @property
+    def default_chunking(self):
+        """The `chunking` setting decoded (a `protocol.Chunking`), or None."""
+        return _decode_chunking(self.chunking) if self.chunking else None
 
     @field_validator("template")
     @classmethod
@@ -107,6 +138,19 @@ class EngineSettings(BaseSettings):
         except TemplateError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+
+def _decode_chunking(text: str):
+    import msgspec
+
+    from kafka_scorer.protocol import Chunking
+
+    try:
+        return msgspec.json.decode(text, type=Chunking)
+    except msgspec.DecodeError as exc:
+        raise ValueError(
+            f'not a chunking object ({exc}); e.g. {{"window": null, "overlap": 0, "aggregate": "max"}}'
+        ) from None
 
 
 class Settings(EngineSettings):
