@@ -28,6 +28,8 @@ NO_TEMPLATE_WARNING = "instruction ignored: this worker serves no template"
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
 _SEAM_MARGIN = 2
 """Tokens a templated item part may gain at the seam (a token or two of the shared part moves over)."""
+_SHRINK_TRIES = 8
+"""How often a templated window shrinks to fit before the job is left to the pair limit's `too_long`."""
 _TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
 
 
@@ -107,6 +109,17 @@ def longest_token_chars(tokenizer: object) -> int:
     """
     vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
     return max((len(token) for token in vocab), default=1) or 1
+
+
+def leading_special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text that leads a pair (SPEC §4), read
+    off a probe encoded with and without them (transformers 5 has no `build_inputs_with_special_tokens`)."""
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return full[:start], full[start + len(bare) :]
+    return [], []
 
 
 def text_char_bound(max_tokens: int, longest_token: int) -> int:
@@ -283,20 +296,15 @@ class JobPreparer:
     ) -> tuple[list[list[int]], ChunkPlan | None]:
         """A decoder's windows: the query stays whole, each window follows it (or leads it, with
         `item_first`) as an item of its own. A leading text item carries the tokenizer's special
-        tokens; its windows each get them (`build_inputs_with_special_tokens`), and do not count them."""
+        tokens; each of its windows gets them too, and they do not count in the window."""
         room = self.limits.max_pair_tokens - len(query)
         if not (job.item_first and isinstance(job.query, str)):
             return self._split_long_items(job, items, room, chunking)
-        tokenizer = self._tokenizer()
-        special = tokenizer.num_special_tokens_to_add(pair=False)  # type: ignore[attr-defined]
+        prefix, suffix = leading_special_tokens(self._tokenizer())
+        special = len(prefix) + len(suffix)
         own = [len(item) - special for item in items]
         return self._split_long_items(
-            job,
-            items,
-            room - special,
-            chunking,
-            own,
-            tokenizer.build_inputs_with_special_tokens,  # type: ignore[attr-defined]
+            job, items, room - special, chunking, own, lambda ids: [*prefix, *ids, *suffix]
         )
 
     def _split_long_items(
@@ -436,7 +444,8 @@ class JobPreparer:
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
         if chunking is not None:
-            return (*self._templated_windows(job, items, instruction, room, chunking), precut)  # type: ignore[return-value]
+            shared, parts, plan = self._templated_windows(job, items, instruction, room, chunking)
+            return shared, parts, precut, plan
         over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
         if not (truncate and over):
             return tokens.shared, tokens.items, precut, None
@@ -450,38 +459,59 @@ class JobPreparer:
     ) -> tuple[list[int], list[list[int]], ChunkPlan | None]:
         """SPEC §9 under a template: the item's own tokens are split by the window rule, and each
         window's text (the item's characters its tokens cover) is scored inside the template like any
-        item, so every window is the whole prompt a caller would build with that text. The window
-        leaves room for the template's text around the item and for the seam (`_SEAM_MARGIN`)."""
+        item, so every window is the whole prompt a caller would build with that text.
+
+        The window starts at what fits beside the template's text and the seam (`_SEAM_MARGIN`). A
+        window's text can tokenize to a few more tokens than the window (a window that starts or ends
+        inside a multi-byte character takes the whole character), so when a part is over the limit the
+        window shrinks by the overflow and the item is split again.
+        """
         template = self.template
         assert template is not None
         tokenizer = self._tokenizer()
         fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
         window = self._window(chunking, room - fixed - _SEAM_MARGIN)
         own = self._own_tokens(job, list(range(len(items))))
-        over = {i: len(ids) for i, (ids, _) in own.items() if len(ids) > window}
-        plan = None
-        if over:
-            self._check_window_count(over, window, chunking.overlap)
-            if any(own[i][1] is None for i in over):
-                raise InputError(
-                    ErrorCode.UNSUPPORTED,
-                    "chunking a templated text needs the tokenizer's character offsets (a fast tokenizer)",
-                )
-            texts, counts, chunked = [], [], []
-            for index, item in enumerate(items):
-                if index not in over:
-                    texts.append(item)
-                    counts.append(1)
-                    continue
-                ids, offsets = own[index]
-                spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]
-                texts.extend(item[start:end] for start, end in spans)
-                counts.append(len(spans))
-                chunked.append(WindowedItem(index, spans, "characters"))
-            items = texts
-            plan = ChunkPlan(chunking.aggregate, counts, chunked)
-        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
+        for _ in range(_SHRINK_TRIES):
+            texts, plan = self._window_texts(items, own, window, chunking)
+            tokens = tokenize_templated(tokenizer, template, str(job.query), texts, instruction)
+            limit = self.limits.max_pair_tokens - len(tokens.shared)
+            excess = max(len(part) for part in tokens.items) - limit
+            if excess <= 0:
+                break
+            window = self._window(chunking, window - excess)
         return tokens.shared, tokens.items, plan
+
+    def _window_texts(
+        self,
+        items: list[str],
+        own: dict[int, tuple[list[int], list[tuple[int, int]] | None]],
+        window: int,
+        chunking: Chunking,
+    ) -> tuple[list[str], ChunkPlan | None]:
+        """Each item over `window` own tokens replaced by its windows' texts, and the plan; the items
+        unchanged and None when none is over."""
+        over = {i: len(ids) for i, (ids, _) in own.items() if len(ids) > window}
+        if not over:
+            return items, None
+        self._check_window_count(over, window, chunking.overlap)
+        if any(own[i][1] is None for i in over):
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                "chunking a templated text needs the tokenizer's character offsets (a fast tokenizer)",
+            )
+        texts, counts, chunked = [], [], []
+        for index, item in enumerate(items):
+            if index not in over:
+                texts.append(item)
+                counts.append(1)
+                continue
+            ids, offsets = own[index]
+            spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]
+            texts.extend(item[start:end] for start, end in spans)
+            counts.append(len(spans))
+            chunked.append(WindowedItem(index, spans, "characters"))
+        return texts, ChunkPlan(chunking.aggregate, counts, chunked)
 
     def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
         """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
