@@ -33,6 +33,19 @@ _FIELD_VALUES = {
     "return_pooled_hidden_states": st.booleans(),
     "multi_item": st.one_of(st.booleans(), st.none(), _SCALARS),
     "model": st.one_of(st.text(max_size=8), st.none(), _INT64),
+    "chunking": st.one_of(
+        st.none(),
+        _SCALARS,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "window": st.one_of(st.none(), st.integers(-2, 600), _SCALARS),
+                "overlap": st.one_of(st.integers(-2, 64), _SCALARS),
+                "aggregate": st.one_of(st.sampled_from(["max", "mean", "first", "sum", "MAX"]), _SCALARS),
+                "stride": st.integers(0, 4),
+            },
+        ),
+    ),
     "no_such_field": _SCALARS,
 }
 

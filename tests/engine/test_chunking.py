@@ -356,3 +356,24 @@ def test_templated_window_null_fits_the_pair_limit(templated):
     assert prepared.chunks is not None and len(prepared.items) > 1
     assert all(len(prepared.query) + len(part) <= TEMPLATE_LIMIT for part in prepared.items)
     assert scorer.run_batch([prepared])[0].ok
+
+
+# ---- the worker's settings -----------------------------------------------------------------------
+
+
+def test_the_chunking_setting_is_read_by_the_job_fields_own_decoder(monkeypatch):
+    from pydantic import ValidationError
+
+    from kafka_scorer.config import EngineSettings
+
+    for key in [k for k in __import__("os").environ if k.upper().startswith("KAFKA_SCORER_")]:
+        monkeypatch.delenv(key)
+    assert EngineSettings().default_chunking is None
+    setting = EngineSettings(chunking='{"aggregate": "mean", "overlap": 8}')
+    assert setting.default_chunking == Chunking(window=None, overlap=8, aggregate="mean")
+    assert EngineSettings(max_chunks_per_job=9).max_chunks_per_job == 9
+    for bad in ('{"aggregate": "sum"}', '{"window": 0}', '{"stride": 4}', "max"):
+        with pytest.raises(ValidationError, match="chunking"):
+            EngineSettings(chunking=bad)
+    with pytest.raises(ValidationError, match="truncate, chunking"):
+        EngineSettings(chunking="{}", truncate=True)
