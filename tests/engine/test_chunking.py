@@ -133,6 +133,28 @@ def test_mis_packs_all_windows_of_all_items_behind_one_query(causal):
     assert prepared.num_tokens > LIMIT  # longer than one pair may be: the windows are what must fit
 
 
+@pytest.mark.parametrize("multi_item", [True, False], ids=["mis", "pairs"])
+def test_the_token_budget_counts_and_cuts_the_windows(tiny_models, multi_item):
+    """The scheduler and the worker's backpressure read `num_tokens`: every window's tokens. A chunked
+    job larger than the budget is cut between windows into several forwards, with the same rows."""
+    from kafka_scorer.engine.scheduler import plan_forwards
+
+    path = tiny_models.get("qwen3", "causal")
+    small = Scorer(str(path), dtype="float32", device="cpu", max_pair_tokens=LIMIT, max_batch_tokens=40)
+    job = Job(
+        query=QUERY, items=ITEMS, label_token_ids=LABELS, chunking=Chunking(window=9), multi_item=multi_item
+    )
+    prepared = small.prepare(job, "b")
+    item_tokens = sum(e - s for item in ITEMS for s, e in rule_windows(len(item), 9, 0))
+    windows = sum(len(rule_windows(len(item), 9, 0)) for item in ITEMS)
+    assert prepared.num_tokens == (len(QUERY) if multi_item else windows * len(QUERY)) + item_tokens
+    forwards = plan_forwards([prepared], small.max_batch_tokens)
+    assert len(forwards) > 1 and all(sum(p.num_tokens for _, p in group) <= 40 for group in forwards)
+    (result,) = small.run_batch([prepared])
+    want, _ = reference_job(path, QUERY, ITEMS, 9, 0, "max", 0, LABELS)
+    assert_rows_close(result.scores, want)
+
+
 def test_an_item_that_fits_is_scored_as_today(causal):
     scorer, _ = causal
     plain = scorer.score(QUERY, ITEMS[:2], label_token_ids=LABELS)
