@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import typing
-from typing import Annotated, Literal
+from dataclasses import fields
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from kafka_scorer.engine.config import EngineConfig
 
 DeliveryMode = Literal["at_least_once", "exactly_once"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -30,7 +34,7 @@ def choices(annotation: object) -> tuple[str, ...]:
 
 
 class EngineSettings(BaseSettings):
-    """What the engine needs; usable without any Kafka setting (`Scorer.from_settings`)."""
+    """What the engine needs; usable without any Kafka setting (`settings.engine_config()`)."""
 
     model_config = SettingsConfigDict(env_prefix="KAFKA_SCORER_", env_file=".env", extra="ignore")
 
@@ -112,8 +116,9 @@ class EngineSettings(BaseSettings):
     @classmethod
     def _chunking_decodes(cls, value: str) -> str:
         """The job field's own decoder reads the setting, so it accepts exactly what a job may send."""
-        if value.strip():
-            _decode_chunking(value)
+        from kafka_scorer.engine.chunking import parse_chunking
+
+        parse_chunking(value)
         return value.strip()
 
     @model_validator(mode="after")
@@ -122,10 +127,11 @@ class EngineSettings(BaseSettings):
             raise ValueError("truncate, chunking: both set; an item too long for a pair is cut or chunked")
         return self
 
-    @property
-    def default_chunking(self):
-        """The `chunking` setting decoded (a `protocol.Chunking`), or None."""
-        return _decode_chunking(self.chunking) if self.chunking else None
+    def engine_config(self) -> EngineConfig:
+        """The plain record the engine is built from (`Scorer.from_config`): the engine reads no settings."""
+        from kafka_scorer.engine.config import EngineConfig
+
+        return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})
 
     @field_validator("template")
     @classmethod
@@ -138,19 +144,6 @@ class EngineSettings(BaseSettings):
         except TemplateError as exc:
             raise ValueError(str(exc)) from None
         return value
-
-
-def _decode_chunking(text: str):
-    import msgspec
-
-    from kafka_scorer.protocol import Chunking
-
-    try:
-        return msgspec.json.decode(text, type=Chunking)
-    except msgspec.DecodeError as exc:
-        raise ValueError(
-            f'not a chunking object ({exc}); e.g. {{"window": null, "overlap": 0, "aggregate": "max"}}'
-        ) from None
 
 
 class Settings(EngineSettings):
@@ -200,6 +193,28 @@ class Settings(EngineSettings):
     )
     max_inflight_tokens: int = Field(
         65536, gt=0, description="Queued + running tokens above which partitions are paused (backpressure)."
+    )
+    max_job_age_ms: int = Field(
+        0,
+        ge=0,
+        description="Deadline of jobs without `timeout_ms`, from their record's timestamp: a job older than "
+        "this when its forward pass would start is answered `deadline_exceeded`, uncomputed; 0: off.",
+    )
+    topic_priorities: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=dict,
+        description="Default `priority` of each request topic, as TOPIC=N,TOPIC=N (e.g. "
+        "scoring-bulk=-1,scoring-interactive=1); other topics: 0. Backpressure pauses lower ones first.",
+    )
+    scheduling: Literal["priority", "fifo"] = Field(
+        "priority",
+        description="priority: batches fill from the highest priority first, earliest deadline first within "
+        "one, with aging (priority_aging_ms); fifo: in arrival order, priorities ignored.",
+    )
+    priority_aging_ms: int = Field(
+        2000,
+        gt=0,
+        description="A queued job's priority rises by one for each this long it has waited, so it waits "
+        "behind newer jobs of a priority d higher for at most (d + 1) times this.",
     )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."
@@ -271,6 +286,22 @@ class Settings(EngineSettings):
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
+
+    @field_validator("topic_priorities", mode="before")
+    @classmethod
+    def _topic_priorities(cls, value: object) -> object:
+        """TOPIC=N,TOPIC=N from the environment or a flag; N within the job field's range (-128..127)."""
+        if not isinstance(value, str):
+            return value
+        out: dict[str, int] = {}
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            topic, equals, number = part.rpartition("=")
+            if not equals or not topic.strip() or not number.strip().lstrip("-").isdigit():
+                raise ValueError(f"{part!r} is not TOPIC=N (e.g. scoring-bulk=-1,scoring-interactive=1)")
+            if not -128 <= int(number) <= 127:
+                raise ValueError(f"{part!r}: a priority is from -128 to 127")
+            out[topic.strip()] = int(number)
+        return out
 
     @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
     @classmethod

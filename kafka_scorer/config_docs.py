@@ -160,7 +160,7 @@ def render() -> str:
         "## Engine",
         "",
         "What the scoring engine needs: the model, where it runs, and how much goes into one forward pass.",
-        "These settings also configure `Scorer.from_settings` when the engine is used without Kafka.",
+        "These settings also build the engine without Kafka: `Scorer.from_config(settings.engine_config())`.",
         "",
         *render_table(engine),
         "",

@@ -74,6 +74,8 @@ def _sample(name: str) -> tuple[str, object]:
         return "a,b", ["a", "b"]
     if name == "bootstrap_servers":  # validated as HOST:PORT list
         return "x-value:9093", "x-value:9093"
+    if name == "topic_priorities":  # TOPIC=N pairs
+        return "x-value=3", {"x-value": 3}
     if name == "template":  # validated against the presets and the disk
         return "qwen3-reranker", "qwen3-reranker"
     if name == "chunking":  # validated as the job field's JSON object
@@ -142,7 +144,7 @@ def test_module_runs_as_a_script() -> None:
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
 def test_documented_flags_are_the_ones_the_worker_cli_accepts(name: str) -> None:
     """The flag column is rendered independently of the CLI; parse each documented flag for real."""
-    from kafka_scorer.worker.command import configure
+    from kafka_scorer.cli.worker import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)

@@ -11,8 +11,8 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_scorer.contract import asyncapi, documents, json_schema
-from kafka_scorer.protocol import ErrorCode, Job, MessageDecodeError, Result, decode_job, encode_result
+from kafka_scorer.wire.contract import asyncapi, documents, json_schema
+from kafka_scorer.wire.protocol import ErrorCode, Job, MessageDecodeError, Result, decode_job, encode_result
 
 CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "contract"
 
@@ -33,6 +33,8 @@ _FIELD_VALUES = {
     "return_pooled_hidden_states": st.booleans(),
     "multi_item": st.one_of(st.booleans(), st.none(), _SCALARS),
     "model": st.one_of(st.text(max_size=8), st.none(), _INT64),
+    "timeout_ms": st.one_of(st.none(), st.integers(min_value=-2, max_value=2), _INT64, _SCALARS),
+    "priority": st.one_of(st.none(), st.integers(min_value=-130, max_value=130), _SCALARS),
     "chunking": st.one_of(
         st.none(),
         _SCALARS,
@@ -72,11 +74,13 @@ def _decodes(document: object) -> bool:
 
 
 def test_published_documents_are_current() -> None:
-    """Regenerate with `python -m kafka_scorer.contract docs/contract` after changing a wire struct."""
+    """Regenerate with `python -m kafka_scorer.wire.contract docs/contract` after changing a wire struct."""
     for name, text in documents().items():
         path = CONTRACT / name
-        assert path.exists(), f"{path} missing: run python -m kafka_scorer.contract docs/contract"
-        assert path.read_text() == text, f"{path} is stale: run python -m kafka_scorer.contract docs/contract"
+        assert path.exists(), f"{path} missing: run python -m kafka_scorer.wire.contract docs/contract"
+        assert path.read_text() == text, (
+            f"{path} is stale: run python -m kafka_scorer.wire.contract docs/contract"
+        )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,7 +91,7 @@ def test_job_schema_accepts_exactly_what_the_worker_decodes(document: object) ->
 
 
 def test_a_real_result_validates() -> None:
-    from kafka_scorer.protocol import ErrorInfo
+    from kafka_scorer.wire.protocol import ErrorInfo
 
     ok = Result(id="a", scores=[[0.25, 0.75]], prompt_tokens=9, model="m", warnings=["w"])
     failed = Result(id="b", scores=None, error=ErrorInfo(code=ErrorCode.TOO_LONG, message="long", item=1))

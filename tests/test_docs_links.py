@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import decode_job, decode_result
+from kafka_scorer.wire.protocol import decode_job, decode_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

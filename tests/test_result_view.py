@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scorer.protocol import ErrorCode, ErrorInfo, Job, Ranked, Result, TemplateRef
-from kafka_scorer.result_view import ITEM_WIDTH, provenance_lines, ranking_lines, shorten
-from kafka_scorer.submit import JobDefaults, label_list, non_negative
+from kafka_scorer.cli.result_view import ITEM_WIDTH, provenance_lines, ranking_lines, shorten
+from kafka_scorer.cli.submit import JobDefaults, label_list, non_negative
+from kafka_scorer.wire.protocol import ErrorCode, ErrorInfo, Job, Ranked, Result, TemplateRef
 
 
 @given(st.text())

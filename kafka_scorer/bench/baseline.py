@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 
 class BaselineScorer:

@@ -29,7 +29,7 @@ from kafka_scorer.bench.contenders import Contender, EngineContender, drive, war
 from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, repeated
 from kafka_scorer.bench.summary import max_abs_diff
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 CROSS_ENCODER_BATCH = 32
 """`CrossEncoder.predict`'s default batch size, used by the padded contender too."""

@@ -57,7 +57,7 @@ from kafka_scorer.bench.summary import (
 from kafka_scorer.bench.targets import evaluate_targets
 from kafka_scorer.bench.worker_contender import run_worker_contender
 from kafka_scorer.bench.workloads import WORKLOADS, Workload, build_workload, with_multi_item, workload_spec
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 
 @dataclass

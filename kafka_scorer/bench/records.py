@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from kafka_scorer.bench.probes import Measured
-from kafka_scorer.protocol import Result
+from kafka_scorer.wire.protocol import Result
 
 Scores = list[list[float]]
 

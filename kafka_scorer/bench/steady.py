@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import msgspec
 
 from kafka_scorer.bench.records import RunRecord
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 ROUND_TRIP_S = 0.5
 """Time a closed-loop client's window must also cover: produce, the worker's fetch wait, batch close, the

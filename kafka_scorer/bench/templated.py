@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 
 from kafka_scorer.bench.workloads import Workload, WorkloadSpec
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 # Words the tiny chat tokenizer was trained on: the texts read as words and tokenize to whole words.
 WORDS = (

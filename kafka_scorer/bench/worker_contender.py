@@ -18,7 +18,7 @@ import msgspec
 from kafka_scorer.bench.contenders import warmup_jobs
 from kafka_scorer.bench.probes import Measured, RunProbe
 from kafka_scorer.bench.records import RunLog, RunRecord, error_text, repeated_async
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 
 def run_worker_contender(
@@ -50,8 +50,8 @@ async def _worker_run(
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from kafka_scorer.broker import EmbeddedBroker
     from kafka_scorer.config import Settings
+    from kafka_scorer.testing.broker import EmbeddedBroker
     from kafka_scorer.worker.service import Worker
 
     requests, replies, partitions = "bench.requests", "bench.results", 4
@@ -125,7 +125,7 @@ class _KafkaClient:
         self.topic = topic
 
     async def run(self, tag: str, jobs: list[Job], window: int, probe: RunProbe | None) -> RunRecord:
-        from kafka_scorer.protocol import CONTENT_TYPE_JSON, decode_result, encode_job
+        from kafka_scorer.wire.protocol import CONTENT_TYPE_JSON, decode_result, encode_job
 
         n = len(jobs)
         log = RunLog(n)

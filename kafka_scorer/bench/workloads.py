@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import msgspec
 
 from kafka_scorer.bench.models import FIRST_REGULAR_ID
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 WORKLOADS = ("rerank", "many-items", "short", "mixed")
 

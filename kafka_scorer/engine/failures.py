@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kafka_scorer.protocol import ErrorCode, Result, error_result
+from kafka_scorer.errors import FatalError
+from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _POISONED = (
 )
 
 
-class FatalDeviceError(RuntimeError):
+class FatalDeviceError(FatalError):
     """The device, or this process's hold on it, can no longer be trusted: the worker must stop."""
 
 
@@ -55,7 +56,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
 
 
-def failed_results(job_ids: Sequence[str], exc: BaseException, model: str) -> list[Result]:
+def failed_results(job_ids: Sequence[str], exc: BaseException, model: str = "") -> list[Result]:
     """One `internal` result per job, naming the exception: the one place exceptions become answers."""
     message = f"forward pass failed: {type(exc).__name__}: {exc}"
     return [error_result(job_id, ErrorCode.INTERNAL, message, model=model) for job_id in job_ids]

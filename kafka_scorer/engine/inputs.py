@@ -16,7 +16,7 @@ from kafka_scorer.engine.labels import LabelError, LabelResolver
 from kafka_scorer.engine.model import LoadedModel, ModelKind
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
-from kafka_scorer.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
 LABEL_TOKENS_IGNORED_WARNING = "label_tokens ignored: the served model is a classification model"

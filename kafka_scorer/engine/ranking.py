@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from kafka_scorer.protocol import Ranked
+from kafka_scorer.wire.protocol import Ranked
 
 
 def rank(rows: list[list[float]], column: int, top_n: int) -> list[Ranked]:

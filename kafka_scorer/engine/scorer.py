@@ -13,14 +13,14 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import msgspec
 import torch
 
-from kafka_scorer.config import EngineSettings
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
-from kafka_scorer.engine.chunking import aggregate
+from kafka_scorer.engine.chunking import aggregate, parse_chunking
+from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
@@ -30,7 +30,8 @@ from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.errors import SettingError
-from kafka_scorer.protocol import Chunking, Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef
+from kafka_scorer.wire.provenance import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Scorer:
         max_labels_per_job: int = 256,
         template: str = "",
         model_revision: str = "",
-        chunking: Chunking | None = None,
+        chunking: Chunking | str | None = None,
         max_chunks_per_job: int = 256,
     ) -> None:
         self.loaded: LoadedModel = load_model(
@@ -79,7 +80,7 @@ class Scorer:
             max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
             truncate=truncate,
             max_labels_per_job=max_labels_per_job,
-            chunking=chunking,
+            chunking=parse_chunking(chunking) if isinstance(chunking, str) else chunking,
             max_chunks_per_job=max_chunks_per_job,
         )
         self.max_batch_tokens = max_batch_tokens
@@ -100,24 +101,10 @@ class Scorer:
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_settings(cls, settings: EngineSettings) -> Scorer:
-        return cls(
-            settings.model,
-            served_model_name=settings.served_model_name,
-            dtype=settings.dtype,
-            device=settings.device,
-            trust_remote_code=settings.trust_remote_code,
-            attention_backend=settings.attention_backend,
-            max_batch_tokens=settings.max_batch_tokens,
-            max_items_per_job=settings.max_items_per_job,
-            max_pair_tokens=settings.max_pair_tokens,
-            truncate=settings.truncate,
-            max_labels_per_job=settings.max_labels_per_job,
-            template=settings.template,
-            model_revision=settings.model_revision,
-            chunking=settings.default_chunking,
-            max_chunks_per_job=settings.max_chunks_per_job,
-        )
+    def from_config(cls, config: EngineConfig) -> Scorer:
+        """The engine as configured (the worker builds `config` from its settings)."""
+        options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "model"}
+        return cls(config.model, **options)
 
     @property
     def model_name(self) -> str:
@@ -146,13 +133,14 @@ class Scorer:
     def dtype_name(self) -> str:
         return str(self.loaded.dtype).removeprefix("torch.")
 
+    @property
+    def served(self) -> ServedModel:
+        """What the worker needs to know of the model (and stamps results with): name, revision, dtype."""
+        return ServedModel(self.model_name, self.revision, self.dtype_name, self.description)
+
     def stamp(self, result: Result, template: TemplateRef | None = None) -> Result:
         """Provenance on a result (SPEC §8): which checkpoint, dtype and template produced it."""
-        result.model = result.model or self.model_name
-        result.model_revision = self.revision
-        result.dtype = self.dtype_name
-        result.template = template
-        return result
+        return self.served.stamp(result, template)
 
     def warm_up(self) -> None:
         """Full batches at the served shapes before the worker says it is ready — one packed MIS
@@ -228,7 +216,7 @@ class Scorer:
                 )
                 for group in plan
             ]
-        except Exception as exc:
+        except Exception as exc:  # the engine's one guard around packing: the batch is answered, not lost
             log.exception("packing failed for %d jobs", len(jobs))
             return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
         return PackedBatch(jobs, forwards)
@@ -242,7 +230,7 @@ class Scorer:
         """
         try:
             return self._run_packed_once(packed)
-        except Exception as exc:
+        except Exception as exc:  # the engine's one guard around forwards: isolates the job that breaks it
             return self._after_failure(packed.jobs, exc)
 
     def _after_failure(self, jobs: list[PreparedJob], exc: Exception) -> list[Result]:
@@ -263,7 +251,7 @@ class Scorer:
         if is_out_of_memory(exc):  # alone, with the cache freed: one more try, then the device is too small
             try:
                 return self._run_packed_once(self.pack(jobs))
-            except Exception as again:
+            except Exception as again:  # the retry alone, classified like the first failure
                 if is_out_of_memory(again):
                     raise FatalDeviceError(
                         f"out of memory on one job of {job.num_tokens} tokens after freeing the cache: "

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from kafka_scorer.protocol import Tensor
+from kafka_scorer.wire.protocol import Tensor
 
 _WIRE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _TORCH_DTYPES = {name: dtype for dtype, name in _WIRE_DTYPES.items()}

@@ -17,77 +17,67 @@ thread of its own, while the first computes) and queued behind it on the device 
 goes from one forward to the next without waiting for the event loop or for packing. A third batch
 waits here, where it can keep growing until a slot frees.
 
-An error that poisons the device (engine/failures.py) ends `run` with that error: the worker stops, and
-the jobs of that batch stay unanswered and uncommitted. Any other exception escaping the engine is
-answered `internal` for the batch, so every job still gets an answer.
+The batcher queues the tickets themselves (`Ticket.prepared` is what the engine packs) and writes each
+ticket's queue time and answer onto it. The engine answers a failed job `internal` itself (one job that
+breaks a forward is isolated there); an error that poisons the device (a `FatalError`) ends `run` with
+that error: the worker stops, and the jobs of that batch stay unanswered and uncommitted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic
 
 from kafka_scorer.engine.failures import failed_results, is_fatal
-from kafka_scorer.engine.scheduler import TokenBudgetScheduler
-from kafka_scorer.protocol import Result
+from kafka_scorer.wire.protocol import Result
+from kafka_scorer.worker.engine import B, Engine, P
+from kafka_scorer.worker.lanes import LaneQueue
+from kafka_scorer.worker.ticket import Ticket
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")  # the caller's per-job context (the worker's Ticket)
 
 _SLOTS = 2  # one batch computing + one ready behind it
 _EWMA = 0.3  # weight of the newest batch in the device's time per token and the pack time
 _LEAD_S = 0.002  # a held batch closes this long (plus twice a pack) before the device is expected free
 
 
-class PreparedLike(Protocol):
-    job_id: str
-    num_tokens: int
-
-
-class BatchRunner(Protocol):
-    """What the batcher needs from the engine's `Scorer`: CPU packing, then the device's forwards."""
-
-    model_name: str
-
-    def pack(self, jobs: Sequence) -> Any: ...
-
-    def run_packed(self, packed: Any) -> list[Result]: ...
-
-
 @dataclass(frozen=True, slots=True)
-class BatchDone(Generic[T]):
-    """One finished forward pass: contexts and results in the same order, plus timings."""
+class BatchDone(Generic[P]):
+    """One finished forward pass: its tickets, each with its answer and queue time, plus timings."""
 
-    contexts: list[T]
-    results: list[Result]
-    queue_s: list[float]  # per job: enqueue -> batch start
+    tickets: list[Ticket[P]]
     compute_s: float
     tokens: int
 
 
-class Batcher(Generic[T]):
+class Batcher(Generic[P, B]):
     def __init__(
         self,
-        scorer: BatchRunner,
-        on_done: Callable[[BatchDone[T]], None],
+        engine: Engine[P, B],
+        on_done: Callable[[BatchDone[P]], None],
         *,
         max_batch_tokens: int,
         max_batch_wait_ms: int,
+        aging_ms: int | None = None,
+        on_expired: Callable[[list[Ticket[P]]], None] | None = None,
+        queued_tokens_gauge: Any = None,
     ) -> None:
-        self._scorer = scorer
+        self._engine = engine
         self._on_done = on_done
-        self._scheduler = TokenBudgetScheduler(max_batch_tokens)
+        self._on_expired = on_expired  # queued jobs whose deadline passed, taken out uncomputed
+        aging_s = aging_ms / 1000 if aging_ms else None  # None: arrival order (scheduling=fifo)
+        self._scheduler: LaneQueue[Ticket[P]] = LaneQueue(max_batch_tokens, aging_s)
+        self._gauge = queued_tokens_gauge  # a Prometheus gauge of the queued tokens, kept current here
         self._max_wait_s = max_batch_wait_ms / 1000
-        self._waiting: dict[int, tuple[T, float]] = {}  # id(prepared) -> (context, enqueued_at), FIFO
         self._added = asyncio.Event()
         self._slots = asyncio.Semaphore(_SLOTS)
-        self._running: set[asyncio.Future[None]] = set()
+        self._running: set[asyncio.Future[Any]] = set()
         self._draining = False
         self.failure: BaseException | None = None  # the fatal error that stopped the batcher
         self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scorer-device")
@@ -109,18 +99,24 @@ class Batcher(Generic[T]):
     def busy(self) -> bool:
         return bool(self._scheduler) or bool(self._running)
 
-    def add(self, prepared: PreparedLike, context: T) -> None:
-        self._waiting[id(prepared)] = (context, time.monotonic())
-        self._scheduler.add(prepared)  # type: ignore[arg-type]
+    def add(self, ticket: Ticket[P]) -> None:
+        """Queue a prepared ticket (`ticket.prepared` set, its tokens counted by the ledger)."""
+        self._scheduler.add(ticket)
+        self._gauge_queue()
         self._added.set()
 
-    def discard(self, doomed: Callable[[T], bool]) -> list[T]:
-        """Take queued jobs whose context `doomed` picks out of the queue, uncomputed, and return their
-        contexts. After a rebalance the jobs of revoked partitions are the next owner's: computing them
-        here would only delay live work (and a drain) for results that are thrown away. Jobs already
-        packed or on the device finish; their late results are dropped by the delivery layer."""
-        removed = self._scheduler.remove_if(lambda prepared: doomed(self._waiting[id(prepared)][0]))
-        return [self._waiting.pop(id(prepared))[0] for prepared in removed]
+    def discard(self, doomed: Callable[[Ticket[P]], bool]) -> list[Ticket[P]]:
+        """Take the queued tickets `doomed` picks out of the queue, uncomputed, and return them. After a
+        rebalance the jobs of revoked partitions are the next owner's: computing them here would only
+        delay live work (and a drain) for results that are thrown away. Jobs already packed or on the
+        device finish; their late results are dropped by the delivery layer."""
+        removed = self._scheduler.remove_if(doomed)
+        self._gauge_queue()
+        return removed
+
+    def _gauge_queue(self) -> None:
+        if self._gauge is not None:
+            self._gauge.set(self._scheduler.queued_tokens)
 
     def drain(self, on: bool = True) -> None:
         """While draining, batches close at once instead of waiting to fill (shutdown, rebalance)."""
@@ -139,19 +135,17 @@ class Batcher(Generic[T]):
                 raise
             if self.failure is not None:
                 raise self.failure
-            contexts = []
-            enqueued = []
-            for prepared in batch:
-                context, at = self._waiting.pop(id(prepared))
-                contexts.append(context)
-                enqueued.append(at)
-            self._hand_to_device(sum(p.num_tokens for p in batch))
+            self._gauge_queue()
+            self._hand_to_device(sum(t.num_tokens for t in batch))
             future = asyncio.ensure_future(self._pack_and_compute(loop, batch))
             self._running.add(future)
-            future.add_done_callback(lambda f, c=contexts, e=enqueued: self._finished(f, c, e))
+            future.add_done_callback(lambda f, b=batch: self._finished(f, b))
 
-    async def _next_batch(self) -> list:
+    async def _next_batch(self) -> list[Ticket[P]]:
+        """Wait until a batch should close, then close it; expired jobs leave the queue on every turn."""
         while True:
+            now = time.monotonic()
+            self._expire(now)
             if self.failure is not None:
                 return []
             if not self._scheduler:
@@ -159,17 +153,24 @@ class Batcher(Generic[T]):
                 await self._added.wait()
                 continue
             if self._draining or self._scheduler.full:
-                return self._scheduler.next_batch()
-            _, oldest_at = next(iter(self._waiting.values()))
-            now = time.monotonic()
+                return self._scheduler.next_batch(now)
+            oldest_at = self._scheduler.oldest().enqueued_at
             remaining = max(self._max_wait_s - (now - oldest_at), self._device_ahead_s(now))
             if remaining <= 0:
-                return self._scheduler.next_batch()
+                return self._scheduler.next_batch(now)
+            expiry = self._scheduler.next_expiry()
+            wait_s = remaining if expiry is None else min(remaining, max(0.0, expiry - now))
             self._added.clear()
-            try:
-                await asyncio.wait_for(self._added.wait(), remaining)
-            except TimeoutError:
-                return self._scheduler.next_batch()
+            with contextlib.suppress(TimeoutError):  # woken by a new job, or the time is up: look again
+                await asyncio.wait_for(self._added.wait(), wait_s)
+
+    def _expire(self, now: float) -> None:
+        if self._on_expired is None:
+            return
+        expired = self._scheduler.expire(now)
+        if expired:
+            self._gauge_queue()
+            self._on_expired(expired)
 
     def _device_ahead_s(self, now: float) -> float:
         """How long a partial batch may still grow before the device needs it (<= 0: close it now)."""
@@ -196,53 +197,52 @@ class Batcher(Generic[T]):
         self._added.set()  # a held batch re-reads the estimate (the device may be free already)
 
     async def _pack_and_compute(
-        self, loop: asyncio.AbstractEventLoop, batch: list
-    ) -> tuple[list[Result], float, float, int, float]:
+        self, loop: asyncio.AbstractEventLoop, batch: list[Ticket[P]]
+    ) -> tuple[list[Result], float, float, float]:
         """Packing runs while the device still computes the previous batch; both threads are FIFO, so
         batches reach the device in the order they closed."""
-        packed, pack_s = await loop.run_in_executor(self._packer, self._pack, batch)
-        return (*await loop.run_in_executor(self._device, self._compute, batch, packed), pack_s)
+        jobs = [t.prepared for t in batch]
+        packed, pack_s = await loop.run_in_executor(self._packer, self._pack, jobs)
+        return (*await loop.run_in_executor(self._device, self._compute, packed, len(batch)), pack_s)
 
-    def _pack(self, batch: list) -> tuple[Any, float]:
+    def _pack(self, jobs: list[Any]) -> tuple[B, float]:
         started = time.monotonic()
-        try:
-            packed = self._scorer.pack(batch)
-        except Exception as exc:  # answered as a failed batch by `_compute`, which logs it
-            packed = exc
+        packed = self._engine.pack(jobs)
         return packed, time.monotonic() - started
 
-    def _compute(self, batch: list, packed: Any) -> tuple[list[Result], float, float, int]:
-        """On the device thread. The engine answers a failed job with `internal` itself; this covers the
-        engine raising anyway, so every job is answered, unless the error is fatal (then it is raised)."""
+    def _compute(self, packed: B, count: int) -> tuple[list[Result], float, float]:
+        """On the device thread: the engine's forwards for one packed batch."""
         started = time.monotonic()
-        try:
-            if isinstance(packed, Exception):
-                raise packed
-            results = self._scorer.run_packed(packed)
-            if len(results) != len(batch):
-                raise RuntimeError(f"run_packed returned {len(results)} results for {len(batch)} jobs")
-        except Exception as exc:
-            if is_fatal(exc):
-                raise
-            log.exception("batch of %d jobs failed", len(batch))
-            results = failed_results([p.job_id for p in batch], exc, getattr(self._scorer, "model_name", ""))
-        return results, started, time.monotonic() - started, sum(p.num_tokens for p in batch)
+        results = self._engine.run_packed(packed)
+        if len(results) != count:
+            raise RuntimeError(f"run_packed returned {len(results)} results for {count} jobs")
+        return results, started, time.monotonic() - started
 
-    def _finished(self, future: asyncio.Future, contexts: list[T], enqueued: list[float]) -> None:
+    def _finished(self, future: asyncio.Future[Any], batch: list[Ticket[P]]) -> None:
         self._running.discard(future)
         self._slots.release()
         if future.cancelled():
             return
+        tokens = sum(t.num_tokens for t in batch)
         exc = future.exception()
-        if exc is not None:  # fatal (the device is poisoned), or a BaseException from the thread
+        if exc is not None and is_fatal(exc):  # the device is poisoned: nothing more is computed
             log.critical("device error, the worker can no longer score: %r", exc)
             self.failure = self.failure or exc
             self._added.set()  # wake `run`, which raises it
             return
-        results, started, compute_s, tokens, pack_s = future.result()
-        self._learn(tokens, compute_s, pack_s)
-        queue_s = [max(0.0, started - at) for at in enqueued]
-        self._on_done(BatchDone(contexts, results, queue_s, compute_s, tokens))
+        if exc is not None:
+            # Catch-all, on purpose: the engine answers every failed job itself, so what arrives here is
+            # a bug in packing or in the engine's own failure handling; the batch is still answered.
+            log.error("batch of %d jobs failed", len(batch), exc_info=exc)
+            self._device_tokens -= tokens
+            results, started, compute_s = failed_results([t.job_id for t in batch], exc), 0.0, 0.0
+        else:
+            results, started, compute_s, pack_s = future.result()
+            self._learn(tokens, compute_s, pack_s)
+        for ticket, result in zip(batch, results, strict=True):
+            ticket.queue_s = max(0.0, started - ticket.enqueued_at) if started else 0.0
+            ticket.answer(result)
+        self._on_done(BatchDone(batch, compute_s, tokens))
 
     async def idle(self) -> None:
         """Wait until nothing is queued or computing."""

@@ -2,7 +2,7 @@
 
 Auto-commit is off: offsets move only through `commit`, which the delivery layer calls with the
 per-partition watermarks (SPEC §7). The rebalance listener hands revoked and assigned partitions to
-the service, which settles in-flight work before aiokafka lets the partitions go.
+worker/rebalance.py, which settles in-flight work before aiokafka lets the partitions go.
 
 Pausing is how backpressure reaches the broker: paused partitions are not fetched, but the loop keeps
 calling `getmany`, so the member keeps its place in the group (aiokafka #848: a long gap between polls
@@ -23,9 +23,9 @@ not receive the old positions: they would make every new record below them look 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import (
@@ -38,13 +38,12 @@ from aiokafka.errors import (
 )
 
 from kafka_scorer.config import Settings
+from kafka_scorer.errors import FatalError
 from kafka_scorer.worker.connection import client_options
 from kafka_scorer.worker.retry import UNREACHABLE, Backoff
 from kafka_scorer.worker.wire import Unreadable
 
 log = logging.getLogger(__name__)
-
-PartitionsCallback = Callable[[set[TopicPartition]], Awaitable[None]]
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -59,7 +58,7 @@ _MEMBERSHIP_FATAL: dict[type[KafkaError], str] = {
 }
 
 
-class FatalConsumerError(RuntimeError):
+class FatalConsumerError(FatalError):
     """The consumer lost its group membership, or its topics, for good: the worker must stop."""
 
 
@@ -72,24 +71,29 @@ class _Suspect:
     fetched_at: int  # aiokafka's timestamp of the fetch response that showed it
 
 
-class _Listener(ConsumerRebalanceListener):
-    """Forwards to the service; aiokafka awaits these before leaving / after joining the group."""
+class PartitionListener(Protocol):
+    """Who settles work when partitions go and come (worker/rebalance.py)."""
 
-    def __init__(self, revoked: PartitionsCallback, assigned: PartitionsCallback) -> None:
-        self._revoked = revoked
-        self._assigned = assigned
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class _Listener(ConsumerRebalanceListener):
+    """aiokafka awaits these before leaving / after joining the group."""
+
+    def __init__(self, listener: PartitionListener) -> None:
+        self._listener = listener
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self._revoked(set(revoked))
+        await self._listener.on_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        await self._assigned(set(assigned))
+        await self._listener.on_assigned(set(assigned))
 
 
 class JobConsumer:
-    def __init__(
-        self, settings: Settings, on_revoked: PartitionsCallback, on_assigned: PartitionsCallback
-    ) -> None:
+    def __init__(self, settings: Settings) -> None:
         self._settings = settings
         options: dict[str, Any] = client_options(settings)
         fetch_bytes = max(1 << 20, settings.max_message_bytes + (1 << 20))  # one largest record fits a fetch
@@ -107,16 +111,16 @@ class JobConsumer:
             max_poll_interval_ms=settings.max_poll_interval_ms,
             isolation_level="read_committed" if settings.delivery == "exactly_once" else "read_uncommitted",
         )
-        self._listener = _Listener(on_revoked, on_assigned)
         self._suspects: dict[TopicPartition, _Suspect] = {}
 
-    async def start(self) -> None:
+    async def start(self, listener: PartitionListener) -> None:
         """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
         s = self._settings
+        forward = _Listener(listener)
         if s.request_topic_pattern:
-            self._consumer.subscribe(pattern=s.request_topic_pattern, listener=self._listener)
+            self._consumer.subscribe(pattern=s.request_topic_pattern, listener=forward)
         else:
-            self._consumer.subscribe(topics=s.request_topics, listener=self._listener)
+            self._consumer.subscribe(topics=s.request_topics, listener=forward)
         backoff = Backoff()
         while True:
             try:

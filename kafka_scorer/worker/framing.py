@@ -1,4 +1,4 @@
-"""Which produced values get the Schema Registry frame, and with which id (see kafka_scorer/registry.py).
+"""Which produced values get the Schema Registry frame, and with which id (see kafka_scorer/wire/registry.py).
 
 Only JSON results are framed, under the subject of the topic they are actually sent to — a job's own
 `reply_topic`, or the configured one when a fallback answers there. Dead-letter copies keep the
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from kafka_scorer.config import Settings
-from kafka_scorer.protocol import CONTENT_TYPE_JSON
-from kafka_scorer.registry import SchemaRegistry, frame, subject_for
+from kafka_scorer.wire.protocol import CONTENT_TYPE_JSON
+from kafka_scorer.wire.registry import SchemaRegistry, frame, subject_for
 from kafka_scorer.worker.wire import OutRecord
 
 

@@ -29,6 +29,7 @@ from prometheus_client import (
 log = logging.getLogger(__name__)
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_AGE = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
@@ -51,6 +52,9 @@ class WorkerMetrics:
         self.tokens = counter("tokens", "Tokens run through the model")
         self.errors = counter("errors", "Error results by code", ("code",))
         self.dead_letters = counter("dead_letters", "Records copied to a dead-letter topic")
+        self.expired = counter(
+            "expired", "Jobs answered deadline_exceeded, uncomputed, by priority", ("priority",)
+        )
         self.dropped = counter("dropped", "Jobs left for the partition's next owner (revoke, rewind)")
         self.batches = counter("batches", "Forward passes")
         self.pauses = counter("backpressure_pauses", "Times fetching was paused by backpressure")
@@ -64,6 +68,9 @@ class WorkerMetrics:
         # so the ratio to max_batch_tokens is how full the batches run.
         self.batch_tokens = histogram("batch_tokens", "Tokens per forward batch, padding-free", _SIZE_BUCKETS)
         self.queue_seconds = histogram("queue_seconds", "Job wait before its batch starts", _LATENCY)
+        self.job_age_seconds = histogram(
+            "job_age_seconds", "Record timestamp to its forward pass starting (Kafka backlog included)", _AGE
+        )
         self.compute_seconds = histogram("compute_seconds", "Forward pass time per batch", _LATENCY)
         self.e2e_seconds = histogram("end_to_end_seconds", "Record fetched to result acknowledged", _LATENCY)
         self.inflight_tokens = gauge("inflight_tokens", "Tokens of jobs fetched and not yet answered")

@@ -160,7 +160,7 @@ async def _authenticate(
         conn = await asyncio.wait_for(
             create_conn(host, port, request_timeout_ms=int(timeout_s * 1000), **options), timeout_s
         )
-    except Exception as exc:
+    except Exception as exc:  # a check: every failure is diagnosed into one line, or re-raised below
         problem = diagnose(exc, settings, f"{host}:{port}")
         if problem is not None:
             raise problem from None

@@ -38,7 +38,8 @@ from aiokafka.errors import (
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
-from kafka_scorer.registry import RegistryError
+from kafka_scorer.errors import FatalError
+from kafka_scorer.wire.registry import RegistryError
 from kafka_scorer.worker.connection import client_options
 from kafka_scorer.worker.framing import ResultFraming
 from kafka_scorer.worker.retry import Backoff, is_retriable
@@ -52,7 +53,7 @@ _MISSING_TOPIC_GRACE_S = 10.0  # how long a topic the broker says it lacks may t
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's rule for topic names
 
 
-class FatalProducerError(RuntimeError):
+class FatalProducerError(FatalError):
     """The producer cannot go on (fenced by a newer instance with the same transactional id)."""
 
 
@@ -116,7 +117,7 @@ class ResultProducer:
             try:
                 with _sender_errors_muted(idempotent):
                     await producer.start()
-            except Exception as exc:
+            except Exception as exc:  # each start-up failure is classified below: retried, or fallen back
                 await _quiet_stop(producer)
                 if is_retriable(exc):
                     # Unreachable, or busy (a coordinator loading, an earlier transaction still
@@ -200,7 +201,7 @@ class ResultProducer:
                     "producer: %s (setting: schema_registry_url); retrying in %.1fs", exc, backoff.next_s
                 )
                 await backoff.sleep()
-            except Exception as exc:
+            except Exception as exc:  # classified: retried, refused (broker's answer) or re-raised (a bug)
                 if not is_retriable(exc):
                     if not isinstance(exc, KafkaError):
                         raise  # not the broker's answer: a bug, which must not pass for a refusal
@@ -269,10 +270,10 @@ class ResultProducer:
             await producer.commit_transaction()
         except ProducerFenced as exc:
             raise FatalProducerError(str(exc)) from exc
-        except BaseException:
+        except BaseException:  # anything (a cancel included) leaves the transaction open: abort it, re-raise
             try:
                 await producer.abort_transaction()
-            except Exception as abort_exc:
+            except Exception as abort_exc:  # a failed abort is cleared by restarting the producer
                 log.warning("producer: abort_transaction failed (%r); restarting the producer", abort_exc)
                 await self.stop()
                 await self.start()  # InitProducerId with the same id aborts the open transaction

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from kafka_scorer import __version__
 
 if TYPE_CHECKING:
-    from kafka_scorer.protocol import Result
+    from kafka_scorer.wire.protocol import Result
     from kafka_scorer.worker.wire import Origin
 
 try:

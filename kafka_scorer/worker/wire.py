@@ -31,7 +31,7 @@ from typing import Protocol
 
 import msgspec
 
-from kafka_scorer.protocol import (
+from kafka_scorer.wire.protocol import (
     ErrorCode,
     Job,
     MessageDecodeError,
@@ -177,15 +177,7 @@ def _text(value: bytes | None) -> str | None:
 def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
     """Decode one consumed record; never raises for bad input."""
     if isinstance(record, Unreadable):
-        message = f"the Kafka client cannot read the record at this offset: {record.reason}"
-        result = error_result(
-            f"{record.topic}:{record.partition}:{record.offset}",
-            ErrorCode.INVALID_MESSAGE,
-            message,
-            model=rules.model_name,
-        )
-        where = Origin(record.topic, record.partition, record.offset, None, rules.reply_topic, "json", None)
-        return Rejected(result=result, origin=where, dead_letter=None)
+        return _unreadable(record, rules)
     headers = list(record.headers or ())
     header_bytes = _headers_size(headers)
     if header_bytes > rules.max_header_bytes:
@@ -240,6 +232,15 @@ def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
     return Inbound(job=job, job_id=job.id or fallback_id, origin=origin(fmt))
 
 
+def _unreadable(record: Unreadable, rules: WireRules) -> Rejected:
+    """The answer at a position the Kafka client could not read: nothing to decode or dead-letter."""
+    message = f"the Kafka client cannot read the record at this offset: {record.reason}"
+    job_id = f"{record.topic}:{record.partition}:{record.offset}"
+    result = error_result(job_id, ErrorCode.INVALID_MESSAGE, message, model=rules.model_name)
+    where = Origin(record.topic, record.partition, record.offset, None, rules.reply_topic, "json", None)
+    return Rejected(result=result, origin=where, dead_letter=None)
+
+
 def _headers_size(headers: Sequence[tuple[str, bytes | None]]) -> int:
     return sum(len(name.encode("utf-8", "surrogatepass")) + len(value or b"") for name, value in headers)
 
@@ -273,17 +274,6 @@ def bare_origin(record: RecordLike, rules: WireRules) -> Origin:
         fmt="json",
         correlation=None,
     )
-
-
-def internal_rejection(record: RecordLike, rules: WireRules, exc: BaseException) -> Rejected:
-    """The answer to a record whose reading raised (a bug, by definition): `internal`, never a crash.
-
-    Uses nothing but the record's position and key, so it cannot fail on the record's contents.
-    """
-    job_id = f"{record.topic}:{record.partition}:{record.offset}"
-    message = f"reading the record failed: {type(exc).__name__}: {exc}"[:1000]
-    result = error_result(job_id, ErrorCode.INTERNAL, message, model=rules.model_name)
-    return Rejected(result=result, origin=bare_origin(record, rules), dead_letter=None)
 
 
 def _correlation_id(correlation: tuple[str, bytes] | None) -> str | None:

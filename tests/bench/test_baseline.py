@@ -11,7 +11,7 @@ import torch
 
 from kafka_scorer.bench.baseline import BaselineScorer
 from kafka_scorer.bench.models import FIRST_REGULAR_ID
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
 
 

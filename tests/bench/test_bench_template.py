@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kafka_scorer.cli import main
-from kafka_scorer.protocol import TemplateRef
+from kafka_scorer.wire.protocol import TemplateRef
 from tests.engine.test_templates import card_prompt
 
 
@@ -104,7 +104,7 @@ def test_template_tokens_show_the_shared_part_computed_once(run: Run) -> None:
 
 
 def test_template_line_in_the_printed_report(run: Run) -> None:
-    from kafka_scorer.bench.command import format_report
+    from kafka_scorer.cli.bench import format_report
 
     report = run.report
     text = format_report(report)

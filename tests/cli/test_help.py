@@ -10,7 +10,7 @@ import argparse
 
 import pytest
 
-from kafka_scorer.cli import SUBCOMMANDS, build_parser
+from kafka_scorer.cli.main import SUBCOMMANDS, build_parser
 from kafka_scorer.config import Settings
 from tests.cli.helpers import cli_env, run_cli
 

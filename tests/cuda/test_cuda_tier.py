@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 pytestmark = pytest.mark.cuda
 

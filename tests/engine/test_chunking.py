@@ -18,7 +18,7 @@ import torch
 
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.engine.tensors import from_wire
-from kafka_scorer.protocol import Chunking, ErrorCode, Job, Result
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
 from tests.engine.reference import load_reference, reference_hidden, reference_scores
 
 TOLERANCE = 1e-5
@@ -390,9 +390,13 @@ def test_the_chunking_setting_is_read_by_the_job_fields_own_decoder(monkeypatch)
 
     for key in [k for k in __import__("os").environ if k.upper().startswith("KAFKA_SCORER_")]:
         monkeypatch.delenv(key)
-    assert EngineSettings().default_chunking is None
+    from kafka_scorer.engine.chunking import parse_chunking
+
+    assert parse_chunking(EngineSettings().engine_config().chunking) is None
     setting = EngineSettings(chunking='{"aggregate": "mean", "overlap": 8}')
-    assert setting.default_chunking == Chunking(window=None, overlap=8, aggregate="mean")
+    assert parse_chunking(setting.engine_config().chunking) == Chunking(
+        window=None, overlap=8, aggregate="mean"
+    )
     assert EngineSettings(max_chunks_per_job=9).max_chunks_per_job == 9
     for bad in ('{"aggregate": "sum"}', '{"window": 0}', '{"stride": 4}', "max"):
         with pytest.raises(ValidationError, match="chunking"):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import Chunking, Job
+from kafka_scorer.wire.protocol import Chunking, Job
 from tests.engine.test_chunking import assert_rows_close, rule_aggregate, rule_windows
 
 LIMIT = 40

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from kafka_scorer.engine.model import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import ErrorCode, Job
 from kafka_scorer.testing.tiny_models import build_tiny_encoder
+from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.reference import reference_scores
 
 QUERY = "Is the Rhine longer than 1,000 km? CAPITALS, accents: naïve café"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import ErrorCode, Job
+from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.passages import LONG_PASSAGES, PASSAGES, QUERIES
 
 TOLERANCE = 1e-5
@@ -224,7 +224,7 @@ def test_truncate_and_truncated_items_cross_the_wire(short_limit):
     """`truncate` decodes from a job's JSON; `truncated_items` is encoded when set and left out when empty."""
     import json
 
-    from kafka_scorer.protocol import decode_job, encode_result
+    from kafka_scorer.wire.protocol import decode_job, encode_result
 
     scorer, _ = short_limit
     body = json.dumps({"query": QUERIES[0], "items": [PASSAGES[0], LONG_PASSAGES[0]], "truncate": True})

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kafka_scorer.engine.inputs import text_char_bound
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import ErrorCode, Job, Result
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result
 
 Q = "What is the capital of California?"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer.engine.failures import FatalDeviceError, is_fatal, is_out_of_memory
-from kafka_scorer.protocol import ErrorCode, Job, Result
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result
 
 POISON = 97  # a token id only the poison job holds
 

@@ -12,7 +12,7 @@ import torch
 from kafka_scorer.engine.model import ModelKind, ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.engine.tensors import from_wire
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
 
 Q = "What is the capital of California?"

@@ -81,6 +81,6 @@ def test_mis_is_the_default_for_several_items(scorer_for):
 
 
 def __job(query, items, **kw):
-    from kafka_scorer.protocol import Job
+    from kafka_scorer.wire.protocol import Job
 
     return Job(query=query, items=items, label_token_ids=LABELS, **kw)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kafka_scorer.engine.ranking import rank
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import ErrorCode
+from kafka_scorer.wire.protocol import ErrorCode
 from tests.engine.reference import reference_scores
 
 QUERY = "Which river is longest?"
@@ -144,7 +144,7 @@ def test_activations_of_a_classifier(scorer_for, tiny_models, num_labels):
 
 def test_activation_mixed_in_one_batch(scorer_for):
     """Rows of one forward take each job's own activation."""
-    from kafka_scorer.protocol import Job
+    from kafka_scorer.wire.protocol import Job
 
     scorer = scorer_for("qwen3", "classification", 3)
     jobs = [Job(id=a, query=QUERY, items=ITEMS[:3], activation=a) for a in ("none", "softmax", "sigmoid")]

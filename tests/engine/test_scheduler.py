@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from kafka_scorer.engine.inputs import PreparedJob
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 
 def job(tokens: int, name: str) -> PreparedJob:

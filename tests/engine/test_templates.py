@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.engine.templates import TemplateError, load_template
 from kafka_scorer.errors import SettingError
-from kafka_scorer.protocol import ErrorCode, Job
+from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.reference import load_reference
 
 CARD_SYSTEM = (

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kafka_scorer.engine.tensors import from_wire, to_wire
-from kafka_scorer.protocol import Result, decode_result, encode_result
+from kafka_scorer.wire.protocol import Result, decode_result, encode_result
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -11,7 +11,7 @@ import pytest
 
 from kafka_scorer.engine.attention import registry
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 
 
 def _broken_flex(*args, **kwargs):

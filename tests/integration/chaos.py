@@ -23,7 +23,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from kafka_scorer.protocol import Result
+from kafka_scorer.wire.protocol import Result
 from tests.integration.jobs import Reference, Sent, expected_id, max_abs_diff, mixed_jobs
 from tests.integration.kafka_helpers import decode_replies
 

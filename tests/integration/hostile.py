@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from kafka_scorer.protocol import Job, encode_job
+from kafka_scorer.wire.protocol import Job, encode_job
 from tests.integration.jobs import MODEL_VOCAB
 from tests.integration.kafka_helpers import Out
 

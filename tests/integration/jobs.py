@@ -12,7 +12,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_scorer.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK, Job, Result, WireFormat, encode_job
+from kafka_scorer.wire.protocol import (
+    CONTENT_TYPE_JSON,
+    CONTENT_TYPE_MSGPACK,
+    Job,
+    Result,
+    WireFormat,
+    encode_job,
+)
 from tests.engine.reference import reference_hidden, reference_scores
 from tests.integration.kafka_helpers import BrokerInfo, Out, Topics, fresh_topics
 

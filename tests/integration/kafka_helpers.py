@@ -22,9 +22,9 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from pydantic import SecretStr
 
-from kafka_scorer.broker import create_topics
 from kafka_scorer.config import Settings
-from kafka_scorer.protocol import Result, decode_result
+from kafka_scorer.testing.broker import create_topics
+from kafka_scorer.wire.protocol import Result, decode_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,10 +254,10 @@ async def fresh_topics(broker: BrokerInfo, partitions: int = 3, dead_letters: bo
 class InProcessWorker:
     """`Worker.run` as a task of the test's event loop; `stop()` is the SIGTERM path without a signal."""
 
-    def __init__(self, settings: Settings, scorer) -> None:
+    def __init__(self, settings: Settings, scorer, tracing=None) -> None:
         from kafka_scorer.worker.service import Worker
 
-        self.worker = Worker(settings, scorer)
+        self.worker = Worker(settings, scorer, tracing=tracing)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[int] | None = None
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from kafka_scorer.protocol import Job
+from kafka_scorer.wire.protocol import Job
 from tests.integration.jobs import Sent, assert_answers, to_record
 from tests.integration.kafka_helpers import InProcessWorker, decode_replies, fresh_topics, produce
 
@@ -63,8 +63,8 @@ async def test_pauses_resumes_and_stays_bounded_while_5000_jobs_drain(
         committed, ends = await topics.wait_for_commits(N_JOBS)
         watcher.cancel()
         w = worker.worker
-        pauses, resumes = w.metrics.pauses._value.get(), w.resumes
-        peak_tokens, peak_jobs = w.peak_inflight_tokens, w.peak_inflight_jobs
+        pauses, resumes = w.metrics.pauses._value.get(), w.ledger.resumes
+        peak_tokens, peak_jobs = w.ledger.peak_tokens, w.ledger.peak_jobs
         assert await worker.stop() == 0
 
     print(

@@ -24,8 +24,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAlreadyExistsError
 
-from kafka_scorer.broker import EmbeddedBroker, free_port
-from kafka_scorer.protocol import Job, Result
+from kafka_scorer.testing.broker import EmbeddedBroker, free_port
+from kafka_scorer.wire.protocol import Job, Result
 from tests.integration.chaos import (
     Background,
     CommitSample,
@@ -639,7 +639,7 @@ def test_the_commit_check_catches_a_commit_ahead_of_its_answers() -> None:
     before its answer was written, and one beyond the log's end; and pass a commit that trails."""
     from types import SimpleNamespace
 
-    from kafka_scorer.protocol import Result, encode_result
+    from kafka_scorer.wire.protocol import Result, encode_result
 
     def request(offset: int) -> SimpleNamespace:
         return SimpleNamespace(partition=0, offset=offset, key=f"k{offset}".encode())

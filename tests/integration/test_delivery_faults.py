@@ -14,7 +14,7 @@ import aiokafka
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from kafka_scorer.protocol import ErrorCode, Job
+from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.integration.jobs import Sent, to_record
 from tests.integration.kafka_helpers import InProcessWorker, Out, committed_offsets, fresh_topics, produce
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kafka_scorer.demo_rerank import rerank_job
+from kafka_scorer.cli.demo_rerank import rerank_job
 from kafka_scorer.engine.revision import checkpoint_revision
 from kafka_scorer.testing.tiny_models import build_tiny_reranker
 from tests.cli.helpers import ROOT, cli_env

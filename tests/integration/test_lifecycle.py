@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from kafka_scorer.protocol import decode_job
+from kafka_scorer.wire.protocol import decode_job
 from tests.integration.jobs import assert_answers, mixed_stream
 from tests.integration.kafka_helpers import WorkerProcess, committed_offsets, produce, read_topic
 

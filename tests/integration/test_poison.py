@@ -12,7 +12,7 @@ from collections import Counter
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import ErrorCode, Job, encode_job
+from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
 from tests.integration.jobs import MODEL_VOCAB, assert_answers, mixed_stream
 from tests.integration.kafka_helpers import (
     InProcessWorker,
@@ -271,7 +271,7 @@ async def test_a_huge_record_on_one_partition_does_not_hold_up_small_jobs_on_ano
             max_request_size=16 << 20,
         )
         deadline = time.monotonic() + 30
-        while worker.worker.inflight_jobs == 0 and time.monotonic() < deadline:
+        while worker.worker.ledger.jobs == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.005)  # the big records have been fetched and are being prepared
         started = time.monotonic()
         await produce(kafka.bootstrap, small)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.broker import free_port
+from kafka_scorer.testing.broker import free_port
 from tests.cli.helpers import ROOT, cli_env, run_cli
 
 pytestmark = pytest.mark.integration

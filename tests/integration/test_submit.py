@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Job, Result, TemplateRef
 from tests.integration.jobs import MODEL_VOCAB, Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
     ROOT,
@@ -156,7 +156,7 @@ async def test_submit_times_out_quickly_with_no_worker(kafka, tmp_path: Path) ->
     )  # fmt: skip
     assert rc == 1, stderr
     assert stdout == b""
-    assert "1 jobs: 0 ok, 0 failed, 1 timed out" in stderr
+    assert "1 job: 0 ok, 0 failed, 1 timed out" in stderr
     assert "timed out after 1.5s with no result: lonely-1" in stderr
     assert elapsed < 30  # interpreter start + connect + 1.5 s, far from the 60 s default
     sent = await read_topic(

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kafka_scorer.protocol import ErrorCode, Job, encode_job
+from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.tracing import Tracing, parse_traceparent
 from tests.integration.kafka_helpers import InProcessWorker, Out, decode_replies, fresh_topics, produce
@@ -41,8 +41,9 @@ async def test_a_jobs_trace_reaches_its_result_through_the_workers_spans(
         job("untraced", []),
         Out(topics.requests, b"\x00 not a job", key=b"bad", headers=[("traceparent", TRACEPARENT.encode())]),
     ]
-    worker = InProcessWorker(topics.settings(causal_model), causal_scorer)
-    worker.worker.tracing = Tracing(provider.get_tracer("test"))
+    worker = InProcessWorker(
+        topics.settings(causal_model), causal_scorer, Tracing(provider.get_tracer("test"))
+    )
     with caplog.at_level(logging.INFO, logger="kafka_scorer.worker"):
         async with worker:
             await produce(kafka.bootstrap, records)

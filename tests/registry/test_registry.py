@@ -1,4 +1,4 @@
-"""The Schema Registry client (kafka_scorer/registry.py) against a fake registry that follows
+"""The Schema Registry client (kafka_scorer/wire/registry.py) against a fake registry that follows
 Confluent's documented REST API, the framing round trip through `protocol.unframe`, and the worker's
 start-up check (one line naming schema_registry_url, exit 2)."""
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scorer.broker import free_port
-from kafka_scorer.contract import json_schema
-from kafka_scorer.protocol import ErrorCode, Result, decode_result, encode_result, error_result, unframe
-from kafka_scorer.registry import RegistryError, SchemaRegistry, frame, subject_for
+from kafka_scorer.testing.broker import free_port
+from kafka_scorer.wire.contract import json_schema
+from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result, encode_result, error_result, unframe
+from kafka_scorer.wire.registry import RegistryError, SchemaRegistry, frame, subject_for
 from tests.cli.helpers import run_cli
 from tests.registry.fake_registry import FakeRegistry
 

@@ -10,59 +10,38 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass
 
 import pytest
+from aiokafka import TopicPartition
 
-from kafka_scorer.protocol import ErrorCode, Result
+from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
+from kafka_scorer.worker.offsets import Watermark
+from kafka_scorer.worker.ticket import Ticket
+from kafka_scorer.worker.wire import Origin
+from tests.worker.conftest import FakeEngine, FakePrepared
+
+RecordingEngine = FakeEngine
+TP = TopicPartition("jobs", 0)
 
 
-@dataclass
-class FakePrepared:
-    job_id: str
-    num_tokens: int
+def job(name: str, tokens: int, partition: int = 0, deadline: float | None = None) -> Ticket:
+    """A ticket as intake queues it: prepared, its tokens counted, enqueued now."""
+    origin = Origin("jobs", partition, 0, None, "results", "json", None)
+    ticket = Ticket(TopicPartition("jobs", partition), origin, name, Watermark(), time.monotonic(), None)
+    ticket.prepared = FakePrepared(name, tokens)
+    ticket.tokens = tokens
+    ticket.enqueued_at = time.monotonic()
+    ticket.deadline = deadline
+    return ticket
 
 
-class RecordingEngine:
-    model_name = "stand-in"
-
-    def __init__(self, compute_s: float = 0.0, fail: bool = False, fail_pack: bool = False) -> None:
-        self.calls: list[list[str]] = []
-        self.threads: set[str] = set()
-        self.pack_threads: set[str] = set()
-        self.compute_s = compute_s
-        self.fail = fail
-        self.fail_pack = fail_pack
-        self._active = 0
-        self.max_active = 0
-        self._lock = threading.Lock()
-
-    def pack(self, jobs):
-        self.pack_threads.add(threading.current_thread().name)
-        if self.fail_pack:
-            raise RuntimeError("packing on fire")
-        return list(jobs)
-
-    def run_packed(self, jobs):
-        with self._lock:
-            self._active += 1
-            self.max_active = max(self.max_active, self._active)
-        try:
-            self.threads.add(threading.current_thread().name)
-            self.calls.append([j.job_id for j in jobs])
-            if self.compute_s:
-                time.sleep(self.compute_s)
-            if self.fail:
-                raise RuntimeError("device on fire")
-            return [Result(id=j.job_id, scores=[[1.0]], prompt_tokens=j.num_tokens) for j in jobs]
-        finally:
-            with self._lock:
-                self._active -= 1
+def results(done: BatchDone) -> list[Result]:
+    return [t.result for t in done.tickets]
 
 
 @pytest.fixture
-def done() -> list[BatchDone[str]]:
+def done() -> list[BatchDone]:
     return []
 
 
@@ -81,30 +60,30 @@ async def _run(batcher: Batcher, until, timeout_s: float = 5.0) -> None:
 
 async def test_batch_closes_at_the_token_budget_without_waiting(done) -> None:
     engine = RecordingEngine()
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=60_000)
+    batcher = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=60_000)
     for i in range(7):
-        batcher.add(FakePrepared(f"j{i}", 10), f"ctx{i}")
-    await _run(batcher, lambda: sum(len(d.contexts) for d in done) >= 6)
+        batcher.add(job(f"j{i}", 10))
+    await _run(batcher, lambda: sum(len(d.tickets) for d in done) >= 6)
     assert engine.calls[:2] == [["j0", "j1", "j2"], ["j3", "j4", "j5"]]
-    assert done[0].contexts == ["ctx0", "ctx1", "ctx2"]  # contexts come back with their results, in order
-    assert [r.id for r in done[0].results] == ["j0", "j1", "j2"]
+    assert [t.job_id for t in done[0].tickets] == ["j0", "j1", "j2"]  # tickets come back answered, in order
+    assert [r.id for r in results(done[0])] == ["j0", "j1", "j2"]
     assert done[0].tokens == 30
     assert batcher.queued_jobs == 1  # j6 alone is under budget: it waits for more jobs or the timer
 
 
 async def test_a_partial_batch_closes_after_max_batch_wait(done) -> None:
     engine = RecordingEngine()
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=80)
-    batcher.add(FakePrepared("lonely", 5), "ctx")
+    batcher = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=80)
+    batcher.add(job("lonely", 5))
     await _run(batcher, lambda: bool(done))
     assert engine.calls == [["lonely"]]
-    assert done[0].queue_s[0] >= 0.08  # it did wait for company first
+    assert done[0].tickets[0].queue_s >= 0.08  # it did wait for company first
 
 
 async def test_draining_closes_batches_at_once(done) -> None:
     engine = RecordingEngine()
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000)
-    batcher.add(FakePrepared("a", 5), "ctx")
+    batcher = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000)
+    batcher.add(job("a", 5))
     batcher.drain()
     await _run(batcher, lambda: bool(done), timeout_s=5)
     assert engine.calls == [["a"]]
@@ -112,9 +91,9 @@ async def test_draining_closes_batches_at_once(done) -> None:
 
 async def test_forward_passes_run_on_one_thread_off_the_event_loop(done) -> None:
     engine = RecordingEngine(compute_s=0.2)
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=10, max_batch_wait_ms=0)
+    batcher = Batcher(engine, done.append, max_batch_tokens=10, max_batch_wait_ms=0)
     for i in range(4):
-        batcher.add(FakePrepared(f"j{i}", 10), "ctx")
+        batcher.add(job(f"j{i}", 10))
     ticks = 0
 
     async def ticker() -> None:
@@ -156,9 +135,9 @@ class OverlapProbe(RecordingEngine):
 
 async def test_the_next_batch_is_packed_while_the_device_computes(done) -> None:
     engine = OverlapProbe()
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=10, max_batch_wait_ms=0)
+    batcher = Batcher(engine, done.append, max_batch_tokens=10, max_batch_wait_ms=0)
     for i in range(2):
-        batcher.add(FakePrepared(f"j{i}", 10), "ctx")
+        batcher.add(job(f"j{i}", 10))
     await _run(batcher, lambda: len(done) == 2, timeout_s=10)
     assert engine.overlapped, "batch 2 was not packed while batch 1 was on the device"
     assert engine.calls == [["j0"], ["j1"]], "batches reach the device in the order they closed"
@@ -166,22 +145,22 @@ async def test_the_next_batch_is_packed_while_the_device_computes(done) -> None:
 
 async def test_an_engine_that_raises_still_answers_every_job(done) -> None:
     engine = RecordingEngine(fail=True)
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=100, max_batch_wait_ms=0)
-    batcher.add(FakePrepared("x", 5), "ctx-x")
-    batcher.add(FakePrepared("y", 5), "ctx-y")
-    await _run(batcher, lambda: sum(len(d.results) for d in done) == 2)
-    results = [r for d in done for r in d.results]
-    assert {r.id for r in results} == {"x", "y"}
-    assert all(r.error is not None and r.error.code is ErrorCode.INTERNAL for r in results)
-    assert "device on fire" in results[0].error.message
+    batcher = Batcher(engine, done.append, max_batch_tokens=100, max_batch_wait_ms=0)
+    batcher.add(job("x", 5))
+    batcher.add(job("y", 5))
+    await _run(batcher, lambda: sum(len(d.tickets) for d in done) == 2)
+    answers = [r for d in done for r in results(d)]
+    assert {r.id for r in answers} == {"x", "y"}
+    assert all(r.error is not None and r.error.code is ErrorCode.INTERNAL for r in answers)
+    assert "device on fire" in answers[0].error.message
 
 
 async def test_a_packing_failure_still_answers_every_job(done) -> None:
     engine = RecordingEngine(fail_pack=True)
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=100, max_batch_wait_ms=0)
-    batcher.add(FakePrepared("x", 5), "ctx-x")
+    batcher = Batcher(engine, done.append, max_batch_tokens=100, max_batch_wait_ms=0)
+    batcher.add(job("x", 5))
     await _run(batcher, lambda: bool(done))
-    (result,) = done[0].results
+    (result,) = results(done[0])
     assert result.error is not None and result.error.code is ErrorCode.INTERNAL
     assert "packing on fire" in result.error.message
     assert engine.calls == [], "nothing reaches the device for a batch that could not be packed"
@@ -195,9 +174,9 @@ class PoisonedDevice(RecordingEngine):
 
 async def test_a_device_error_that_poisons_the_process_stops_the_batcher_unanswered(done) -> None:
     engine = PoisonedDevice()
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=5, max_batch_wait_ms=0)
+    batcher = Batcher(engine, done.append, max_batch_tokens=5, max_batch_wait_ms=0)
     for name in ("x", "y", "z"):
-        batcher.add(FakePrepared(name, 5), f"ctx-{name}")
+        batcher.add(job(name, 5))
     task = asyncio.create_task(batcher.run())
     try:
         with pytest.raises(RuntimeError, match="illegal memory access"):
@@ -213,16 +192,16 @@ async def test_discarded_jobs_are_never_computed_and_the_rest_keep_their_order(d
     """After a rebalance the queued jobs of revoked partitions leave the queue uncomputed; the others
     run in their original order and the token count drops by exactly the discarded jobs'."""
     engine = RecordingEngine()
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000)
+    batcher = Batcher(engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000)
     for i in range(8):
-        batcher.add(FakePrepared(f"j{i}", 10 + i), f"p{i % 2}:{i}")
-    dropped = batcher.discard(lambda context: context.startswith("p1:"))
-    assert dropped == ["p1:1", "p1:3", "p1:5", "p1:7"]
+        batcher.add(job(f"j{i}", 10 + i, partition=i % 2))
+    dropped = batcher.discard(lambda ticket: ticket.tp.partition == 1)
+    assert [t.job_id for t in dropped] == ["j1", "j3", "j5", "j7"]
     assert batcher.queued_jobs == 4 and batcher.queued_tokens == 10 + 12 + 14 + 16
     batcher.drain()
     await _run(batcher, lambda: bool(done))
     assert engine.calls == [["j0", "j2", "j4", "j6"]]
-    assert batcher.discard(lambda context: True) == []
+    assert batcher.discard(lambda ticket: True) == []
 
 
 class TimedEngine(RecordingEngine):
@@ -245,16 +224,16 @@ async def test_a_partial_batch_grows_while_the_device_has_a_batch_ahead(done) ->
     device still has [j3..j5] to compute: closing j6 alone then would only put a scrap batch on the
     device. It keeps growing, and the jobs that arrive meanwhile ride in the same forward."""
     engine = TimedEngine(compute_s=0.5)
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=10)
+    batcher = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=10)
     for i in range(7):
-        batcher.add(FakePrepared(f"j{i}", 10), f"ctx{i}")
+        batcher.add(job(f"j{i}", 10))
 
     async def more_after_the_first_batch() -> None:
         while not done:
             await asyncio.sleep(0.005)
         await asyncio.sleep(0.05)  # well inside the second batch's 0.5 s
-        batcher.add(FakePrepared("j7", 10), "ctx7")
-        batcher.add(FakePrepared("j8", 10), "ctx8")
+        batcher.add(job("j7", 10))
+        batcher.add(job("j8", 10))
 
     adder = asyncio.create_task(more_after_the_first_batch())
     await _run(batcher, lambda: len(done) >= 3)
@@ -266,9 +245,9 @@ async def test_a_held_batch_still_reaches_the_device_when_it_frees(done) -> None
     """Held back, the lone leftover must not make the device wait: it runs right after the batch ahead
     (the bound is generous against 0.5 s forwards, for a loaded machine)."""
     engine = TimedEngine(compute_s=0.5)
-    batcher: Batcher[str] = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=10)
+    batcher = Batcher(engine, done.append, max_batch_tokens=30, max_batch_wait_ms=10)
     for i in range(7):
-        batcher.add(FakePrepared(f"j{i}", 10), f"ctx{i}")
+        batcher.add(job(f"j{i}", 10))
     await _run(batcher, lambda: len(done) >= 3)
     assert engine.calls == [["j0", "j1", "j2"], ["j3", "j4", "j5"], ["j6"]]
     (_, second_end), (third_start, _) = engine.spans[1], engine.spans[2]
@@ -286,3 +265,17 @@ def test_the_worker_imports_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+async def test_a_queued_job_whose_deadline_passes_leaves_uncomputed(done) -> None:
+    """The batch would wait a minute to fill; the job's deadline passes first, so it is handed back
+    (to be answered deadline_exceeded) at its deadline, and the device never sees it."""
+    engine = RecordingEngine()
+    expired: list[Ticket] = []
+    batcher = Batcher(
+        engine, done.append, max_batch_tokens=1000, max_batch_wait_ms=60_000, on_expired=expired.extend
+    )
+    batcher.add(job("doomed", 10, deadline=time.monotonic() + 0.1))
+    await _run(batcher, lambda: bool(expired))
+    assert [t.job_id for t in expired] == ["doomed"]
+    assert engine.calls == [] and done == [] and batcher.queued_tokens == 0

@@ -14,7 +14,6 @@ each property thousands of times (profiles are registered in tests/conftest.py).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import msgspec
 import pytest
@@ -23,8 +22,9 @@ from hypothesis import strategies as st
 
 from kafka_scorer.engine.inputs import PreparedJob
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.protocol import ErrorCode, Result, decode_result
+from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result
 from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
+from tests.worker.conftest import Rec
 
 MAX_PAIR_TOKENS = 64
 MAX_HEADER_BYTES = 4096
@@ -59,17 +59,6 @@ def _fuzz(short: int):
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
-
-
-@dataclass
-class Rec:
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    key: bytes | None = b"k"
-    topic: str = "jobs"
-    partition: int = 1
-    offset: int = 7
-    timestamp: int = 1_700_000_000_000
 
 
 @pytest.fixture(scope="session")
@@ -315,7 +304,7 @@ def test_random_headers_are_read_by_the_contract(fuzz_scorer, headers, huge):
     decoded, prepared = _run(fuzz_scorer, Rec(value, headers))
     if _headers_size(headers) > MAX_HEADER_BYTES:
         assert _code(decoded) is ErrorCode.INVALID_REQUEST and decoded.origin.correlation is None
-        assert decoded.result.id == "jobs:1:7" and decoded.origin.reply_topic == "results"
+        assert decoded.result.id == "jobs:2:41" and decoded.origin.reply_topic == "results"
         return
     correlation = next((h for h in headers if h[0] in ("correlation_id", "kafka_correlationId")), None)
     correlation = correlation or next((h for h in headers if h[0].lower() == "correlation_id"), None)
@@ -329,7 +318,7 @@ def test_random_headers_are_read_by_the_contract(fuzz_scorer, headers, huge):
                 expected = correlation[1].hex()
             assert decoded.job_id == expected
         else:
-            assert decoded.job_id == "jobs:1:7"
+            assert decoded.job_id == "jobs:2:41"
 
 
 def test_a_giant_text_is_too_long_and_cheap(fuzz_scorer):

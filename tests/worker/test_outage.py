@@ -8,24 +8,10 @@ import logging
 
 import pytest
 
-from kafka_scorer.broker import free_port
 from kafka_scorer.config import Settings
+from kafka_scorer.testing.broker import free_port
 from kafka_scorer.worker.service import Worker
-
-
-class _NeverCalledScorer:
-    """The engine seam; with no broker no job ever arrives, so only the name is read."""
-
-    model_name = "unused"
-
-    def prepare(self, job, job_id):  # pragma: no cover - must not be reached
-        raise AssertionError("no job can arrive without a broker")
-
-    def pack(self, jobs):  # pragma: no cover - must not be reached
-        raise AssertionError("no job can arrive without a broker")
-
-    def run_packed(self, packed):  # pragma: no cover - must not be reached
-        raise AssertionError("no job can arrive without a broker")
+from tests.worker.conftest import FakeEngine
 
 
 async def test_unreachable_broker_is_retried_and_logged_until_stopped(
@@ -38,7 +24,7 @@ async def test_unreachable_broker_is_retried_and_logged_until_stopped(
         metrics_port=0,
         request_topics=["jobs"],
     )
-    worker = Worker(settings, _NeverCalledScorer())
+    worker = Worker(settings, FakeEngine())  # with no broker no job ever arrives
     stop = asyncio.Event()
     caplog.set_level(logging.WARNING, logger="kafka_scorer")
     task = asyncio.create_task(worker.run(stop))

@@ -8,7 +8,7 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from kafka_scorer.worker import command
+from kafka_scorer.cli import worker as command
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kafka_scorer.protocol import ErrorCode, Job, encode_job, error_result
+from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job, error_result
 from kafka_scorer.worker.tracing import (
     TraceContext,
     Tracing,
@@ -30,8 +30,9 @@ from kafka_scorer.worker.tracing import (
     trace_context,
 )
 from kafka_scorer.worker.wire import Inbound, read_record, result_record
-from tests.worker.test_delivery_refusals import DEFAULT, Harness
-from tests.worker.test_wire import RULES, Rec
+from tests.worker.conftest import Rec
+from tests.worker.test_delivery import DEFAULT, Harness
+from tests.worker.test_wire import RULES
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -166,7 +167,7 @@ def test_a_malformed_trace_header_never_turns_a_job_into_an_error(
 async def test_a_result_answered_on_the_fallback_topic_keeps_the_trace_context() -> None:
     h = Harness({"denied": TopicAuthorizationFailedError("denied")})
     answer = h.answer(0, reply_topic="denied")
-    answer.ticket.origin = _with_trace(answer.ticket.origin)
+    answer.origin = _with_trace(answer.origin)
     await h.delivery.deliver([answer])
     (record,) = [r for r in h.producer.sent if r.topic == DEFAULT]
     assert _headers_of(record)["traceparent"] == TRACEPARENT.encode()
@@ -205,11 +206,11 @@ async def test_a_dead_letter_is_one_warning_line_naming_the_record_and_the_reaso
 def test_an_error_result_is_one_line_at_the_level_its_cause_deserves(
     code: ErrorCode, level: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from kafka_scorer.worker.service import _log_error_result
+    from kafka_scorer.worker.ledger import _log_error_result
 
     h = Harness({})
-    ticket = h.answer(5).ticket
-    with caplog.at_level(logging.DEBUG, logger="kafka_scorer.worker.service"):
+    ticket = h.answer(5)
+    with caplog.at_level(logging.DEBUG, logger="kafka_scorer.worker.ledger"):
         _log_error_result(ticket, error_result("j5", code, "why " * 200))
     (line,) = caplog.records
     assert line.levelno == level
@@ -295,7 +296,7 @@ logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 import kafka_scorer.worker.service
 from kafka_scorer.worker import tracing
 from kafka_scorer.worker.wire import WireRules, read_record, result_record
-from kafka_scorer.protocol import Job, encode_job, error_result, ErrorCode
+from kafka_scorer.wire.protocol import Job, encode_job, error_result, ErrorCode
 assert tracing.otel is None
 t = tracing.from_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"})
 assert not t.enabled

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import msgspec
 import pytest
 
-from kafka_scorer.protocol import ErrorCode, Job, Result, decode_result, encode_job
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
 from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
-
-
-@dataclass
-class Rec:
-    value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-    key: bytes | None = b"k1"
-    topic: str = "jobs"
-    partition: int = 2
-    offset: int = 41
-    timestamp: int = 1_700_000_000_000
-
+from tests.worker.conftest import Rec
 
 RULES = WireRules(
     reply_topic="results",
@@ -247,33 +236,10 @@ def test_headers_that_are_not_utf8_do_not_break_the_record() -> None:
     assert "not a valid topic name" in decode_result(out.value).warnings[0]
 
 
-def test_an_exception_while_reading_a_record_becomes_its_internal_answer() -> None:
-    """Second line of defence in the worker: a bug in the edge answers one record, it stops nothing."""
-    from types import SimpleNamespace
-
-    from kafka_scorer.worker.service import Worker
-
-    class Exploding(Rec):
-        @property
-        def headers(self):  # type: ignore[override]
-            raise RuntimeError("boom")
-
-        @headers.setter
-        def headers(self, _value) -> None:
-            pass
-
-    rejected = Worker._read(SimpleNamespace(rules=RULES), Exploding(b"{}"))  # type: ignore[arg-type]
-    assert isinstance(rejected, Rejected) and rejected.result.error is not None
-    assert rejected.result.error.code is ErrorCode.INTERNAL
-    assert "boom" in rejected.result.error.message
-    assert rejected.result.id == "jobs:2:41"
-    assert result_record(rejected.result, rejected.origin).topic == "results"
-
-
 @pytest.mark.parametrize("fmt", ["json", "msgpack"])
 def test_schema_registry_framed_jobs_are_unwrapped(fmt) -> None:
     """Confluent framing: magic byte 0, a 4-byte schema id, then the payload (JSON Schema serializer)."""
-    from kafka_scorer.protocol import decode_job
+    from kafka_scorer.wire.protocol import decode_job
 
     job = Job(id="framed", query="q", items=["a", "b"], label_token_ids=[1])
     framed = b"\x00" + (1234).to_bytes(4, "big") + encode_job(job, fmt)
@@ -283,7 +249,7 @@ def test_schema_registry_framed_jobs_are_unwrapped(fmt) -> None:
 
 @pytest.mark.parametrize("payload", [b"", b"\x0a\x03abc", b"not json"])
 def test_a_framed_record_with_an_unreadable_payload_is_invalid_message(payload: bytes) -> None:
-    from kafka_scorer.protocol import MessageDecodeError, decode_job
+    from kafka_scorer.wire.protocol import MessageDecodeError, decode_job
 
     with pytest.raises(MessageDecodeError) as info:
         decode_job(b"\x00\x00\x00\x00\x07" + payload, "application/json")

@@ -1,6 +1,7 @@
-"""What is fatal stops the worker without committing anything it did not answer; what is not fatal is
-retried. The Kafka clients are fakes here (unit tests of the worker's rules); the real broker runs the
-same faults in tests/integration/test_delivery_faults.py and test_device_fault.py."""
+"""The consumer's rules, with aiokafka's consumer faked: what is fatal (membership that cannot be
+regained) stops the worker naming the setting, what passes is retried, and no commit goes out without
+group membership or beyond the fetched log end. The real broker runs these faults in
+tests/integration/test_log_reset.py and test_chaos.py."""
 
 from __future__ import annotations
 
@@ -8,44 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import (
-    GroupAuthorizationFailedError,
-    InvalidSessionTimeoutError,
-    NodeNotReadyError,
-    ProducerFenced,
-)
+from aiokafka.errors import GroupAuthorizationFailedError, InvalidSessionTimeoutError, NodeNotReadyError
 
-from kafka_scorer.config import Settings
 from kafka_scorer.worker.consumer import FatalConsumerError, JobConsumer
-from kafka_scorer.worker.producer import FatalProducerError
-from tests.worker.test_delivery_refusals import TP, Harness
+from tests.worker.conftest import TP, settings
 
 OTHER = TopicPartition("requests", 1)
-
-
-class _FencedProducer:
-    """What `ResultProducer.send_transaction` raises once a newer instance took the transactional id."""
-
-    max_request_size = 1 << 20
-    transactional = True
-
-    def fits(self, record) -> bool:
-        return True
-
-    async def ensure_topic(self, topic: str) -> None:
-        return None
-
-    async def send_transaction(self, records, offsets, group_id) -> None:
-        raise FatalProducerError(str(ProducerFenced()))
-
-
-async def test_a_fenced_transactional_producer_stops_delivery_and_commits_nothing() -> None:
-    h = Harness({}, exactly_once=True)
-    h.delivery.producer = _FencedProducer()  # type: ignore[assignment]
-    with pytest.raises(FatalProducerError):
-        await h.delivery.deliver([h.answer(0), h.answer(1)])
-    assert h.tracker.watermark(TP).committed is None
-    assert h.settled == {}, "nothing was answered: no ticket may settle as answered"
 
 
 class _Consumer:
@@ -73,10 +42,7 @@ class _Consumer:
 
 
 def _job_consumer(fake: _Consumer) -> JobConsumer:
-    async def nothing(partitions) -> None:
-        return None
-
-    consumer = JobConsumer(Settings(_env_file=None, model="unused"), nothing, nothing)  # type: ignore[call-arg]
+    consumer = JobConsumer(settings())
     consumer._consumer = fake  # type: ignore[assignment]
     return consumer
 
@@ -115,13 +81,3 @@ async def test_no_commit_beyond_the_fetched_log_end() -> None:
     done = await consumer.commit({TP: 10, OTHER: 9, TopicPartition("requests", 7): 1})
     assert done == {TP: 10}, "OTHER's log ends at 5; partition 7 is not assigned"
     assert fake.committed == [{TP: 10}]
-
-
-async def test_exactly_once_sends_no_result_whose_offset_may_not_be_committed() -> None:
-    """Membership lost (or a log reset): the consumer's guard lets no offset through, so the results
-    must not go out either; a transaction may only carry results whose offsets it commits."""
-    h = Harness({}, exactly_once=True, committable=lambda offsets: {})
-    await h.delivery.deliver([h.answer(0), h.answer(1)])
-    assert h.producer.sent == []
-    assert h.settled == {0: None, 1: None}, "dropped for the partition's next reader, not answered"
-    assert h.tracker.watermark(TP).committed is None

@@ -14,13 +14,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
+from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, env_name, flag_name
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import EXIT_USER_ERROR
 from kafka_scorer.heap import freeze_loaded_heap
-from kafka_scorer.help_style import add_env_file, add_setting_flag, env_name, flag_name
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +39,24 @@ def load_settings(args: argparse.Namespace) -> Settings:
     return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
 
 
-def describe_errors(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError, prog: str = _PROG, flags: Mapping[str, str] | None = None) -> str:
     """One self-contained line per problem, each naming the setting (its flag and env var follow).
 
     Input values are not repeated (a secret's would be the secret); messages that need the value,
-    like a missing file's path, carry it themselves.
+    like a missing file's path, carry it themselves. `flags` maps the settings that are flags of
+    `prog` to their flag (default: every setting, as the worker has); a setting without one is named
+    by its environment variable alone, never by a flag the command does not take.
     """
     lines = []
     for error in exc.errors():
         name = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
+        flag = flag_name(name) if flags is None else flags.get(name)
+        where = f"{flag}, {env_name(name)}" if flag else env_name(name)
         if name:
-            lines.append(f"{_PROG}: invalid setting {name} ({flag_name(name)}, {env_name(name)}): {message}")
+            lines.append(f"{prog}: invalid setting {name} ({where}): {message}")
         else:  # checks across settings start with the names they are about
-            lines.append(f"{_PROG}: invalid setting {message}")
+            lines.append(f"{prog}: invalid setting {message}")
     return "\n".join(lines)
 
 
@@ -111,7 +116,7 @@ async def serve(settings: Settings) -> int:
 
     log.info("loading model %s", settings.model)
     try:
-        scorer = await asyncio.to_thread(Scorer.from_settings, settings)
+        scorer = await asyncio.to_thread(Scorer.from_config, settings.engine_config())
     except Exception as exc:
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
         return report(exc, prog=_PROG)
@@ -142,8 +147,8 @@ async def serve(settings: Settings) -> int:
 
 def _check_metrics_port(settings: Settings) -> None:
     """A metrics port someone else holds is found before the model loads, as one line."""
-    from kafka_scorer.broker import check_can_listen
     from kafka_scorer.errors import SettingError
+    from kafka_scorer.testing.broker import check_can_listen
 
     if not settings.metrics_port:
         return
@@ -179,7 +184,7 @@ def _check_schema_registry(settings: Settings) -> None:
     """A registry that cannot give the Result schema's id is found before the model loads, as one line:
     later, every result to the reply topic would wait on it."""
     from kafka_scorer.errors import SettingError
-    from kafka_scorer.registry import RegistryError, SchemaRegistry, subject_for
+    from kafka_scorer.wire.registry import RegistryError, SchemaRegistry, subject_for
 
     if not settings.schema_registry_url:
         return

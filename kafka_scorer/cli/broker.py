@@ -36,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafka_scorer.broker import BrokerError, EmbeddedBroker, check_can_listen, create_topics
+    from kafka_scorer.testing.broker import BrokerError, EmbeddedBroker, check_can_listen, create_topics
 
     if args.partitions < 1:
         print("kafka-scorer broker: error: --partitions must be at least 1", file=sys.stderr)

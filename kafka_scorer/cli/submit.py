@@ -1,15 +1,14 @@
 """`kafka-scorer submit`: a plain Kafka client that sends jobs and waits for their results.
 
-It is what a caller of the service does, in one command: read jobs as JSON Lines, give each a
-`correlation_id` header, produce them to the request topic, read the reply topic and match results by
-that header (SPEC §2, §3). It talks to any cluster through the same settings as the worker, and the
-demo reuses `submit_jobs` so the demo's numbers come from the path a user takes.
+It is what a caller of the service does, in one command: read jobs as JSON Lines and send each through
+the `ScoringClient` (kafka_scorer/client/), the project's one request-reply implementation (correlation
+ids, the reply topic read from its end, a deadline per job; SPEC §2, §3, §9). It talks to any cluster
+through the same settings as the worker, and the demo reuses `submit_jobs` so the demo's numbers come
+from the path a user takes.
 
 Choices where the contract is silent (also in docs/submit.md):
-- The reply topic is read by manual assignment from the end offsets taken *before* the first job is
-  produced: no result can be missed, none from an earlier run is read, and no consumer group is
-  created on the cluster.
-- Every job carries a `reply_topic` header, so `--reply-topic` works whatever the worker's default is.
+- `--timeout` counts from the first send, and is every job's deadline: each job carries `timeout_ms`
+  ending at that instant, so a worker need not compute what submit no longer waits for.
 - All lines are validated before anything is sent: a file with a bad line sends nothing.
 - A job without an `id` gets its correlation id as `id`; the record key is the job id.
 - Results are written as they arrive (not in input order), one JSON object per line, exactly the
@@ -30,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -38,26 +38,19 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
 import msgspec
+from pydantic import ValidationError
 
 from kafka_scorer import errors
-from kafka_scorer.help_style import add_env_file, add_setting_flag
-from kafka_scorer.protocol import Job, Result, WireFormat, content_type_of, decode_result, encode_job
-from kafka_scorer.result_view import provenance_lines, ranking_lines
+from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_name
+from kafka_scorer.cli.progress import ProgressBar
+from kafka_scorer.cli.submit_summary import MAX_LISTED, PROG, summarize
+from kafka_scorer.wire.protocol import Job, Result, WireFormat
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
 
 log = logging.getLogger(__name__)
 
-CORRELATION_HEADER = "correlation_id"
-REPLY_TOPIC_HEADER = "reply_topic"
-METADATA_WAIT_S = 10.0
-"""Longest wait for a topic's partitions; a broker without auto-creation never gives them."""
-MAX_LISTED = 10
-"""Ids listed on stderr for failed or timed-out jobs, and rankings shown there; the rest are counted."""
-
-EXIT_OK = 0
-EXIT_JOBS_FAILED = 1
 
 # Settings fields that are also flags here (help text from Settings, the worker's style); flags override
 # KAFKA_SCORER_* variables, which override --env-file, which overrides defaults.
@@ -72,6 +65,12 @@ CONNECTION_FLAGS: tuple[str, ...] = (
     "ssl_keyfile",
     "client_id",
 )
+SETTING_FLAGS: dict[str, str] = {
+    **{name: flag_name(name) for name in CONNECTION_FLAGS},
+    "request_topics": "--request-topic",
+    "reply_topic": "--reply-topic",
+}
+"""The settings this command takes as flags, by flag: a settings error names no flag it lacks."""
 
 
 @dataclass
@@ -179,70 +178,6 @@ def read_jobs(
     return submissions, problems
 
 
-class ProgressBar:
-    """Done/total with live throughput on stderr; a no-op when disabled.
-
-    Rich must not redirect stdout: results may be streaming there.
-    """
-
-    def __init__(self, total: int, description: str, *, enabled: bool = True) -> None:
-        self.total = total
-        self.description = description
-        self.enabled = enabled and total > 0
-        self._progress = None
-        self._task = None
-        self._started = time.monotonic()
-        self._items = 0
-        self._done = 0
-
-    def __enter__(self) -> ProgressBar:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task(self.description, total=self.total, rate="")
-        self.restart_clock()
-        return self
-
-    def restart_clock(self) -> None:
-        """Throughput counts from here (the first send), not from connecting to the cluster."""
-        self._started = time.monotonic()
-        if self._progress is not None:
-            self._progress.reset(self._task, total=self.total, completed=self._done, rate="")
-
-    def advance(self, items: int = 0) -> None:
-        self._done += 1
-        self._items += items
-        if self._progress is not None:
-            self._progress.update(self._task, advance=1, rate=self.rate_text())
-
-    def rate_text(self) -> str:
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        return f"{self._done / elapsed:,.1f} jobs/s  {self._items / elapsed:,.1f} items/s"
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-
 async def submit_jobs(
     settings: Settings,
     submissions: Sequence[Submission],
@@ -254,156 +189,48 @@ async def submit_jobs(
     on_result: Callable[[Submission], None] | None = None,
     on_sending: Callable[[], None] | None = None,
 ) -> None:
-    """Produce every job and wait until each has a result or `timeout_s` has passed since the first send.
+    """Send every job through one `ScoringClient` and wait until each has a result or `timeout_s` has
+    passed since the first send (every job's deadline is that same instant).
 
     Fills in `sent_at`, `result`, `received_at` and `send_error` on the submissions. Raises only for a
-    failure of the whole run (broker unreachable, missing topic); a job's own failure is its result.
-    `on_sending` runs once, when the clients are connected and the first job is about to go out, so
-    a throughput clock can leave connection set-up out.
+    failure of the whole run (broker unreachable, missing topic, the reply reader failing); a job's own
+    failure is its result. `on_sending` runs once, when the client is connected and the first job is
+    about to go out, so a throughput clock can leave connection set-up out.
     """
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka_scorer.client import NotSent, ScoringClient, ScoringTimeout
 
-    from kafka_scorer.worker.connection import client_options
-    from kafka_scorer.worker.preflight import check_connection
+    client = ScoringClient(
+        settings=settings, request_topic=request_topic, reply_topic=reply_topic, format=fmt
+    )
+    async with client:
+        if on_sending is not None:
+            on_sending()
+        deadline = time.monotonic() + timeout_s
 
-    # A refused TLS handshake or password is named here (SettingError); an unreachable broker is left
-    # to the producer's start below, which reports it as such.
-    await check_connection(settings)
-    options = client_options(settings)
-    async with contextlib.AsyncExitStack() as stack:
-        # Each client is built only once the previous one started: aiokafka complains at exit about
-        # a client that was created and never closed, noise on top of the one-line error.
-        producer = AIOKafkaProducer(**options, acks="all", linger_ms=5)
-        await _start(producer, stack)
-        consumer = AIOKafkaConsumer(
-            **options,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="latest",
-            fetch_max_wait_ms=settings.fetch_max_wait_ms,
-        )
-        await _start(consumer, stack)
-        await _topic_partitions(producer, request_topic, settings.bootstrap_servers)
-        reply_partitions = await _topic_partitions(producer, reply_topic, settings.bootstrap_servers)
-        await _listen_from_end(consumer, reply_topic, reply_partitions)
-
-        pending = {s.correlation_id: s for s in submissions}
-        all_answered = asyncio.Event()
-        if not pending:
-            all_answered.set()
-
-        def settle(submission: Submission) -> None:
-            pending.pop(submission.correlation_id, None)
+        async def one(submission: Submission) -> None:
+            submission.sent_at = time.monotonic()
+            try:
+                submission.result = await client.request(
+                    submission.job,
+                    timeout=max(deadline - submission.sent_at, 0.001),
+                    correlation_id=submission.correlation_id,
+                )
+            except ScoringTimeout:
+                return
+            except NotSent as exc:
+                submission.send_error = exc.reason
+            else:
+                submission.received_at = time.monotonic()
             if on_result is not None:
                 on_result(submission)
-            if not pending:
-                all_answered.set()
 
-        reader = asyncio.create_task(_read_replies(consumer, pending, settle))
-        answered = asyncio.create_task(all_answered.wait())
+        calls = [asyncio.create_task(one(submission)) for submission in submissions]
         try:
-            deadline = time.monotonic() + timeout_s
-            if on_sending is not None:
-                on_sending()
-            await _send_all(producer, submissions, request_topic, reply_topic, fmt, settle)
-            remaining = max(deadline - time.monotonic(), 0)
-            await asyncio.wait({reader, answered}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if reader.done():
-                reader.result()  # the reader only stops by failing: raise its error
-        finally:
-            for task in (reader, answered):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-
-async def _start(client, stack: contextlib.AsyncExitStack) -> None:
-    """Start an aiokafka client and make sure it is stopped, also when start itself fails."""
-    stack.push_async_callback(client.stop)
-    await client.start()
-
-
-async def _topic_partitions(producer, topic: str, bootstrap_servers: str) -> set[int]:
-    """The topic's partitions; on a broker that creates topics on demand this creates it."""
-    from aiokafka.errors import UnknownTopicOrPartitionError
-
-    try:
-        return await asyncio.wait_for(producer.partitions_for(topic), METADATA_WAIT_S)
-    except (asyncio.TimeoutError, UnknownTopicOrPartitionError):
-        raise errors.UserFacingError(
-            f"topic {topic!r} does not exist on {bootstrap_servers} and the broker does not create "
-            f"topics on demand: create it (kafka-topics.sh --create --topic {topic}) or name another one"
-        ) from None
-
-
-async def _listen_from_end(consumer, topic: str, partitions: set[int]) -> None:
-    """Assign every partition of the reply topic at its current end, before any job is produced."""
-    from aiokafka import TopicPartition
-
-    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-    consumer.assign(tps)
-    for tp, offset in (await consumer.end_offsets(tps)).items():
-        consumer.seek(tp, offset)
-
-
-async def _send_all(
-    producer,
-    submissions: Sequence[Submission],
-    request_topic: str,
-    reply_topic: str,
-    fmt: WireFormat,
-    settle: Callable[[Submission], None],
-) -> None:
-    content_type = content_type_of(fmt).encode()
-    in_flight = []
-    for submission in submissions:
-        headers = [
-            (CORRELATION_HEADER, submission.correlation_id.encode()),
-            (REPLY_TOPIC_HEADER, reply_topic.encode()),
-            ("content-type", content_type),
-        ]
-        submission.sent_at = time.monotonic()
-        try:
-            delivery = await producer.send(
-                request_topic,
-                value=encode_job(submission.job, fmt),
-                key=submission.job_id.encode(),
-                headers=headers,
-            )
-        except Exception as exc:  # e.g. a job larger than the producer's request limit
-            submission.send_error = f"{type(exc).__name__}: {exc}"
-            settle(submission)
-            continue
-        in_flight.append((submission, delivery))
-    for submission, delivery in in_flight:
-        try:
-            await delivery
-        except Exception as exc:
-            if submission.result is None:
-                submission.send_error = f"{type(exc).__name__}: {exc}"
-                settle(submission)
-
-
-async def _read_replies(consumer, pending: dict[str, Submission], settle: Callable[[Submission], None]):
-    """Match records of the reply topic to pending jobs by correlation id; ignore everybody else's."""
-    while True:
-        batches = await consumer.getmany(timeout_ms=200)
-        for records in batches.values():
-            for record in records:
-                headers = dict(record.headers or ())
-                correlation = headers.get(CORRELATION_HEADER, b"").decode("utf-8", "replace")
-                submission = pending.get(correlation)
-                if submission is None or record.value is None:
-                    continue
-                content_type = headers.get("content-type")
-                try:
-                    result = decode_result(record.value, content_type.decode() if content_type else None)
-                except msgspec.DecodeError as exc:
-                    log.warning("undecodable result for job %s: %s", submission.job_id, exc)
-                    continue
-                submission.result = result
-                submission.received_at = time.monotonic()
-                settle(submission)
+            await asyncio.gather(*calls)
+        finally:  # a failure of the whole run: no call outlives the client
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -481,6 +308,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
 
 
+def warn_unknown_variables(stream: IO[str]) -> None:
+    """Misspelt `KAFKA_SCORER_*` variables, each with the closest setting, before anything else: a
+    typo would otherwise be ignored in silence and the default used (env_check.py, as the worker)."""
+    from kafka_scorer.config import Settings
+    from kafka_scorer.env_check import unknown_variables
+
+    for line in unknown_variables(os.environ, Settings.model_fields):
+        print(f"{PROG}: warning: {line}", file=stream)
+
+
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
@@ -492,9 +329,16 @@ def setup_logging(verbose: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
+    warn_unknown_variables(sys.stderr)
     bootstrap = getattr(args, "bootstrap_servers", None)
     try:
-        settings = settings_from_args(args)
+        try:
+            settings = settings_from_args(args)
+        except ValidationError as exc:
+            from kafka_scorer.cli.worker import describe_errors
+
+            print(describe_errors(exc, PROG, SETTING_FLAGS), file=sys.stderr)
+            return errors.EXIT_USER_ERROR
         bootstrap = settings.bootstrap_servers
         defaults = JobDefaults(
             top_n=getattr(args, "top_n", None),
@@ -544,52 +388,8 @@ def run(args: argparse.Namespace) -> int:
         print("kafka-scorer submit: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        return errors.report(
-            exc, bootstrap_servers=bootstrap, verbose=args.verbose, prog="kafka-scorer submit"
-        )
+        return errors.report(exc, bootstrap_servers=bootstrap, verbose=args.verbose, prog=PROG)
     return summarize(submissions, args.timeout, sys.stderr)
-
-
-def summarize(submissions: Sequence[Submission], timeout_s: float, stream: IO[str]) -> int:
-    """One line of counts, then which jobs failed or timed out; the exit status follows from them."""
-    failed = [s for s in submissions if s.state == "failed"]
-    timed_out = [s for s in submissions if s.state == "pending"]
-    ok = len(submissions) - len(failed) - len(timed_out)
-    print(
-        f"kafka-scorer submit: {len(submissions)} jobs: {ok} ok, {len(failed)} failed, "
-        f"{len(timed_out)} timed out",
-        file=stream,
-    )
-    for submission in failed[:MAX_LISTED]:
-        if submission.send_error is not None:
-            reason = f"not sent: {submission.send_error}"
-        else:
-            error = submission.result.error  # type: ignore[union-attr]
-            reason = f"{error.code.value}: {error.message}"
-        print(f"  failed: {submission.job_id} (line {submission.line}): {reason}", file=stream)
-    if timed_out:
-        ids = ", ".join(s.job_id for s in timed_out[:MAX_LISTED])
-        more = f" and {len(timed_out) - MAX_LISTED} more" if len(timed_out) > MAX_LISTED else ""
-        print(
-            f"  timed out after {timeout_s:g}s with no result: {ids}{more} "
-            "(is a worker consuming the request topic? raise --timeout for slow models)",
-            file=stream,
-        )
-    for line in provenance_lines([s.result for s in submissions]):
-        print(f"  {line}", file=stream)
-    print_rankings(submissions, stream)
-    return EXIT_JOBS_FAILED if failed or timed_out else EXIT_OK
-
-
-def print_rankings(submissions: Sequence[Submission], stream: IO[str]) -> None:
-    """The rankings of the first MAX_LISTED jobs that have one, in input order, one line per item."""
-    ranked = [s for s in submissions if s.result is not None and s.result.ranking is not None]
-    for submission in ranked[:MAX_LISTED]:
-        print(f"  ranking {submission.job_id} (line {submission.line}):", file=stream)
-        for line in ranking_lines(submission.job, submission.result) or ["(no items)"]:  # type: ignore[arg-type]
-            print(f"    {line}", file=stream)
-    if len(ranked) > MAX_LISTED:
-        print(f"  ({len(ranked) - MAX_LISTED} more rankings in the results)", file=stream)
 
 
 @contextlib.contextmanager

@@ -24,18 +24,18 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafka_scorer import errors
-from kafka_scorer.cli import add_device_arguments
-from kafka_scorer.protocol import Job
-from kafka_scorer.submit import ProgressBar, Submission, new_submission, submit_jobs
+from kafka_scorer.cli.demo_parts import DemoJob, DemoModel, results_table, say
+from kafka_scorer.cli.help_style import add_device_arguments
+from kafka_scorer.cli.progress import ProgressBar
+from kafka_scorer.cli.submit import Submission, new_submission, submit_jobs
+from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
-    from kafka_scorer.engine.scorer import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -62,43 +62,6 @@ _ITEMS = [
     "An offset is the position of a record in a partition.",
     "San Francisco and San Diego are on the coast.",
 ]
-
-
-_KIND_LABELS = {"causal": "causal LM", "classification": "classifier", "reranker": "reranker"}
-
-
-@dataclass
-class DemoModel:
-    """One served model: its worker reads `topic`; `kind` is "causal", "classification" or "reranker"
-    (a CausalLM served with the prompt template `template`)."""
-
-    kind: str
-    scorer: Scorer
-    random: bool
-    topic: str = ""
-    label_ids: list[int] = field(default_factory=list)
-    template: str = ""
-
-    def __post_init__(self) -> None:
-        self.topic = f"demo.requests.{self.kind}"
-
-    @property
-    def label(self) -> str:
-        """What the results table calls this kind."""
-        return _KIND_LABELS[self.kind]
-
-    @property
-    def id_prefix(self) -> str:
-        return "lm" if self.kind == "causal" else "cls"
-
-
-@dataclass
-class DemoJob:
-    """A sample job and the model it is for; `expect_error` marks the deliberately bad one."""
-
-    model: DemoModel
-    submission: Submission
-    expect_error: bool = False
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -208,7 +171,7 @@ async def run_demo(
     models: list[DemoModel], jobs: list[DemoJob], *, timeout_s: float, progress: bool
 ) -> float:
     """Broker, workers, jobs through Kafka and back; returns the wall time of the scoring phase."""
-    from kafka_scorer.broker import EmbeddedBroker
+    from kafka_scorer.testing.broker import EmbeddedBroker
     from kafka_scorer.worker.service import Worker
 
     async with EmbeddedBroker() as broker:
@@ -320,7 +283,7 @@ def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_r
     console = Console(width=None if wide else 140)
     provenance: list[str] = []
     if any(m.template for m in models):
-        from kafka_scorer.demo_rerank import render_rankings
+        from kafka_scorer.cli.demo_rerank import render_rankings
 
         provenance = render_rankings(console, jobs, max_rows)
     else:
@@ -341,26 +304,6 @@ def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_r
         console.print(line, markup=False, highlight=False)
     if any(m.random for m in models):
         console.print(f"[bold red]{RANDOM_BANNER}[/]")
-
-
-def results_table(
-    title: str, columns: list[tuple[str, str]], wide: str, min_width: int, wraps: str = ""
-) -> Any:
-    """A table of (name, justify) columns: ids, kinds and numbers keep their width; the `wide` column
-    (scores, rankings) takes the rest but never less than `min_width`, so a narrow terminal folds an
-    error text, not the numbers. Only `wide` and `wraps` may wrap."""
-    from rich.table import Table
-
-    table = Table(title=title, show_lines=False)
-    for name, justify in columns:
-        table.add_column(
-            name,
-            justify=justify,  # type: ignore[arg-type]
-            overflow="fold",
-            no_wrap=name not in (wide, wraps),
-            min_width=min_width if name == wide else None,
-        )
-    return table
 
 
 def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
@@ -393,11 +336,6 @@ def _outcome(s: Submission) -> str:
         shape = "x".join(str(d) for d in result.pooled_hidden_states.shape)
         rows.append(f"+ pooled hidden states {shape}")
     return "\n".join(rows) if rows else "[] (no items)"  # one line per item
-
-
-def say(message: str) -> None:
-    """A progress line on stderr; stdout holds only the table and the summary."""
-    print(f"kafka-scorer demo: {message}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -482,7 +420,7 @@ def _models_and_jobs(
 ) -> tuple[list[DemoModel], list[DemoJob]]:
     """Both model kinds and their sample jobs, or with `--template` one reranker and ranking jobs."""
     if args.template:
-        from kafka_scorer.demo_rerank import load_reranker, rerank_jobs
+        from kafka_scorer.cli.demo_rerank import load_reranker, rerank_jobs
 
         reranker = load_reranker(args.model, args.template, args.device, args.dtype, workdir)
         return [reranker], rerank_jobs(reranker, count)

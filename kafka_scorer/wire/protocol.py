@@ -20,6 +20,9 @@ TensorDType = Literal["float32", "float16", "bfloat16"]
 Activation = Literal["none", "softmax", "sigmoid"]
 Aggregate = Literal["max", "mean", "first"]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+TimeoutMs = Annotated[int, msgspec.Meta(gt=0)]
+Priority = Annotated[int, msgspec.Meta(ge=-128, le=127)]
+"""SPEC §9 `priority`: a small int, higher first; out of this range a job is `invalid_request`."""
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 
 
@@ -32,6 +35,8 @@ class ErrorCode(str, enum.Enum):
     UNSUPPORTED = "unsupported"
     MODEL_MISMATCH = "model_mismatch"
     INTERNAL = "internal"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    """SPEC §9: the job expired (record timestamp + `timeout_ms`) before its forward pass started."""
 
 
 class Tensor(msgspec.Struct, frozen=True):
@@ -60,8 +65,12 @@ class Chunking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     aggregate: Aggregate = "max"
 
 
-class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One scoring request (SPEC §2). Field names follow SGLang's /v1/score."""
+class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One scoring request (SPEC §2). Field names follow SGLang's /v1/score.
+
+    Encoded without the fields left at their default, so a job carries only what its sender set: a
+    job that uses no newer field reads the same to a worker that predates it.
+    """
 
     query: str | list[int]
     items: list[str | list[int]]
@@ -84,6 +93,10 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """SPEC §8: the label (CausalLM) or class (classification) whose score ranks the items."""
     activation: Activation | None = None
     """SPEC §8: classification only; null means `softmax` with `apply_softmax`, else `none`."""
+    timeout_ms: TimeoutMs | None = None
+    """SPEC §9: the job expires at its record's timestamp + `timeout_ms`; null: the worker's default."""
+    priority: Priority | None = None
+    """SPEC §9: higher first; null: the request topic's default priority (0 unless set)."""
     chunking: Chunking | None = None
     """SPEC §9: score every window of a long item; null: the worker's `chunking`. Not with `truncate`."""
 
@@ -256,7 +269,7 @@ def _malformation(value: bytes, fmt: WireFormat) -> str | None:
     """
     try:
         (_JSON_UNTYPED_DECODER if fmt == "json" else _MSGPACK_UNTYPED_DECODER).decode(value)
-    except Exception as exc:
+    except Exception as exc:  # hostile bytes raise more than DecodeError: all of it means "undecodable"
         return _describe(exc)
     return None
 
@@ -275,7 +288,7 @@ def _salvage_id(value: bytes, fmt: WireFormat) -> str | None:
     """Best effort, for correlation only: any failure to read the id just means there is none."""
     try:
         return (_JSON_ID_DECODER if fmt == "json" else _MSGPACK_ID_DECODER).decode(value).id
-    except Exception:
+    except Exception:  # best effort, by design: no id is a fine answer
         return None
 
 

@@ -16,7 +16,7 @@ import typing
 
 from pydantic.fields import FieldInfo
 
-from kafka_scorer.config import Settings, choices
+from kafka_scorer.config import DType, Settings, choices
 
 
 def shown_default(default: object) -> str:
@@ -109,3 +109,16 @@ class HelpFormatter(argparse.HelpFormatter):
         if isinstance(action, argparse._HelpAction | argparse._VersionAction):
             return text
         return f"{text} (default: {shown_default(action.default).replace('%', '%%')})"
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device/--dtype for commands that load a model themselves (the worker reads them from Settings)."""
+    parser.add_argument(
+        "--device", default="auto", metavar="DEVICE", help="torch device: auto, cpu, cuda, cuda:1 ..."
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=choices(DType),
+        help="weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU",
+    )

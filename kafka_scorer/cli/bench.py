@@ -9,11 +9,12 @@ import argparse
 import json
 import sys
 
-from kafka_scorer.cli import add_device_arguments
+from kafka_scorer.cli.help_style import add_device_arguments
 
-WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "long-docs", "all")
+WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "backlog", "long-docs", "all")
 """`all`: the decoder workloads; `cross-encoder` (a real MiniLM cross-encoder against sentence-transformers
-on the CPU, `bench/cross_encoder.py`) and `long-docs` (documents longer than a pair, scored with
+on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a bulk backlog, priority
+lanes on and off, `bench/backlog.py`) and `long-docs` (documents longer than a pair, scored with
 `chunking`, `bench/long_docs.py`) run only when named."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
@@ -25,8 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         choices=WORKLOAD_CHOICES,
-        help="repeat to pick several (default: all, the decoder workloads; cross-encoder and long-docs only "
-        "when named)",
+        help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog and "
+        "long-docs only when named)",
     )
     parser.add_argument(
         "--model-shape",
@@ -102,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     if "long-docs" in workloads:
         code = _run_long_docs(args)
         workloads = tuple(w for w in workloads if w != "long-docs")
+        if not workloads or code:
+            return code
+    if "backlog" in workloads:
+        code = _run_backlog(args)
+        workloads = tuple(w for w in workloads if w != "backlog")
         if not workloads or code:
             return code
     if "cross-encoder" in workloads:
@@ -183,6 +189,26 @@ def _run_long_docs(args: argparse.Namespace) -> int:
     if not report["ok"]:
         print("cross-check FAILED: chunked scores disagree with the hand-chunked reference", file=sys.stderr)
         return 1
+    return 0
+
+
+def _run_backlog(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.backlog import format_backlog_report, run_backlog_bench
+    from kafka_scorer.engine.model import resolve_device
+
+    report = run_backlog_bench(
+        device=str(resolve_device(args.device)),
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
+    print()
+    print(format_backlog_report(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"backlog": report}, fh, indent=2)
     return 0
 
 

@@ -9,7 +9,7 @@ result a worker gives, so it is printed once per distinct value, not once per jo
 
 from __future__ import annotations
 
-from kafka_scorer.protocol import Job, Result
+from kafka_scorer.wire.protocol import Job, Result
 
 ITEM_WIDTH = 30
 """Characters of an item's text shown beside its rank; the rest is cut with an ellipsis."""

@@ -4,7 +4,7 @@ description of the topics and headers.
 The schemas are generated from the msgspec structs in protocol.py — the same types the worker decodes
 with — so they cannot describe a different message than the one the worker accepts. The files in
 docs/contract/ are these documents written out; a test regenerates them and fails on any difference,
-so a field added to a struct without regenerating (`python -m kafka_scorer.contract docs/contract`)
+so a field added to a struct without regenerating (`python -m kafka_scorer.wire.contract docs/contract`)
 is caught in CI. docs/message-schema.md is the prose for people; this is the same contract for tools
 (code generators, schema registries, AsyncAPI viewers).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from kafka_scorer.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK, Job, Result
+from kafka_scorer.wire.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK, Job, Result
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _ID_BASE = "https://kafka-scorer.dev/schemas"

@@ -11,30 +11,16 @@ import importlib
 import sys
 
 from kafka_scorer import __version__
-from kafka_scorer.config import DType, choices
-from kafka_scorer.help_style import HelpFormatter
+from kafka_scorer.cli.help_style import HelpFormatter
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "worker": ("kafka_scorer.worker.command", "consume jobs from Kafka, score them, produce results"),
-    "demo": ("kafka_scorer.demo", "run an embedded broker, a worker and sample jobs end to end"),
-    "submit": ("kafka_scorer.submit", "produce jobs from JSON Lines and wait for their results"),
-    "bench": ("kafka_scorer.bench.command", "measure engine and worker throughput side by side"),
-    "broker": ("kafka_scorer.broker_command", "run the embedded Kafka-protocol broker until Ctrl-C"),
-    "model": ("kafka_scorer.model_command", "write a small random model to serve (no model hub needed)"),
+    "worker": ("kafka_scorer.cli.worker", "consume jobs from Kafka, score them, produce results"),
+    "demo": ("kafka_scorer.cli.demo", "run an embedded broker, a worker and sample jobs end to end"),
+    "submit": ("kafka_scorer.cli.submit", "produce jobs from JSON Lines and wait for their results"),
+    "bench": ("kafka_scorer.cli.bench", "measure engine and worker throughput side by side"),
+    "broker": ("kafka_scorer.cli.broker", "run the embedded Kafka-protocol broker until Ctrl-C"),
+    "model": ("kafka_scorer.cli.model", "write a small random model to serve (no model hub needed)"),
 }
-
-
-def add_device_arguments(parser: argparse.ArgumentParser) -> None:
-    """--device/--dtype for commands that load a model themselves (the worker reads them from Settings)."""
-    parser.add_argument(
-        "--device", default="auto", metavar="DEVICE", help="torch device: auto, cpu, cuda, cuda:1 ..."
-    )
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        choices=choices(DType),
-        help="weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

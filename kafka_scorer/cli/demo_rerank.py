@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafka_scorer import errors
-from kafka_scorer.protocol import Job, Result
-from kafka_scorer.result_view import ITEM_WIDTH, provenance_lines, ranking_lines
-from kafka_scorer.submit import new_submission
+from kafka_scorer.cli.result_view import ITEM_WIDTH, provenance_lines, ranking_lines
+from kafka_scorer.cli.submit import new_submission
+from kafka_scorer.wire.protocol import Job, Result
 
 if TYPE_CHECKING:
-    from kafka_scorer.demo import DemoJob, DemoModel
+    from kafka_scorer.cli.demo_parts import DemoJob, DemoModel
 
 BAD_LABELS = ["yes", "not at all"]
 """A label text that is several tokens: the worker must answer `invalid_request` naming it."""
@@ -53,7 +53,7 @@ INSTRUCTIONS = [
 def load_reranker(model: str | None, template: str, device: str, dtype: str, workdir: Path) -> DemoModel:
     """The user's model served with `template`, or the tiny random reranker when none is named (or it
     cannot be loaded: the same fallback as the plain demo)."""
-    from kafka_scorer.demo import DemoModel, say
+    from kafka_scorer.cli.demo_parts import DemoModel, say
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.engine.templates import TemplateError, load_template
 
@@ -82,7 +82,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
 def rerank_jobs(model: DemoModel, count: int) -> list[DemoJob]:
     """`count` text jobs: labels by text or the preset's, the preset's instruction or another, MIS on,
     off and auto, `top_n` below and above the item count; the last is the bad-label job."""
-    from kafka_scorer.demo import DemoJob
+    from kafka_scorer.cli.demo_parts import DemoJob
 
     jobs = [DemoJob(model, new_submission(rerank_job(n))) for n in range(max(count - 1, 0))]
     bad = Job(id="bad-job", query=QUERIES[0], items=DOCUMENTS[:2], label_tokens=BAD_LABELS, top_n=1)
@@ -109,7 +109,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
     """The rankings table; returns the provenance line(s) for the caller to print once, under it."""
     from rich.text import Text
 
-    from kafka_scorer.demo import results_table
+    from kafka_scorer.cli.demo_parts import results_table
 
     ranking = "rank. #index  score  item"
     columns = [("job id", "left"), ("MIS", "center"), ("labels", "left"), ("instruction", "left")]

@@ -1,0 +1,76 @@
+"""What the demo's parts share: a served model, a sample job, the table layout and the progress line.
+
+demo.py (CausalLM and classifier) and demo_rerank.py (a templated reranker) both build on these, so
+neither imports the other's module for them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafka_scorer.cli.submit import Submission
+    from kafka_scorer.engine.scorer import Scorer
+
+_KIND_LABELS = {"causal": "causal LM", "classification": "classifier", "reranker": "reranker"}
+
+
+@dataclass
+class DemoModel:
+    """One served model: its worker reads `topic`; `kind` is "causal", "classification" or "reranker"
+    (a CausalLM served with the prompt template `template`)."""
+
+    kind: str
+    scorer: Scorer
+    random: bool
+    topic: str = ""
+    label_ids: list[int] = field(default_factory=list)
+    template: str = ""
+
+    def __post_init__(self) -> None:
+        self.topic = f"demo.requests.{self.kind}"
+
+    @property
+    def label(self) -> str:
+        """What the results table calls this kind."""
+        return _KIND_LABELS[self.kind]
+
+    @property
+    def id_prefix(self) -> str:
+        return "lm" if self.kind == "causal" else "cls"
+
+
+@dataclass
+class DemoJob:
+    """A sample job and the model it is for; `expect_error` marks the deliberately bad one."""
+
+    model: DemoModel
+    submission: Submission
+    expect_error: bool = False
+
+
+def results_table(
+    title: str, columns: list[tuple[str, str]], wide: str, min_width: int, wraps: str = ""
+) -> Any:
+    """A table of (name, justify) columns: ids, kinds and numbers keep their width; the `wide` column
+    (scores, rankings) takes the rest but never less than `min_width`, so a narrow terminal folds an
+    error text, not the numbers. Only `wide` and `wraps` may wrap."""
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for name, justify in columns:
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold",
+            no_wrap=name not in (wide, wraps),
+            min_width=min_width if name == wide else None,
+        )
+    return table
+
+
+def say(message: str) -> None:
+    """A progress line on stderr; stdout holds only the table and the summary."""
+    print(f"kafka-scorer demo: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,30 @@
+"""What the engine is built from: a plain record, so the engine imports no settings machinery.
+
+`kafka_scorer.config.EngineSettings.engine_config()` builds one from the environment and flags; a
+program that embeds the engine without Kafka may build one by hand. The fields mirror `Scorer`'s
+keyword arguments and the settings of the same names (docs/configuration.md says what each means).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str
+    served_model_name: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    trust_remote_code: bool = False
+    attention_backend: str = "auto"
+    max_batch_tokens: int = 8192
+    max_items_per_job: int = 1024
+    max_pair_tokens: int = 0
+    truncate: bool = False
+    max_labels_per_job: int = 256
+    template: str = ""
+    model_revision: str = ""
+    chunking: str = ""
+    """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
+    max_chunks_per_job: int = 256

@@ -1,0 +1,137 @@
+"""Partitions come and go: settle before they leave, restart their watermarks when their log moved.
+
+- **Revoked** (a rebalance hands them to another member): answer and commit their in-flight work
+  within `rebalance_grace_s`, then drop what is left, uncommitted, so the next owner scores it and
+  nobody answers a job twice after the handover; queued jobs of those partitions are taken out of the
+  batcher uncomputed.
+- **Lost** with the group membership (the broker restarted, the session expired): dropped at once,
+  uncommitted (consumer.py explains why no commit may follow).
+- **Reset** (the partition's log was reset under the worker) and **rewound** (exactly-once: an
+  aborted transaction): the watermark restarts, so late answers to earlier records move no commit.
+
+Closing a watermark is what drops work: every ticket of a closed watermark settles as dropped, wherever
+it is (queued here, held by delivery, or finishing on the device later).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from kafka_scorer.config import Settings
+from kafka_scorer.worker.batcher import Batcher
+from kafka_scorer.worker.ledger import Ledger
+from kafka_scorer.worker.metrics import WorkerMetrics
+from kafka_scorer.worker.outbox import Outbox
+
+log = logging.getLogger(__name__)
+
+
+class Partitions(Protocol):
+    """The consumer as a rebalance sees it."""
+
+    @property
+    def membership_lost(self) -> bool: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
+
+    async def rewind(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+
+class Rebalance:
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        batcher: Batcher[Any, Any],
+        outbox: Outbox,
+        metrics: WorkerMetrics,
+        consumer: Partitions,
+    ) -> None:
+        self.grace_s = settings.rebalance_grace_s
+        self.ledger = ledger
+        self.batcher = batcher
+        self.outbox = outbox
+        self.metrics = metrics
+        self.consumer = consumer
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.ledger.tracker.assign(assigned)
+        held = self.ledger.held(assigned)
+        if held:
+            self.consumer.pause(held)
+        log.info("partitions assigned: %s", names(assigned))
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        if not revoked:
+            return
+        tracker = self.ledger.tracker
+        if self.consumer.membership_lost and not self.outbox.closing:
+            log.warning(
+                "group membership lost (the broker restarted or the session expired): partitions %s "
+                "dropped without a commit, %d in-flight jobs left to their next reader",
+                names(revoked),
+                tracker.unanswered(revoked),
+            )
+            self.restart(revoked, reassign=False)
+            return
+        if not self.outbox.closing:
+            await self._settle(revoked)
+        left = tracker.unanswered(revoked)
+        tracker.revoke(revoked)
+        self.settle_closed()
+        log.info("partitions revoked: %s (%d in-flight jobs left to the next owner)", names(revoked), left)
+
+    async def _settle(self, revoked: set[TopicPartition]) -> None:
+        """Answer and commit the revoked partitions' work within the grace period."""
+        self.batcher.drain()
+        deadline = time.monotonic() + self.grace_s
+        if self.outbox.failure is None:
+            await self.ledger.settled(revoked, deadline)
+        if self.outbox.delivery is not None:
+            try:
+                await self.outbox.delivery.commit(sorted(revoked))
+            except KafkaError as exc:
+                log.warning("commit of revoked partitions failed (%r); their next owner may repeat work", exc)
+        if not self.ledger.draining:
+            self.batcher.drain(False)
+
+    def settle_closed(self) -> None:
+        """Settle, as dropped, the work of partitions whose watermark just closed: held answers, and
+        queued jobs, which are taken out of the batcher uncomputed (they are the next reader's now)."""
+        if self.outbox.delivery is not None:
+            self.outbox.delivery.discard_closed()
+        dropped = self.batcher.discard(lambda ticket: ticket.watermark.closed)
+        for ticket in dropped:
+            ticket.settle(None)
+        if dropped:
+            log.info("%d queued jobs of closed partitions dropped before computing", len(dropped))
+
+    def restart(self, partitions: set[TopicPartition], reassign: bool = True) -> None:
+        """Close the partitions' watermarks (late answers to their in-flight records move no commit)."""
+        if not partitions:
+            return
+        self.metrics.partition_resets.inc(len(partitions))
+        self.ledger.tracker.revoke(partitions)
+        if reassign:
+            self.ledger.tracker.assign(partitions)
+        self.settle_closed()
+
+    async def rewind(self) -> None:
+        """Exactly-once recovery: forget in-flight work and read again from the committed offsets."""
+        partitions = self.consumer.assignment()
+        self.ledger.tracker.revoke_all()
+        self.ledger.tracker.assign(partitions)
+        self.settle_closed()
+        await self.consumer.rewind(partitions)
+
+
+def names(partitions: Iterable[TopicPartition]) -> str:
+    return ",".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "-"

@@ -1,0 +1,94 @@
+"""`ScoringClient` against a real broker and a running worker: many calls in flight on one client,
+each answered with its own job's result (scores from the independent reference), typed failures, and
+a timeout that both raises and travels with the job as `timeout_ms`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+import pytest
+
+from kafka_scorer.client import JobFailed, ScoringClient, ScoringTimeout
+from kafka_scorer.wire.protocol import ErrorCode, Job, decode_job
+from tests.integration.jobs import MODEL_VOCAB, Sent, assert_matches_reference, mixed_jobs
+from tests.integration.kafka_helpers import InProcessWorker, fresh_topics, read_topic
+
+pytestmark = pytest.mark.integration
+
+CONCURRENT = 60
+_FIELDS = ("label_token_ids", "apply_softmax", "item_first", "multi_item", "return_pooled_hidden_states")
+
+
+def _client(kafka, topics, **kwargs) -> ScoringClient:
+    return ScoringClient(
+        kafka.bootstrap,
+        topics.requests,
+        topics.replies,
+        fetch_max_wait_ms=20,
+        client_id="test-client",
+        **kwargs,
+    )
+
+
+async def test_many_concurrent_calls_each_get_their_own_jobs_result(
+    kafka, causal_model, causal_scorer, causal_reference
+) -> None:
+    topics = await fresh_topics(kafka, partitions=3)
+    sent = [
+        Sent(msgspec.structs.replace(s.job, id=None), "json", None, None)  # ids from the client
+        for s in mixed_jobs(CONCURRENT, seed=71, model_name=causal_scorer.model_name, prefix="client")
+    ]
+    async with (
+        InProcessWorker(topics.settings(causal_model), causal_scorer),
+        _client(kafka, topics) as client,
+    ):
+        fields = [{f: getattr(s.job, f) for f in _FIELDS} for s in sent]
+        results = await asyncio.gather(
+            *(client.score(s.job.query, s.job.items, **f) for s, f in zip(sent, fields, strict=True))
+        )
+    assert len({r.id for r in results}) == CONCURRENT  # a fresh correlation id per call, used as its id
+    for s, result in zip(sent, results, strict=True):
+        assert_matches_reference(result, s, causal_reference)  # each call got its own job's scores
+
+
+async def test_an_error_result_raises_job_failed_and_request_returns_it(
+    kafka, causal_model, causal_scorer
+) -> None:
+    topics = await fresh_topics(kafka, partitions=1)
+    bad = Job(id="bad-labels", query=[1, 2], items=[[3]], label_token_ids=[MODEL_VOCAB + 5])
+    async with (
+        InProcessWorker(topics.settings(causal_model), causal_scorer),
+        _client(kafka, topics) as client,
+    ):
+        with pytest.raises(JobFailed) as failed:
+            await client.score_job(bad)
+        returned = await client.request(bad)
+    assert failed.value.code is ErrorCode.INVALID_REQUEST and failed.value.result.id == "bad-labels"
+    assert returned.error is not None and returned.error.code is ErrorCode.INVALID_REQUEST
+
+
+async def test_a_timeout_raises_and_the_job_carries_the_same_deadline(kafka) -> None:
+    """No worker reads the topic: the call gives up after its timeout, and the record it produced says
+    so to any worker that reads it later (timestamp + timeout_ms is when the caller stopped waiting)."""
+    topics = await fresh_topics(kafka, partitions=1)
+    async with _client(kafka, topics, timeout=30.0) as client:
+        before_ms = time.time_ns() // 1_000_000
+        with pytest.raises(ScoringTimeout) as timed_out:
+            await client.score([1, 2], [[3]], label_token_ids=[4], id="late", timeout=0.4)
+        after_ms = time.time_ns() // 1_000_000
+        with pytest.raises(ScoringTimeout):  # a job's own longer timeout_ms is cut to the call's
+            await client.score(
+                [1], [[2]], label_token_ids=[3], id="own-longer", timeout_ms=90_000, timeout=0.2
+            )
+        with pytest.raises(ScoringTimeout):  # and its own shorter one is kept
+            await client.score([1], [[2]], label_token_ids=[3], id="own-shorter", timeout_ms=50, timeout=0.2)
+    assert isinstance(timed_out.value, TimeoutError) and timed_out.value.job_id == "late"
+    records = await read_topic(kafka.bootstrap, topics.requests, lambda rs: len(rs) >= 3, timeout_s=10)
+    jobs = {job.id: (job, record) for record in records for job, _ in [decode_job(record.value)]}
+    late, record = jobs["late"]
+    assert late.timeout_ms == 400
+    assert before_ms <= record.timestamp <= after_ms  # the deadline counts from the call's start
+    assert jobs["own-longer"][0].timeout_ms == 200
+    assert jobs["own-shorter"][0].timeout_ms == 50

@@ -1,0 +1,200 @@
+"""The worker's unit-test fakes, written once: a consumed record, the engine, the producer and the
+consumer as the worker's parts see them. Integration tests (tests/integration) use the real broker and
+the real engine instead; these pin the worker's own rules exactly and fast."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from aiokafka import TopicPartition
+
+from kafka_scorer.config import Settings
+from kafka_scorer.wire.protocol import Job, Result
+from kafka_scorer.wire.provenance import ServedModel
+from kafka_scorer.worker.ledger import Ledger
+from kafka_scorer.worker.metrics import WorkerMetrics
+from kafka_scorer.worker.producer import Refused
+from kafka_scorer.worker.ticket import Ticket
+from kafka_scorer.worker.wire import Origin, OutRecord
+
+TP = TopicPartition("requests", 0)
+DEFAULT_REPLY_TOPIC = "replies"
+
+
+@dataclass
+class Rec:
+    """A consumed record: the parts of aiokafka's ConsumerRecord the worker reads."""
+
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    key: bytes | None = b"k1"
+    topic: str = "jobs"
+    partition: int = 2
+    offset: int = 41
+    timestamp: int = 1_700_000_000_000
+
+
+@dataclass
+class FakePrepared:
+    job_id: str
+    num_tokens: int = 3
+
+
+class FakeEngine:
+    """The engine seam (worker/engine.py) without a model.
+
+    `prepare` blocks on `gate` for jobs whose id starts with "slow" and raises for "boom" jobs; `pack`
+    and `run_packed` record their threads and calls, optionally take `compute_s`, and raise when told
+    to (`fail`, `fail_pack`); every job scores `[[1.0]]`."""
+
+    def __init__(self, compute_s: float = 0.0, fail: bool = False, fail_pack: bool = False) -> None:
+        self.served = ServedModel("fake")
+        self.gate = threading.Event()
+        self.calls: list[list[str]] = []
+        self.prepared: list[str] = []
+        self.threads: set[str] = set()
+        self.pack_threads: set[str] = set()
+        self.compute_s = compute_s
+        self.fail = fail
+        self.fail_pack = fail_pack
+        self._active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    def prepare(self, job: Job, job_id: str) -> FakePrepared:
+        self.prepared.append(job_id)
+        if job_id.startswith("slow"):
+            assert self.gate.wait(10), "test never opened the gate"
+        if job_id.startswith("boom"):
+            raise RuntimeError("tokenizer exploded")
+        return FakePrepared(job_id)
+
+    def pack(self, jobs: Sequence[FakePrepared]) -> list[FakePrepared]:
+        self.pack_threads.add(threading.current_thread().name)
+        if self.fail_pack:
+            raise RuntimeError("packing on fire")
+        return list(jobs)
+
+    def run_packed(self, jobs: list[FakePrepared]) -> list[Result]:
+        with self._lock:
+            self._active += 1
+            self.max_active = max(self.max_active, self._active)
+        try:
+            self.threads.add(threading.current_thread().name)
+            self.calls.append([j.job_id for j in jobs])
+            if self.compute_s:
+                time.sleep(self.compute_s)
+            if self.fail:
+                raise RuntimeError("device on fire")
+            return [Result(id=j.job_id, scores=[[1.0]], prompt_tokens=j.num_tokens) for j in jobs]
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+class FakeProducer:
+    """`ResultProducer` as delivery uses it: acknowledges every record except those to `refused` topics,
+    which it refuses like the real one does after its bounded tries."""
+
+    max_request_size = 1 << 20
+
+    def __init__(self, refused: dict[str, BaseException] | None = None, transactional: bool = False) -> None:
+        self.refused = refused or {}
+        self.transactional = transactional
+        self.sent: list[OutRecord] = []
+        self.transactions: list[dict[TopicPartition, int]] = []
+
+    def fits(self, record: OutRecord) -> bool:
+        return True
+
+    async def ensure_topic(self, topic: str) -> None:
+        if topic in self.refused:
+            raise Refused(topic, self.refused[topic])
+
+    async def send(self, record: OutRecord) -> None:
+        await asyncio.sleep(0)
+        await self.ensure_topic(record.topic)
+        self.sent.append(record)
+
+    async def send_transaction(self, records, offsets, group_id) -> None:
+        for record in records:
+            await self.send(record)
+        self.transactions.append(dict(offsets))
+
+
+class FakeConsumer:
+    """`JobConsumer` as the ledger, delivery and rebalance use it: pauses, commits (recorded), and the
+    guards (`committable`: everything, unless `membership_lost`)."""
+
+    def __init__(self, partitions: Iterable[TopicPartition] = (TP,)) -> None:
+        self.partitions = set(partitions)
+        self.paused_set: set[TopicPartition] = set()
+        self.membership_lost = False
+        self.commits: list[dict[TopicPartition, int]] = []
+        self.rewound: list[set[TopicPartition]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.partitions)
+
+    def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self.paused_set |= self.partitions if partitions is None else set(partitions)
+
+    def resume(self) -> None:
+        self.paused_set.clear()
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self.paused_set)
+
+    def committable(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        return {} if self.membership_lost else dict(offsets)
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        mine = self.committable(offsets)
+        if mine:
+            self.commits.append(mine)
+        return mine
+
+    async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
+        self.rewound.append(set(partitions))
+
+
+def settings(**values: object) -> Settings:
+    """Settings with no environment or .env file in the way."""
+    return Settings(_env_file=None, model="unused", metrics_port=0, **values)  # type: ignore[call-arg]
+
+
+def open_ticket(ledger: Ledger, offset: int, tp: TopicPartition = TP, reply_topic: str = DEFAULT_REPLY_TOPIC):
+    """A ticket for a record at `offset`, as intake opens it."""
+    origin = Origin(tp.topic, tp.partition, offset, None, reply_topic, "json", None)
+    return ledger.open(tp, origin, f"j{offset}")
+
+
+def answered(ticket: Ticket, dead_letter: str | None = None) -> Ticket:
+    """The ticket with a score as its answer (and a dead-letter copy to `dead_letter`, if named)."""
+    dead = OutRecord(dead_letter, b"x", None, []) if dead_letter else None
+    return ticket.answer(Result(id=ticket.job_id, scores=[[0.5]], model="m"), dead)
+
+
+@pytest.fixture
+def consumer() -> FakeConsumer:
+    return FakeConsumer()
+
+
+@pytest.fixture
+def ledger(consumer: FakeConsumer) -> Ledger:
+    ledger = Ledger(settings(), WorkerMetrics(), consumer)
+    ledger.tracker.assign([TP])
+    return ledger
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:
+    """Wait for `condition()` on the event loop (the worker's parts settle on tasks and callbacks)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)

@@ -1,0 +1,113 @@
+"""The in-flight ledger: counts, watermarks and backpressure in one place, with the consumer faked."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiokafka import TopicPartition
+
+from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
+from kafka_scorer.worker.ledger import Ledger
+from kafka_scorer.worker.metrics import WorkerMetrics
+from tests.worker.conftest import TP, FakeConsumer, open_ticket, settings
+
+
+def _ledger(consumer: FakeConsumer, **values: object) -> Ledger:
+    ledger = Ledger(settings(**values), WorkerMetrics(), consumer)
+    ledger.tracker.assign([TP])
+    return ledger
+
+
+def test_a_ticket_counts_from_open_to_settle_and_holds_back_its_partitions_commit(ledger) -> None:
+    first, second = open_ticket(ledger, 5), open_ticket(ledger, 6)
+    ledger.queued(first, 40)
+    assert (ledger.jobs, ledger.tokens) == (2, 40)
+    second.watermark.answered(6)
+    second.settle(Result(id="j6", scores=[[1.0]]))
+    assert ledger.tracker.watermark(TP).commit_offset() == 5, "record 5 is still unanswered"
+    first.watermark.answered(5)
+    first.settle(Result(id="j5", scores=[[1.0]]))
+    assert (ledger.jobs, ledger.tokens, ledger.peak_jobs, ledger.peak_tokens) == (0, 0, 2, 40)
+    assert ledger.tracker.watermark(TP).commit_offset() == 7
+    assert ledger.metrics.jobs._value.get() == 2 and ledger.metrics.items._value.get() == 2
+
+
+def test_backpressure_pauses_above_the_budget_and_resumes_below_half_of_it() -> None:
+    consumer = FakeConsumer()
+    ledger = _ledger(consumer, max_inflight_tokens=100)
+    ledger.started = True
+    tickets = [open_ticket(ledger, i) for i in range(3)]
+    for ticket in tickets[:2]:
+        ledger.queued(ticket, 50)
+    assert consumer.paused() == set(), "at the budget, not above it"
+    ledger.queued(tickets[2], 50)
+    assert consumer.paused() == {TP} and ledger.paused
+    tickets[0].settle(None)  # 100 left: not yet below half
+    assert consumer.paused() == {TP}
+    tickets[1].settle(None)  # 50 left: half the budget
+    assert consumer.paused() == set() and ledger.resumes == 1
+    assert ledger.metrics.pauses._value.get() == 1
+
+
+def test_a_draining_worker_is_never_resumed_by_backpressure() -> None:
+    consumer = FakeConsumer()
+    ledger = _ledger(consumer, max_inflight_tokens=10)
+    ticket = open_ticket(ledger, 0)
+    ledger.queued(ticket, 11)
+    ledger.draining = True
+    ticket.settle(None)
+    assert consumer.paused() == {TP}, "draining: the partitions stay paused"
+
+
+def test_a_position_that_moved_back_restarts_the_watermark() -> None:
+    """A seek back (the log was reset) makes the older in-flight records moot: their late answers must
+    not move the new watermark."""
+    ledger = _ledger(FakeConsumer())
+    old = open_ticket(ledger, 10)
+    new = open_ticket(ledger, 3)
+    assert old.watermark.closed and not new.watermark.closed
+    assert ledger.tracker.watermark(TP).commit_offset() == 3
+
+
+def test_an_error_result_is_counted_by_code_and_logged_once(ledger, caplog) -> None:
+    ticket = open_ticket(ledger, 0)
+    with caplog.at_level(logging.INFO, logger="kafka_scorer.worker.ledger"):
+        ticket.settle(error_result("j0", ErrorCode.INTERNAL, "boom\nsecond line"))
+    assert ledger.metrics.errors.labels(code="internal")._value.get() == 1
+    (line,) = [r for r in caplog.records if "error result" in r.getMessage()]
+    assert line.levelno == logging.WARNING and "\n" not in line.getMessage()
+
+
+async def test_settled_waits_for_the_partitions_work_or_the_deadline(ledger) -> None:
+    ticket = open_ticket(ledger, 0)
+
+    async def answer_later() -> None:
+        await asyncio.sleep(0.05)
+        ticket.watermark.answered(0)
+        ticket.settle(Result(id="j0", scores=[]))
+
+    task = asyncio.create_task(answer_later())
+    await ledger.settled([TP], time.monotonic() + 5)
+    assert ledger.tracker.unanswered([TP]) == 0
+    await task
+    open_ticket(ledger, 1)
+    started = time.monotonic()
+    await ledger.settled([TP], started + 0.05)
+    assert ledger.tracker.unanswered([TP]) == 1, "the deadline ends the wait; the work stays in flight"
+
+
+def test_lower_priority_topics_are_paused_first_and_all_a_quarter_over_the_budget() -> None:
+    bulk, live = TopicPartition("bulk", 0), TopicPartition("live", 0)
+    consumer = FakeConsumer([bulk, live])
+    ledger = Ledger(settings(max_inflight_tokens=100, topic_priorities="bulk=-1"), WorkerMetrics(), consumer)
+    ledger.tracker.assign([bulk, live])
+    tickets = [open_ticket(ledger, i, tp=live) for i in range(3)]
+    ledger.queued(tickets[0], 101)
+    assert consumer.paused() == {bulk}, "the bulk topic first; interactive jobs still come in"
+    assert ledger.held({TopicPartition("bulk", 1)}) == {TopicPartition("bulk", 1)}
+    ledger.queued(tickets[1], 25)  # 126: over a quarter above the budget
+    assert consumer.paused() == {bulk, live}
+    tickets[0].settle(None)  # 25 left: under half
+    assert consumer.paused() == set() and ledger.metrics.pauses._value.get() == 1

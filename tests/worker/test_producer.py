@@ -1,0 +1,102 @@
+"""The producer's bounds, with aiokafka's producer faked: a refusal or a missing topic ends in `Refused`
+after bounded tries, an outage never does (it is waited out). The same faults run against the real
+broker in tests/integration/test_delivery_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from kafka_scorer.worker.producer import Refused
+from kafka_scorer.worker.wire import OutRecord
+
+
+class _Cluster:
+    def __init__(self) -> None:
+        self.topics: set[str] = set()
+        self.unauthorized_topics: set[str] = set()
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return {0} if topic in self.topics else None
+
+
+class _Client:
+    """aiokafka's client as `ResultProducer.ensure_topic` sees it: metadata that may lack the topic."""
+
+    def __init__(self) -> None:
+        self.cluster = _Cluster()
+        self.broker_answers = True
+
+    def add_topic(self, topic: str) -> None:
+        pass
+
+    async def force_metadata_update(self) -> bool:
+        await asyncio.sleep(0.01)
+        return self.broker_answers
+
+
+class _AIOKafkaProducer:
+    def __init__(self, refusal: BaseException | None = None) -> None:
+        self.client = _Client()
+        self.refusal = refusal
+        self.attempts = 0
+
+    async def send(self, topic, value=None, key=None, headers=None):
+        self.attempts += 1
+        if self.refusal is not None:
+            raise self.refusal
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+def _producer(fake: _AIOKafkaProducer, grace_s: float = 0.3):
+    from kafka_scorer.config import Settings
+    from kafka_scorer.worker.producer import ResultProducer
+
+    settings = Settings(_env_file=None, model="unused")  # type: ignore[call-arg]
+    producer = ResultProducer(settings, missing_topic_grace_s=grace_s)
+    producer._producer = fake  # type: ignore[assignment]
+    return producer
+
+
+async def test_a_topic_the_broker_lacks_is_refused_after_the_grace_not_retried_for_ever() -> None:
+    from aiokafka.errors import UnknownTopicOrPartitionError
+
+    assert UnknownTopicOrPartitionError.retriable, "aiokafka would retry a missing topic for ever"
+    producer = _producer(_AIOKafkaProducer(), grace_s=0.3)
+    with pytest.raises(Refused) as refused:
+        await asyncio.wait_for(producer.send(OutRecord("missing", b"v", None, [])), 5)
+    assert isinstance(refused.value.cause, UnknownTopicOrPartitionError)
+
+
+async def test_while_the_broker_is_unreachable_a_missing_topic_is_waited_for_not_refused() -> None:
+    fake = _AIOKafkaProducer()
+    fake.client.broker_answers = False
+    producer = _producer(fake, grace_s=0.2)
+    send = asyncio.create_task(producer.send(OutRecord("later", b"v", None, [])))
+    await asyncio.sleep(0.8)
+    assert not send.done(), "an outage is not a refusal: the send must keep waiting"
+    fake.client.broker_answers = True
+    fake.client.cluster.topics.add("later")
+    await asyncio.wait_for(send, 5)
+    assert fake.attempts == 1
+
+
+async def test_an_illegal_topic_name_is_refused_at_once() -> None:
+    from aiokafka.errors import InvalidTopicError
+
+    fake = _AIOKafkaProducer()
+    with pytest.raises(Refused) as refused:
+        await asyncio.wait_for(_producer(fake).send(OutRecord("no spaces allowed", b"v", None, [])), 1)
+    assert isinstance(refused.value.cause, InvalidTopicError) and fake.attempts == 0
+
+
+async def test_a_refusing_broker_is_tried_a_bounded_number_of_times() -> None:
+    fake = _AIOKafkaProducer(TopicAuthorizationFailedError("t"))
+    fake.client.cluster.topics.add("t")
+    with pytest.raises(Refused):
+        await asyncio.wait_for(_producer(fake).send(OutRecord("t", b"v", None, [])), 5)
+    assert fake.attempts == 3
