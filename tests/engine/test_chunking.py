@@ -403,3 +403,23 @@ def test_the_chunking_setting_is_read_by_the_job_fields_own_decoder(monkeypatch)
             EngineSettings(chunking=bad)
     with pytest.raises(ValidationError, match="truncate, chunking"):
         EngineSettings(chunking="{}", truncate=True)
+
+
+def test_the_worker_builds_its_engine_with_the_chunking_setting(tiny_models, monkeypatch):
+    from kafka_scorer.config import EngineSettings
+
+    for key in [k for k in __import__("os").environ if k.upper().startswith("KAFKA_SCORER_")]:
+        monkeypatch.delenv(key)
+    settings = EngineSettings(
+        model=str(tiny_models.get("qwen3", "causal")),
+        dtype="float32",
+        device="cpu",
+        max_pair_tokens=LIMIT,
+        chunking='{"window": 9}',
+        max_chunks_per_job=3,
+    )
+    scorer = Scorer.from_config(settings.engine_config())
+    result = scorer.score(QUERY, ITEMS[:1], label_token_ids=LABELS)
+    assert result.ok and result.chunks[0].windows == len(rule_windows(len(ITEMS[0]), 9, 0)) == 3
+    capped = scorer.score(QUERY, ITEMS[3:4], label_token_ids=LABELS)
+    assert capped.error.code is ErrorCode.TOO_LONG and "max_chunks_per_job=3" in capped.error.message
