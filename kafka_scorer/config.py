@@ -89,6 +89,18 @@ class EngineSettings(BaseSettings):
         description="Jobs with more `label_token_ids` are rejected (`too_long`); every row of a batch is "
         "padded to its longest label list, so one job must not widen everyone's.",
     )
+    chunking: str = Field(
+        "",
+        description="Default of a job's `chunking`, as its JSON object, e.g. "
+        '`{"aggregate": "max", "overlap": 64}`: score every window of an item too long for one pair '
+        "(docs/message-schema.md, Long items); empty: none. Not together with `truncate`.",
+    )
+    max_chunks_per_job: int = Field(
+        256,
+        gt=0,
+        description="Most windows the chunked items of one job may make; more is `too_long`. Every window "
+        "is a pair run through the model, so this bounds one job's work like `max_items_per_job`.",
+    )
     template: str = Field(
         "",
         description="Prompt template for text jobs: a preset (qwen3-reranker) or a template file with "
@@ -99,6 +111,21 @@ class EngineSettings(BaseSettings):
         description="Revision reported in every result; empty: a hash of the checkpoint's config, weight "
         "and tokenizer files, computed at start-up.",
     )
+
+    @field_validator("chunking")
+    @classmethod
+    def _chunking_decodes(cls, value: str) -> str:
+        """The job field's own decoder reads the setting, so it accepts exactly what a job may send."""
+        from kafka_scorer.engine.chunking import parse_chunking
+
+        parse_chunking(value)
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _one_long_item_policy(self) -> EngineSettings:
+        if self.truncate and self.chunking:
+            raise ValueError("truncate, chunking: both set; an item too long for a pair is cut or chunked")
+        return self
 
     def engine_config(self) -> EngineConfig:
         """The plain record the engine is built from (`Scorer.from_config`): the engine reads no settings."""

@@ -78,6 +78,8 @@ def _sample(name: str) -> tuple[str, object]:
         return "x-value=3", {"x-value": 3}
     if name == "template":  # validated against the presets and the disk
         return "qwen3-reranker", "qwen3-reranker"
+    if name == "chunking":  # validated as the job field's JSON object
+        return '{"aggregate": "mean"}', '{"aggregate": "mean"}'
     return "x-value", "x-value"
 
 

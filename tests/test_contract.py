@@ -35,6 +35,19 @@ _FIELD_VALUES = {
     "model": st.one_of(st.text(max_size=8), st.none(), _INT64),
     "timeout_ms": st.one_of(st.none(), st.integers(min_value=-2, max_value=2), _INT64, _SCALARS),
     "priority": st.one_of(st.none(), st.integers(min_value=-130, max_value=130), _SCALARS),
+    "chunking": st.one_of(
+        st.none(),
+        _SCALARS,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "window": st.one_of(st.none(), st.integers(-2, 600), _SCALARS),
+                "overlap": st.one_of(st.integers(-2, 64), _SCALARS),
+                "aggregate": st.one_of(st.sampled_from(["max", "mean", "first", "sum", "MAX"]), _SCALARS),
+                "stride": st.integers(0, 4),
+            },
+        ),
+    ),
     "no_such_field": _SCALARS,
 }
 

@@ -11,10 +11,11 @@ import sys
 
 from kafka_scorer.cli.help_style import add_device_arguments
 
-WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "backlog", "all")
+WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "backlog", "long-docs", "all")
 """`all`: the decoder workloads; `cross-encoder` (a real MiniLM cross-encoder against sentence-transformers
-on the CPU, `bench/cross_encoder.py`) and `backlog` (interactive jobs behind a bulk backlog, priority
-lanes on and off, `bench/backlog.py`) run only when named."""
+on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a bulk backlog, priority
+lanes on and off, `bench/backlog.py`) and `long-docs` (documents longer than a pair, scored with
+`chunking`, `bench/long_docs.py`) run only when named."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 
@@ -40,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         choices=WORKLOAD_CHOICES,
-        help="repeat to pick several (default: all, the decoder workloads; cross-encoder only when named)",
+        help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog and "
+        "long-docs only when named)",
     )
     parser.add_argument(
         "--model-shape",
@@ -118,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.bench.workloads import WORKLOADS
 
     workloads = tuple(args.workload or ["all"])
+    if "long-docs" in workloads:
+        code = _run_long_docs(args)
+        workloads = tuple(w for w in workloads if w != "long-docs")
+        if not workloads or code:
+            return code
     if "backlog" in workloads:
         code = _run_backlog(args)
         workloads = tuple(w for w in workloads if w != "backlog")
@@ -179,6 +186,28 @@ def _run_cross_encoder(args: argparse.Namespace) -> int:
             json.dump({"cross-encoder": report}, fh, indent=2)
     if not report["ok"]:
         print("cross-check FAILED: a contender's scores disagree with CrossEncoder.predict", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_long_docs(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.long_docs import format_long_docs_report, run_long_docs_bench
+
+    report = run_long_docs_bench(
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+        repeat_budget_s=args.repeat_budget,
+        max_batch_tokens=args.max_batch_tokens,
+    )
+    print()
+    print(format_long_docs_report(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"long-docs": report}, fh, indent=2)
+    if not report["ok"]:
+        print("cross-check FAILED: chunked scores disagree with the hand-chunked reference", file=sys.stderr)
         return 1
     return 0
 

@@ -25,3 +25,6 @@ class EngineConfig:
     max_labels_per_job: int = 256
     template: str = ""
     model_revision: str = ""
+    chunking: str = ""
+    """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
+    max_chunks_per_job: int = 256

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field, replace
 
 import msgspec
 
+from kafka_scorer.engine.chunking import ChunkPlan, WindowedItem, char_spans, count_windows, window_ranges
+from kafka_scorer.engine.encoders import PairTemplate
 from kafka_scorer.engine.labels import LabelError, LabelResolver
 from kafka_scorer.engine.model import LoadedModel, ModelKind
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
-from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef, error_result
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
 LABEL_TOKENS_IGNORED_WARNING = "label_tokens ignored: the served model is a classification model"
@@ -24,6 +26,10 @@ ACTIVATION_IGNORED_WARNING = (
 INSTRUCTION_IGNORED_WARNING = "instruction ignored: the served template has no {instruction}"
 NO_TEMPLATE_WARNING = "instruction ignored: this worker serves no template"
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
+_SEAM_MARGIN = 2
+"""Tokens a templated item part may gain at the seam (a token or two of the shared part moves over)."""
+_SHRINK_TRIES = 8
+"""How often a templated window shrinks to fit before the job is left to the pair limit's `too_long`."""
 _TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
 
 
@@ -53,6 +59,9 @@ class PreparedJob:
     """The score column that ranks the items when the job asks for `top_n` (SPEC §8)."""
     template: TemplateRef | None = None
     """The prompt template applied to the job's text (provenance)."""
+    chunks: ChunkPlan | None = None
+    """SPEC §9: set when some item is scored as several windows; `items` then holds one entry per
+    window and the plan maps their rows back to the job's items."""
 
     @property
     def num_items(self) -> int:
@@ -85,6 +94,10 @@ class InputLimits:
     truncate: bool = False
     """What a job's `truncate: null` means (the worker's `truncate` setting)."""
     max_labels_per_job: int = 256
+    chunking: Chunking | None = None
+    """What a job's `chunking: null` means (the worker's `chunking` setting); None: no chunking."""
+    max_chunks_per_job: int = 256
+    """Most windows the chunked items of one job may produce (SPEC §9)."""
 
 
 def longest_token_chars(tokenizer: object) -> int:
@@ -96,6 +109,17 @@ def longest_token_chars(tokenizer: object) -> int:
     """
     vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
     return max((len(token) for token in vocab), default=1) or 1
+
+
+def leading_special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text that leads a pair (SPEC §4), read
+    off a probe encoded with and without them (transformers 5 has no `build_inputs_with_special_tokens`)."""
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return full[:start], full[start + len(bare) :]
+    return [], []
 
 
 def text_char_bound(max_tokens: int, longest_token: int) -> int:
@@ -164,20 +188,26 @@ class JobPreparer:
                 ranking=[] if job.top_n is not None else None,
             )
 
-        truncate = self.limits.truncate if job.truncate is None else job.truncate
+        truncate, chunking = self.long_item_policy(job)
         job, precut = self._cut_overlong(job) if truncate else (job, set())
         templated = self._templated(job)
+        plan = None
         if templated:
-            query, items, precut = self._tokenize_templated(job, truncate, precut)
+            query, items, precut, plan = self._tokenize_templated(job, truncate, precut, chunking)
         else:
             query, items = self._tokenize(job)
         if self.template is not None and not templated and not isinstance(job.query, str):
             warnings.append(TEMPLATE_NOT_APPLIED_WARNING)
         if model.encoder is not None:
+            if chunking is not None:
+                room = self.limits.max_pair_tokens - len(query) - self._encoder_template().num_special
+                items, plan = self._split_long_items(job, items, room, chunking)
             prepared = self._prepare_encoder(job, job_id, query, items, truncate, precut, warnings)
-            return replace(prepared, activation=activation, rank_by=rank_by)
+            return replace(prepared, activation=activation, rank_by=rank_by, chunks=plan)
+        if chunking is not None and not templated:
+            items, plan = self._split_decoder_items(job, query, items, chunking)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
-        packed = self._decide_packing(job, query, items)
+        packed = self._decide_packing(job, query, items, windows=plan is not None)
         if packed:
             pair_lens = [len(query) + len(item) for item in items]
         else:
@@ -210,7 +240,128 @@ class JobPreparer:
             activation=activation,
             rank_by=rank_by,
             template=self.template_ref if templated else None,
+            chunks=plan,
         )
+
+    def long_item_policy(self, job: Job) -> tuple[bool, Chunking | None]:
+        """(truncate, chunking) for this job: SPEC §8 and §9 give two answers to an item too long for
+        a pair, so a job picks at most one. A job's own field wins over the worker's defaults, and a
+        job that sends `truncate` (true or false) is not chunked by the worker's `chunking` default."""
+        if job.chunking is not None:
+            if job.truncate:
+                raise InputError(
+                    ErrorCode.INVALID_REQUEST,
+                    "truncate: true and chunking: send one of them (truncate cuts a long item, chunking "
+                    "scores all of it)",
+                )
+            return False, job.chunking
+        if job.truncate is not None:
+            return job.truncate, None
+        if self.limits.chunking is not None:
+            return False, self.limits.chunking
+        return self.limits.truncate, None
+
+    def _window(self, chunking: Chunking, room: int) -> int:
+        """The window in item tokens: the job's `window`, at most what fits the pair limit (`room`)."""
+        if room < 1:
+            raise InputError(
+                ErrorCode.TOO_LONG,
+                f"chunking: the query leaves no room for an item's tokens within the limit "
+                f"{self.limits.max_pair_tokens}",
+            )
+        window = room if chunking.window is None else min(chunking.window, room)
+        if chunking.overlap >= window:
+            fits = (
+                ""
+                if chunking.window is not None and chunking.window <= room
+                else " (what fits the pair limit)"
+            )
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"chunking: overlap {chunking.overlap} must be below the window, {window} tokens{fits}",
+            )
+        return window
+
+    def _check_window_count(self, lengths: dict[int, int], window: int, overlap: int) -> None:
+        total = sum(count_windows(n, window, overlap) for n in lengths.values())
+        if total > self.limits.max_chunks_per_job:
+            raise InputError(
+                ErrorCode.TOO_LONG,
+                f"chunking: the job's long items make {total} windows; the limit is "
+                f"max_chunks_per_job={self.limits.max_chunks_per_job}",
+            )
+
+    def _split_decoder_items(
+        self, job: Job, query: list[int], items: list[list[int]], chunking: Chunking
+    ) -> tuple[list[list[int]], ChunkPlan | None]:
+        """A decoder's windows: the query stays whole, each window follows it (or leads it, with
+        `item_first`) as an item of its own. A leading text item carries the tokenizer's special
+        tokens; each of its windows gets them too, and they do not count in the window."""
+        room = self.limits.max_pair_tokens - len(query)
+        if not (job.item_first and isinstance(job.query, str)):
+            return self._split_long_items(job, items, room, chunking)
+        prefix, suffix = leading_special_tokens(self._tokenizer())
+        special = len(prefix) + len(suffix)
+        own = [len(item) - special for item in items]
+        return self._split_long_items(
+            job, items, room - special, chunking, own, lambda ids: [*prefix, *ids, *suffix]
+        )
+
+    def _split_long_items(
+        self,
+        job: Job,
+        items: list[list[int]],
+        room: int,
+        chunking: Chunking,
+        own: list[int] | None = None,
+        wrap=None,
+    ) -> tuple[list[list[int]], ChunkPlan | None]:
+        """Items over the window -> their windows, in place; the plan maps the rows back (SPEC §9).
+
+        `own` are the items' lengths without special tokens (default: their lengths), `wrap` adds the
+        special tokens a window needs. A text item is split on its own tokens, read again with the
+        tokenizer's offsets so each window's span is in characters of the text.
+        """
+        window = self._window(chunking, room)
+        lengths = own if own is not None else [len(item) for item in items]
+        over = {index: n for index, n in enumerate(lengths) if n > window}
+        if not over:
+            return items, None
+        self._check_window_count(over, window, chunking.overlap)
+        text = isinstance(job.query, str)
+        raw = {i: (items[i], None) for i in over} if not text else self._own_tokens(job, sorted(over))
+        windows: list[list[int]] = []
+        counts: list[int] = []
+        chunked: list[WindowedItem] = []
+        for index, item in enumerate(items):
+            if index not in over:
+                windows.append(item)
+                counts.append(1)
+                continue
+            ids, offsets = raw[index]
+            ranges = window_ranges(len(ids), window, chunking.overlap)
+            windows.extend((wrap or list)(ids[start:end]) for start, end in ranges)
+            counts.append(len(ranges))
+            spans = ranges if not text else (char_spans(offsets, ranges) if offsets is not None else None)
+            chunked.append(WindowedItem(index, spans, "characters" if text else "tokens"))
+        return windows, ChunkPlan(chunking.aggregate, counts, chunked)
+
+    def _own_tokens(
+        self, job: Job, indices: list[int]
+    ) -> dict[int, tuple[list[int], list[tuple[int, int]] | None]]:
+        """Text items' own tokens (no special tokens) with their character offsets, where the
+        tokenizer gives offsets (fast tokenizers); without them the spans are left out."""
+        tokenizer = self._tokenizer()
+        texts = [str(job.items[i]) for i in indices]
+        try:
+            encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+            offsets = [[tuple(pair) for pair in row] for row in encoded["offset_mapping"]]
+        except NotImplementedError:
+            encoded = tokenizer(texts, add_special_tokens=False)  # type: ignore[operator]
+            offsets = [None] * len(texts)
+        return {
+            index: (list(ids), spans) for index, ids, spans in zip(indices, encoded["input_ids"], offsets)
+        }
 
     def _ignored_fields(self, job: Job) -> list[str]:
         """Fields that cannot apply to this model or worker: said in `warnings`, never dropped silently."""
@@ -276,8 +427,8 @@ class JobPreparer:
         return True
 
     def _tokenize_templated(
-        self, job: Job, truncate: bool, precut: set[int]
-    ) -> tuple[list[int], list[list[int]], set[int]]:
+        self, job: Job, truncate: bool, precut: set[int], chunking: Chunking | None = None
+    ) -> tuple[list[int], list[list[int]], set[int], ChunkPlan | None]:
         """The template's shared part as the query and its per-item parts as the items (SPEC §8).
 
         With `truncate`, an item whose part does not fit loses text from its own end, never the
@@ -292,14 +443,75 @@ class JobPreparer:
         items = [str(item) for item in job.items]
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
+        if chunking is not None:
+            shared, parts, plan = self._templated_windows(job, items, instruction, room, chunking)
+            return shared, parts, precut, plan
         over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
         if not (truncate and over):
-            return tokens.shared, tokens.items, precut
-        margin = 2  # the seam can move a token or two from the shared part into each item's part
+            return tokens.shared, tokens.items, precut, None
         for index in over:
-            items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - margin)
+            items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - _SEAM_MARGIN)
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
-        return tokens.shared, tokens.items, precut | set(over)
+        return tokens.shared, tokens.items, precut | set(over), None
+
+    def _templated_windows(
+        self, job: Job, items: list[str], instruction: str, room: int, chunking: Chunking
+    ) -> tuple[list[int], list[list[int]], ChunkPlan | None]:
+        """SPEC §9 under a template: the item's own tokens are split by the window rule, and each
+        window's text (the item's characters its tokens cover) is scored inside the template like any
+        item, so every window is the whole prompt a caller would build with that text.
+
+        The window starts at what fits beside the template's text and the seam (`_SEAM_MARGIN`). A
+        window's text can tokenize to a few more tokens than the window (a window that starts or ends
+        inside a multi-byte character takes the whole character), so when a part is over the limit the
+        window shrinks by the overflow and the item is split again.
+        """
+        template = self.template
+        assert template is not None
+        tokenizer = self._tokenizer()
+        fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+        window = self._window(chunking, room - fixed - _SEAM_MARGIN)
+        own = self._own_tokens(job, list(range(len(items))))
+        for _ in range(_SHRINK_TRIES):
+            texts, plan = self._window_texts(items, own, window, chunking)
+            tokens = tokenize_templated(tokenizer, template, str(job.query), texts, instruction)
+            limit = self.limits.max_pair_tokens - len(tokens.shared)
+            excess = max(len(part) for part in tokens.items) - limit
+            if excess <= 0:
+                break
+            window = self._window(chunking, window - excess)
+        return tokens.shared, tokens.items, plan
+
+    def _window_texts(
+        self,
+        items: list[str],
+        own: dict[int, tuple[list[int], list[tuple[int, int]] | None]],
+        window: int,
+        chunking: Chunking,
+    ) -> tuple[list[str], ChunkPlan | None]:
+        """Each item over `window` own tokens replaced by its windows' texts, and the plan; the items
+        unchanged and None when none is over."""
+        over = {i: len(ids) for i, (ids, _) in own.items() if len(ids) > window}
+        if not over:
+            return items, None
+        self._check_window_count(over, window, chunking.overlap)
+        if any(own[i][1] is None for i in over):
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                "chunking a templated text needs the tokenizer's character offsets (a fast tokenizer)",
+            )
+        texts, counts, chunked = [], [], []
+        for index, item in enumerate(items):
+            if index not in over:
+                texts.append(item)
+                counts.append(1)
+                continue
+            ids, offsets = own[index]
+            spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]
+            texts.extend(item[start:end] for start, end in spans)
+            counts.append(len(spans))
+            chunked.append(WindowedItem(index, spans, "characters"))
+        return texts, ChunkPlan(chunking.aggregate, counts, chunked)
 
     def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
         """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
@@ -356,13 +568,7 @@ class JobPreparer:
                 ErrorCode.UNSUPPORTED,
                 f"multi_item: true, but this model is an encoder: {self.model.mis_block_reason}",
             )
-        template = encoder.template
-        if template is None:
-            raise InputError(
-                ErrorCode.UNSUPPORTED,
-                "this cross-encoder was loaded without a tokenizer, so its pair encoding (special tokens) "
-                "is unknown; serve a checkpoint directory that includes the tokenizer files",
-            )
+        template = self._encoder_template()
         limit = self.limits.max_pair_tokens
         room = limit - len(query) - template.num_special
         pairs, types, cut = [], [], []
@@ -394,6 +600,16 @@ class JobPreparer:
             token_types=types if template.types is not None else None,
             truncated_items=cut,
         )
+
+    def _encoder_template(self) -> PairTemplate:
+        template = self.model.encoder.template if self.model.encoder is not None else None
+        if template is None:
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                "this cross-encoder was loaded without a tokenizer, so its pair encoding (special tokens) "
+                "is unknown; serve a checkpoint directory that includes the tokenizer files",
+            )
+        return template
 
     def _label_ids(self, job: Job) -> list[int]:
         if self.model.kind is not ModelKind.CAUSAL_LM:
@@ -479,7 +695,9 @@ class JobPreparer:
 
     def _check_lengths(self, job: Job, text: bool, instruction: str | None = None) -> None:
         """`too_long` from lengths alone, before any tokenizing or per-token work: a text longer than
-        `max_text_chars`, or a token-id list longer than the pair limit, cannot fit in any pair."""
+        `max_text_chars`, or a token-id list longer than the pair limit, cannot fit in any pair. A
+        chunked item may be up to `max_chunks_per_job` pairs long: more cannot fit in the windows a
+        job may have, so the bound stays a bound on the tokenizer's work."""
         limit = self.max_text_chars if text else self.limits.max_pair_tokens
         unit = "characters" if text else "token ids"
         why = (
@@ -488,14 +706,18 @@ class JobPreparer:
             if text
             else f"max_pair_tokens={self.limits.max_pair_tokens}"
         )
-        named = [("query", job.query, None), *((f"item {i}", item, i) for i, item in enumerate(job.items))]
+        _, chunking = self.long_item_policy(job)
+        chunks = self.limits.max_chunks_per_job if chunking is not None else 1
+        item_why = f"{why} × max_chunks_per_job={chunks}" if chunking is not None else why
+        named = [("query", job.query, None, limit, why)]
+        named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(job.items)]
         if instruction is not None:
-            named.append(("instruction", instruction, None))
-        for where, part, item in named:
-            if len(part) > limit:
+            named.append(("instruction", instruction, None, limit, why))
+        for where, part, item, bound, because in named:
+            if len(part) > bound:
                 raise InputError(
                     ErrorCode.TOO_LONG,
-                    f"{where}: {len(part)} {unit} cannot fit; the limit is {limit} ({why})",
+                    f"{where}: {len(part)} {unit} cannot fit; the limit is {bound} ({because})",
                     item=item,
                 )
 
@@ -510,8 +732,15 @@ class JobPreparer:
                 item=item,
             )
 
-    def _decide_packing(self, job: Job, query: list[int], items: list[list[int]]) -> bool:
-        """SPEC §5: pack when it is exact; `multi_item: true` turns every "can't" into `unsupported`."""
+    def _decide_packing(
+        self, job: Job, query: list[int], items: list[list[int]], windows: bool = False
+    ) -> bool:
+        """SPEC §5: pack when it is exact; `multi_item: true` turns every "can't" into `unsupported`.
+
+        A chunked job's `items` are windows that each fit a pair by construction; its packed sequence
+        may pass the pair limit (the positions of every item restart after the query, and the
+        scheduler cuts a long sequence into budget-sized pieces), so its windows are packed (SPEC §9).
+        """
         packed_len = len(query) + sum(len(item) for item in items)
         blocker: tuple[ErrorCode, str] | None = None
         if job.item_first:
@@ -526,7 +755,7 @@ class JobPreparer:
                 ErrorCode.UNSUPPORTED,
                 f"the packed sequence ({packed_len} tokens) exceeds the sliding window",
             )
-        elif packed_len > self.limits.max_pair_tokens:
+        elif packed_len > self.limits.max_pair_tokens and not windows:
             blocker = (
                 ErrorCode.TOO_LONG,
                 f"the packed sequence ({packed_len} tokens) exceeds the limit {self.limits.max_pair_tokens}",

@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
+import msgspec
 import torch
 
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.chunking import aggregate, parse_chunking
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
@@ -28,7 +30,7 @@ from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.errors import SettingError
-from kafka_scorer.wire.protocol import Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef
 from kafka_scorer.wire.provenance import ServedModel
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class Scorer:
         max_labels_per_job: int = 256,
         template: str = "",
         model_revision: str = "",
+        chunking: Chunking | str | None = None,
+        max_chunks_per_job: int = 256,
     ) -> None:
         self.loaded: LoadedModel = load_model(
             model,
@@ -76,6 +80,8 @@ class Scorer:
             max_pair_tokens=min(max_pair_tokens, model_limit) if max_pair_tokens else model_limit,
             truncate=truncate,
             max_labels_per_job=max_labels_per_job,
+            chunking=parse_chunking(chunking) if isinstance(chunking, str) else chunking,
+            max_chunks_per_job=max_chunks_per_job,
         )
         self.max_batch_tokens = max_batch_tokens
         self._auto_backend = attention_backend == "auto"
@@ -269,21 +275,29 @@ class Scorer:
         for group, batch in packed.forwards:
             self._run_forward(group, batch, rows, hidden)
         return [
-            self.stamp(
-                Result(
-                    id=job.job_id,
-                    scores=job_rows,
-                    prompt_tokens=job.num_tokens,
-                    model=self.model_name,
-                    pooled_hidden_states=to_wire(torch.cat(job_hidden)) if job_hidden else None,
-                    warnings=job.warnings,
-                    truncated_items=job.truncated_items,
-                    ranking=None if job.job.top_n is None else rank(job_rows, job.rank_by, job.job.top_n),
-                ),
-                job.template,
-            )
-            for job, job_rows, job_hidden in zip(jobs, rows, hidden)
+            self._result(job, job_rows, job_hidden) for job, job_rows, job_hidden in zip(jobs, rows, hidden)
         ]
+
+    def _result(self, job: PreparedJob, rows: list[list[float]], hidden: list[torch.Tensor]) -> Result:
+        """One job's result from its scoring rows, one per window of a chunked job (SPEC §9)."""
+        pooled = torch.cat(hidden) if hidden else None
+        chunks = []
+        if job.chunks is not None:
+            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled)
+        return self.stamp(
+            Result(
+                id=job.job_id,
+                scores=rows,
+                prompt_tokens=job.num_tokens,
+                model=self.model_name,
+                pooled_hidden_states=to_wire(pooled) if pooled is not None else None,
+                warnings=job.warnings,
+                truncated_items=job.truncated_items,
+                ranking=None if job.job.top_n is None else rank(rows, job.rank_by, job.job.top_n),
+                chunks=chunks,
+            ),
+            job.template,
+        )
 
     def _run_forward(
         self,
@@ -334,7 +348,9 @@ class Scorer:
     ) -> Result:
         """Score `items` against `query`. A single string as `items` is one item (SGLang accepts the
         same), not a sequence of one-character items. `fields` are the other Job fields (SPEC §8:
-        `label_tokens`, `instruction`, `top_n`, `rank_by`, `activation`, `truncate`)."""
+        `label_tokens`, `instruction`, `top_n`, `rank_by`, `activation`, `truncate`; SPEC §9: `chunking`)."""
+        if isinstance(fields.get("chunking"), dict):  # the wire's object, as a caller writes it
+            fields["chunking"] = msgspec.convert(fields["chunking"], Chunking)
         job = Job(
             query=query,
             items=_as_items(items),

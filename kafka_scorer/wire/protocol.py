@@ -18,10 +18,12 @@ CONTENT_TYPE_MSGPACK = "application/msgpack"
 WireFormat = Literal["json", "msgpack"]
 TensorDType = Literal["float32", "float16", "bfloat16"]
 Activation = Literal["none", "softmax", "sigmoid"]
+Aggregate = Literal["max", "mean", "first"]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 TimeoutMs = Annotated[int, msgspec.Meta(gt=0)]
 Priority = Annotated[int, msgspec.Meta(ge=-128, le=127)]
 """SPEC §9 `priority`: a small int, higher first; out of this range a job is `invalid_request`."""
+Positive = Annotated[int, msgspec.Meta(ge=1)]
 
 
 class ErrorCode(str, enum.Enum):
@@ -49,6 +51,18 @@ class ErrorInfo(msgspec.Struct, omit_defaults=True):
     code: ErrorCode
     message: str
     item: int | None = None
+
+
+class Chunking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """SPEC §9: how an item too long for one pair is split into windows and its row chosen.
+
+    `window` counts the item's own tokens (null: as many as fit the pair limit beside the query and
+    the template); consecutive windows share `overlap` tokens. docs/message-schema.md has the rule.
+    """
+
+    window: Positive | None = None
+    overlap: NonNegative = 0
+    aggregate: Aggregate = "max"
 
 
 class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -83,6 +97,8 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_default
     """SPEC §9: the job expires at its record's timestamp + `timeout_ms`; null: the worker's default."""
     priority: Priority | None = None
     """SPEC §9: higher first; null: the request topic's default priority (0 unless set)."""
+    chunking: Chunking | None = None
+    """SPEC §9: score every window of a long item; null: the worker's `chunking`. Not with `truncate`."""
 
 
 class Ranked(msgspec.Struct, frozen=True):
@@ -90,6 +106,21 @@ class Ranked(msgspec.Struct, frozen=True):
 
     index: int
     score: float
+
+
+class ChunkedItem(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One entry of a result's `chunks`: an item that was scored as several windows.
+
+    `window` is the window whose row the item got (`max`: the winner, `first`: 0; absent for `mean`,
+    whose row is every window's) and `span` that window's [start, end) in the item, counted in `unit`:
+    token offsets for token-id items, character offsets into the text for text items.
+    """
+
+    index: int
+    windows: int
+    unit: Literal["tokens", "characters"]
+    window: int | None = None
+    span: tuple[int, int] | None = None
 
 
 class TemplateRef(msgspec.Struct, frozen=True):
@@ -123,6 +154,8 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Provenance: the prompt template applied to this job's text, if any."""
     dtype: str = ""
     """Provenance: the dtype the model ran in."""
+    chunks: list[ChunkedItem] = msgspec.field(default_factory=list)
+    """SPEC §9: the items scored as several windows (omitted when none was)."""
 
     @property
     def ok(self) -> bool:

@@ -106,6 +106,17 @@ _TEXT = st.text(max_size=40) | st.integers(0, 20_000).map(lambda n: "word " * n)
 _IDS = st.lists(st.integers(-5, 600), max_size=90)
 
 
+_CHUNKING = st.fixed_dictionaries(
+    {},
+    optional={
+        "window": st.one_of(st.none(), st.integers(-1, 80)),
+        "overlap": st.integers(-1, 40),
+        "aggregate": st.sampled_from(["max", "mean", "first", "median"]),
+    },
+)
+"""SPEC §9 chunking objects, mostly valid; the window and overlap around the fuzz pair limit."""
+
+
 def _job_documents(fmt: str) -> st.SearchStrategy:
     """Job-shaped maps with every field sometimes right, sometimes of any type; unknown fields too."""
     anything = _values(fmt)
@@ -127,6 +138,7 @@ def _job_documents(fmt: str) -> st.SearchStrategy:
         "top_n": st.one_of(st.none(), st.integers(-3, 12), anything),
         "rank_by": st.one_of(st.none(), st.integers(-3, 4), anything),
         "activation": st.one_of(st.sampled_from(["none", "softmax", "sigmoid", "relu"]), anything),
+        "chunking": st.one_of(st.none(), _CHUNKING, anything),
     }
     known = st.fixed_dictionaries({}, optional=fields)
     unknown = st.dictionaries(st.text(max_size=10), anything, max_size=2)
@@ -316,3 +328,52 @@ def test_a_giant_text_is_too_long_and_cheap(fuzz_scorer):
     _, prepared = _run(fuzz_scorer, Rec(value))
     assert isinstance(prepared, Result) and prepared.error is not None
     assert prepared.error.code is ErrorCode.TOO_LONG and prepared.error.item == 1
+
+
+@_fuzz(60)
+@pytest.mark.parametrize("served", ["fuzz_scorer", "templated_fuzz_scorer"])
+@given(
+    data=st.data(),
+    chunking=_CHUNKING,
+    lengths=st.lists(st.integers(0, 5 * MAX_PAIR_TOKENS), min_size=1, max_size=4),
+    text=st.booleans(),
+    multi_item=st.sampled_from([None, True, False]),
+    top_n=st.sampled_from([None, 0, 2]),
+)
+def test_chunked_jobs_are_scored_or_answered_with_a_typed_error(
+    request, served, data, chunking, lengths, text, multi_item, top_n
+):
+    """Generated `chunking` objects and item lengths around the pair limit, through the decoder and a
+    forward: a row per item and a consistent `chunks`, or a typed error; never an exception."""
+    scorer = request.getfixturevalue(served)
+    words = ["río ", "東京 ", "word ", "ab", " ", "😀"]
+    if text:
+        items = [
+            "".join(data.draw(st.lists(st.sampled_from(words), min_size=n, max_size=n))) for n in lengths
+        ]
+        query = "which river?"
+    else:
+        items = [[7 + (i * 13) % 300 for i in range(n)] for n in lengths]
+        query = [5, 6, 7]
+    document = {"query": query, "items": items, "label_token_ids": [3, 4], "chunking": chunking}
+    document |= {"multi_item": multi_item, "top_n": top_n}
+    decoded, prepared = _run(scorer, Rec(msgspec.json.encode(document), [JSON_CT]))
+    if isinstance(decoded, Rejected):
+        assert _code(decoded) is ErrorCode.INVALID_REQUEST  # a chunking object outside the schema
+        return
+    if not isinstance(prepared, PreparedJob):
+        return  # a typed error, checked by _run
+    (result,) = scorer.run_batch([prepared])
+    if result.error is not None:
+        assert result.error.code in ENGINE_CODES, result.error
+        return
+    assert len(result.scores) == len(items)
+    for chunk in result.chunks:
+        assert 0 <= chunk.index < len(items) and chunk.windows > 1
+        assert chunk.unit == ("characters" if text else "tokens")
+        if chunk.window is not None:
+            assert 0 <= chunk.window < chunk.windows
+        if chunk.span is not None:
+            assert 0 <= chunk.span[0] < chunk.span[1] <= len(items[chunk.index])
+    if top_n is not None:
+        assert len(result.ranking) == min(top_n, len(items))

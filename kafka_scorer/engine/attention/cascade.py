@@ -209,7 +209,25 @@ def _own_item_attention(
     softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each item's tokens against the earlier tokens of the same item: [Hkv, g, n, I, I] scores, masked
-    by the causal rule [I, I] and the items' real keys [n, 1, I], both broadcast."""
+    by the causal rule [I, I] and the items' real keys [n, 1, I], both broadcast.
+
+    On the CPU without a soft-cap, PyTorch's fused causal flash kernel does the same without forming
+    the scores: items are right-padded, so under the causal rule no real token ever sees a padded key.
+    For long items (the windows of a chunked document, ~500 tokens) the explicit scores cost 11× more
+    (measured at 17 items × 450 tokens, 8 heads); for short items the kernel is still 1.5–2× faster.
+    """
+    if q_items.device.type == "cpu" and softcap is None:
+        kv_heads, groups, n, longest, dim = q_items.shape
+        shape = (kv_heads * groups, n, longest, dim)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q_items.reshape(shape),
+            k_items[:, None].expand(kv_heads, groups, n, longest, dim).reshape(shape),
+            v_items[:, None].expand(kv_heads, groups, n, longest, dim).reshape(shape),
+            0.0,
+            True,
+            scale=scale,
+        )
+        return out.view(kv_heads, groups, n, longest, dim), lse.view(kv_heads, groups, n, longest)
     scores = torch.einsum("hgnid,hnjd->hgnij", q_items, k_items).float() * scale
     if softcap is not None:
         scores = soft_cap(scores, softcap)
