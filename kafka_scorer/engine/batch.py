@@ -22,7 +22,7 @@ import torch
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
 from kafka_scorer.engine.encoders import EncoderSpec
-from kafka_scorer.engine.inputs import PreparedJob
+from kafka_scorer.engine.prepared import PreparedJob
 
 
 @dataclass

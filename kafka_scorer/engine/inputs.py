@@ -6,135 +6,27 @@ without ever reaching the device, and the token count the scheduler budgets with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import msgspec
 
-from kafka_scorer.engine.chunking import ChunkPlan, WindowedItem, char_spans, count_windows, window_ranges
+from kafka_scorer.engine.chunking import ChunkPlan
 from kafka_scorer.engine.encoders import PairTemplate
-from kafka_scorer.engine.labels import LabelError, LabelResolver
-from kafka_scorer.engine.model import LoadedModel, ModelKind
+from kafka_scorer.engine.item_windows import SEAM_MARGIN, ItemWindows
+from kafka_scorer.engine.labels import LabelResolver
+from kafka_scorer.engine.model import LoadedModel
+from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.score_fields import ScoreFields
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
+from kafka_scorer.engine.text_bounds import longest_token_chars, text_char_bound
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
-LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
-LABEL_TOKENS_IGNORED_WARNING = "label_tokens ignored: the served model is a classification model"
-ACTIVATION_IGNORED_WARNING = (
-    "activation ignored: CausalLM scores are label probabilities (apply_softmax chooses which)"
-)
-INSTRUCTION_IGNORED_WARNING = "instruction ignored: the served template has no {instruction}"
-NO_TEMPLATE_WARNING = "instruction ignored: this worker serves no template"
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
-_SEAM_MARGIN = 2
-"""Tokens a templated item part may gain at the seam (a token or two of the shared part moves over)."""
-_SHRINK_TRIES = 8
-"""How often a templated window shrinks to fit before the job is left to the pair limit's `too_long`."""
 _TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
 
 
-@dataclass
-class PreparedJob:
-    """A validated, tokenized job: the unit the scheduler budgets and the batch builder packs.
-
-    MIS jobs keep the query and the items apart (`packed` is True); single-item jobs hold complete
-    pairs in `items` with an empty `query`, so both shapes read "prefix + items" downstream.
-    """
-
-    job_id: str
-    job: Job
-    query: list[int]
-    items: list[list[int]]
-    packed: bool
-    label_ids: list[int]
-    num_tokens: int
-    warnings: list[str] = field(default_factory=list)
-    token_types: list[list[int]] | None = None
-    """Token type ids of each pair, for encoders whose tokenizer gives them (BERT); None otherwise."""
-    truncated_items: list[int] = field(default_factory=list)
-    """Items cut to fit the pair limit (SPEC §8 `truncate`)."""
-    activation: str = "none"
-    """What the head's scores go through: `none`, `softmax` or `sigmoid` (SPEC §4, §8)."""
-    rank_by: int = 0
-    """The score column that ranks the items when the job asks for `top_n` (SPEC §8)."""
-    template: TemplateRef | None = None
-    """The prompt template applied to the job's text (provenance)."""
-    chunks: ChunkPlan | None = None
-    """SPEC §9: set when some item is scored as several windows; `items` then holds one entry per
-    window and the plan maps their rows back to the job's items."""
-
-    @property
-    def num_items(self) -> int:
-        return len(self.items)
-
-    def piece(self, start: int, end: int, num_tokens: int) -> PreparedJob:
-        """Items [start, end) as a job of their own (a forward's share of a job larger than the budget),
-        with every per-item field cut alike."""
-        types = None if self.token_types is None else self.token_types[start:end]
-        return replace(self, items=self.items[start:end], token_types=types, num_tokens=num_tokens)
-
-    @property
-    def query_key(self) -> tuple[int, ...]:
-        """Packed jobs with equal keys can share one sequence (same query, same prefix states)."""
-        return tuple(self.query)
-
-
-class InputError(Exception):
-    def __init__(self, code: ErrorCode, message: str, item: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.item = item
-
-
-@dataclass(frozen=True)
-class InputLimits:
-    max_items_per_job: int
-    max_pair_tokens: int
-    """Longest pair or packed sequence (already resolved against the model's context length)."""
-    truncate: bool = False
-    """What a job's `truncate: null` means (the worker's `truncate` setting)."""
-    max_labels_per_job: int = 256
-    chunking: Chunking | None = None
-    """What a job's `chunking: null` means (the worker's `chunking` setting); None: no chunking."""
-    max_chunks_per_job: int = 256
-    """Most windows the chunked items of one job may produce (SPEC §9)."""
-
-
-def longest_token_chars(tokenizer: object) -> int:
-    """Characters in the longest entry of the tokenizer's vocabulary (added tokens included).
-
-    A token covers at most this many characters of the text, so a text of `n` characters has at least
-    `n / longest` tokens. Byte-level BPE vocabularies spell one byte per character and a text
-    character is at least one byte, so the bound holds for them too.
-    """
-    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
-    return max((len(token) for token in vocab), default=1) or 1
-
-
-def leading_special_tokens(tokenizer) -> tuple[list[int], list[int]]:
-    """The special tokens the tokenizer puts before and after a text that leads a pair (SPEC §4), read
-    off a probe encoded with and without them (transformers 5 has no `build_inputs_with_special_tokens`)."""
-    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
-    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
-    for start in range(len(full) - len(bare) + 1):
-        if full[start : start + len(bare)] == bare:
-            return full[:start], full[start + len(bare) :]
-    return [], []
-
-
-def text_char_bound(max_tokens: int, longest_token: int) -> int:
-    """Most characters a text can have and still tokenize to at most `max_tokens` tokens.
-
-    A text longer than this cannot fit, so it is rejected (or cut, with `truncate`) by its length
-    alone, before the tokenizer spends seconds on megabytes that would be thrown away. Tokenizers
-    that delete characters before splitting (BERT's drops whitespace and accents and turns a word over
-    100 characters into one unknown token) can in principle fit more: a text of that shape longer
-    than the bound is `too_long` all the same (see docs/message-schema.md).
-    """
-    return max_tokens * longest_token
-
-
-class JobPreparer:
+class JobPreparer(ItemWindows, ScoreFields):
     def __init__(
         self, model: LoadedModel, limits: InputLimits, template: PromptTemplate | None = None
     ) -> None:
@@ -243,171 +135,6 @@ class JobPreparer:
             chunks=plan,
         )
 
-    def long_item_policy(self, job: Job) -> tuple[bool, Chunking | None]:
-        """(truncate, chunking) for this job: SPEC §8 and §9 give two answers to an item too long for
-        a pair, so a job picks at most one. A job's own field wins over the worker's defaults, and a
-        job that sends `truncate` (true or false) is not chunked by the worker's `chunking` default."""
-        if job.chunking is not None:
-            if job.truncate:
-                raise InputError(
-                    ErrorCode.INVALID_REQUEST,
-                    "truncate: true and chunking: send one of them (truncate cuts a long item, chunking "
-                    "scores all of it)",
-                )
-            return False, job.chunking
-        if job.truncate is not None:
-            return job.truncate, None
-        if self.limits.chunking is not None:
-            return False, self.limits.chunking
-        return self.limits.truncate, None
-
-    def _window(self, chunking: Chunking, room: int) -> int:
-        """The window in item tokens: the job's `window`, at most what fits the pair limit (`room`)."""
-        if room < 1:
-            raise InputError(
-                ErrorCode.TOO_LONG,
-                f"chunking: the query leaves no room for an item's tokens within the limit "
-                f"{self.limits.max_pair_tokens}",
-            )
-        window = room if chunking.window is None else min(chunking.window, room)
-        if chunking.overlap >= window:
-            fits = (
-                ""
-                if chunking.window is not None and chunking.window <= room
-                else " (what fits the pair limit)"
-            )
-            raise InputError(
-                ErrorCode.INVALID_REQUEST,
-                f"chunking: overlap {chunking.overlap} must be below the window, {window} tokens{fits}",
-            )
-        return window
-
-    def _check_window_count(self, lengths: dict[int, int], window: int, overlap: int) -> None:
-        total = sum(count_windows(n, window, overlap) for n in lengths.values())
-        if total > self.limits.max_chunks_per_job:
-            raise InputError(
-                ErrorCode.TOO_LONG,
-                f"chunking: the job's long items make {total} windows; the limit is "
-                f"max_chunks_per_job={self.limits.max_chunks_per_job}",
-            )
-
-    def _split_decoder_items(
-        self, job: Job, query: list[int], items: list[list[int]], chunking: Chunking
-    ) -> tuple[list[list[int]], ChunkPlan | None]:
-        """A decoder's windows: the query stays whole, each window follows it (or leads it, with
-        `item_first`) as an item of its own. A leading text item carries the tokenizer's special
-        tokens; each of its windows gets them too, and they do not count in the window."""
-        room = self.limits.max_pair_tokens - len(query)
-        if not (job.item_first and isinstance(job.query, str)):
-            return self._split_long_items(job, items, room, chunking)
-        prefix, suffix = leading_special_tokens(self._tokenizer())
-        special = len(prefix) + len(suffix)
-        own = [len(item) - special for item in items]
-        return self._split_long_items(
-            job, items, room - special, chunking, own, lambda ids: [*prefix, *ids, *suffix]
-        )
-
-    def _split_long_items(
-        self,
-        job: Job,
-        items: list[list[int]],
-        room: int,
-        chunking: Chunking,
-        own: list[int] | None = None,
-        wrap=None,
-    ) -> tuple[list[list[int]], ChunkPlan | None]:
-        """Items over the window -> their windows, in place; the plan maps the rows back (SPEC §9).
-
-        `own` are the items' lengths without special tokens (default: their lengths), `wrap` adds the
-        special tokens a window needs. A text item is split on its own tokens, read again with the
-        tokenizer's offsets so each window's span is in characters of the text.
-        """
-        window = self._window(chunking, room)
-        lengths = own if own is not None else [len(item) for item in items]
-        over = {index: n for index, n in enumerate(lengths) if n > window}
-        if not over:
-            return items, None
-        self._check_window_count(over, window, chunking.overlap)
-        text = isinstance(job.query, str)
-        raw = {i: (items[i], None) for i in over} if not text else self._own_tokens(job, sorted(over))
-        windows: list[list[int]] = []
-        counts: list[int] = []
-        chunked: list[WindowedItem] = []
-        for index, item in enumerate(items):
-            if index not in over:
-                windows.append(item)
-                counts.append(1)
-                continue
-            ids, offsets = raw[index]
-            ranges = window_ranges(len(ids), window, chunking.overlap)
-            windows.extend((wrap or list)(ids[start:end]) for start, end in ranges)
-            counts.append(len(ranges))
-            spans = ranges if not text else (char_spans(offsets, ranges) if offsets is not None else None)
-            chunked.append(WindowedItem(index, spans, "characters" if text else "tokens"))
-        return windows, ChunkPlan(chunking.aggregate, counts, chunked)
-
-    def _own_tokens(
-        self, job: Job, indices: list[int]
-    ) -> dict[int, tuple[list[int], list[tuple[int, int]] | None]]:
-        """Text items' own tokens (no special tokens) with their character offsets, where the
-        tokenizer gives offsets (fast tokenizers); without them the spans are left out."""
-        tokenizer = self._tokenizer()
-        texts = [str(job.items[i]) for i in indices]
-        try:
-            encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
-            offsets = [[tuple(pair) for pair in row] for row in encoded["offset_mapping"]]
-        except NotImplementedError:
-            encoded = tokenizer(texts, add_special_tokens=False)  # type: ignore[operator]
-            offsets = [None] * len(texts)
-        return {
-            index: (list(ids), spans) for index, ids, spans in zip(indices, encoded["input_ids"], offsets)
-        }
-
-    def _ignored_fields(self, job: Job) -> list[str]:
-        """Fields that cannot apply to this model or worker: said in `warnings`, never dropped silently."""
-        warnings = []
-        if self.model.kind is ModelKind.CLASSIFICATION:
-            if job.label_token_ids is not None:
-                warnings.append(LABELS_IGNORED_WARNING)
-            if job.label_tokens is not None:
-                warnings.append(LABEL_TOKENS_IGNORED_WARNING)
-        elif job.activation is not None:
-            warnings.append(ACTIVATION_IGNORED_WARNING)
-        if job.instruction is not None:
-            if self.template is None:
-                warnings.append(NO_TEMPLATE_WARNING)
-            elif not self.template.has_instruction:
-                warnings.append(INSTRUCTION_IGNORED_WARNING)
-        return warnings
-
-    def _activation(self, job: Job) -> str:
-        """SPEC §8: `apply_softmax: true` means `softmax`; naming another activation beside it is a
-        contradiction the caller must resolve, not one the worker guesses at."""
-        if self.model.kind is ModelKind.CAUSAL_LM:
-            return "softmax" if job.apply_softmax else "none"
-        if job.activation is None:
-            return "softmax" if job.apply_softmax else "none"
-        if job.apply_softmax and job.activation != "softmax":
-            raise InputError(
-                ErrorCode.INVALID_REQUEST,
-                f"apply_softmax: true contradicts activation: {job.activation!r}; send one of them",
-            )
-        return job.activation
-
-    def _rank_by(self, job: Job, label_ids: list[int]) -> int:
-        """SPEC §8: label 0 for CausalLM (the preset's relevance label comes first), the last class for
-        classification (a two-class reranker's "relevant" class; a one-logit model's only one)."""
-        if self.model.kind is ModelKind.CAUSAL_LM:
-            count, what, default = len(label_ids), "labels", 0
-        else:
-            count, what, default = self.model.num_classes, "classes", self.model.num_classes - 1
-        rank_by = default if job.rank_by is None else job.rank_by
-        if not 0 <= rank_by < count:
-            raise InputError(
-                ErrorCode.INVALID_REQUEST, f"rank_by: {rank_by} but the job's scores have {count} {what}"
-            )
-        return rank_by
-
     def template_for(self, job: Job) -> TemplateRef | None:
         """The template a job's text goes through: text jobs of decoders only (token ids are used as
         given; encoders have their own pair encoding). The provenance its results carry."""
@@ -450,68 +177,9 @@ class JobPreparer:
         if not (truncate and over):
             return tokens.shared, tokens.items, precut, None
         for index in over:
-            items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - _SEAM_MARGIN)
+            items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - SEAM_MARGIN)
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         return tokens.shared, tokens.items, precut | set(over), None
-
-    def _templated_windows(
-        self, job: Job, items: list[str], instruction: str, room: int, chunking: Chunking
-    ) -> tuple[list[int], list[list[int]], ChunkPlan | None]:
-        """SPEC §9 under a template: the item's own tokens are split by the window rule, and each
-        window's text (the item's characters its tokens cover) is scored inside the template like any
-        item, so every window is the whole prompt a caller would build with that text.
-
-        The window starts at what fits beside the template's text and the seam (`_SEAM_MARGIN`). A
-        window's text can tokenize to a few more tokens than the window (a window that starts or ends
-        inside a multi-byte character takes the whole character), so when a part is over the limit the
-        window shrinks by the overflow and the item is split again.
-        """
-        template = self.template
-        assert template is not None
-        tokenizer = self._tokenizer()
-        fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
-        window = self._window(chunking, room - fixed - _SEAM_MARGIN)
-        own = self._own_tokens(job, list(range(len(items))))
-        for _ in range(_SHRINK_TRIES):
-            texts, plan = self._window_texts(items, own, window, chunking)
-            tokens = tokenize_templated(tokenizer, template, str(job.query), texts, instruction)
-            limit = self.limits.max_pair_tokens - len(tokens.shared)
-            excess = max(len(part) for part in tokens.items) - limit
-            if excess <= 0:
-                break
-            window = self._window(chunking, window - excess)
-        return tokens.shared, tokens.items, plan
-
-    def _window_texts(
-        self,
-        items: list[str],
-        own: dict[int, tuple[list[int], list[tuple[int, int]] | None]],
-        window: int,
-        chunking: Chunking,
-    ) -> tuple[list[str], ChunkPlan | None]:
-        """Each item over `window` own tokens replaced by its windows' texts, and the plan; the items
-        unchanged and None when none is over."""
-        over = {i: len(ids) for i, (ids, _) in own.items() if len(ids) > window}
-        if not over:
-            return items, None
-        self._check_window_count(over, window, chunking.overlap)
-        if any(own[i][1] is None for i in over):
-            raise InputError(
-                ErrorCode.UNSUPPORTED,
-                "chunking a templated text needs the tokenizer's character offsets (a fast tokenizer)",
-            )
-        texts, counts, chunked = [], [], []
-        for index, item in enumerate(items):
-            if index not in over:
-                texts.append(item)
-                counts.append(1)
-                continue
-            ids, offsets = own[index]
-            spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]
-            texts.extend(item[start:end] for start, end in spans)
-            counts.append(len(spans))
-            chunked.append(WindowedItem(index, spans, "characters"))
-        return texts, ChunkPlan(chunking.aggregate, counts, chunked)
 
     def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
         """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
@@ -610,50 +278,6 @@ class JobPreparer:
                 "is unknown; serve a checkpoint directory that includes the tokenizer files",
             )
         return template
-
-    def _label_ids(self, job: Job) -> list[int]:
-        if self.model.kind is not ModelKind.CAUSAL_LM:
-            return []
-        if job.label_token_ids is not None and job.label_tokens is not None:
-            raise InputError(
-                ErrorCode.INVALID_REQUEST, "label_token_ids and label_tokens: send one of them, not both"
-            )
-        texts = job.label_tokens
-        if job.label_token_ids is None and texts is None and self.template is not None:
-            texts = list(self.template.label_tokens) or None
-        if texts is not None:
-            if not texts:
-                raise InputError(ErrorCode.INVALID_REQUEST, "label_tokens: required (non-empty) when sent")
-            if len(texts) > self.limits.max_labels_per_job:
-                raise InputError(
-                    ErrorCode.TOO_LONG,
-                    f"label_tokens: {len(texts)} labels; the limit is "
-                    f"max_labels_per_job={self.limits.max_labels_per_job}",
-                )
-            try:
-                return self.labels.resolve(texts)
-            except LabelError as exc:
-                raise InputError(ErrorCode.INVALID_REQUEST, str(exc)) from None
-        labels = job.label_token_ids
-        if not labels:
-            raise InputError(
-                ErrorCode.INVALID_REQUEST,
-                "label_token_ids (or label_tokens): required (non-empty) for a CausalLM model",
-            )
-        if len(labels) > self.limits.max_labels_per_job:
-            raise InputError(
-                ErrorCode.TOO_LONG,
-                f"label_token_ids: {len(labels)} labels; the limit is "
-                f"max_labels_per_job={self.limits.max_labels_per_job}",
-            )
-        vocab = self.model.output_vocab_size
-        bad = [label for label in labels if not 0 <= label < vocab]
-        if bad:
-            raise InputError(
-                ErrorCode.INVALID_REQUEST,
-                f"label_token_ids: {bad[:5]} outside the model's output vocabulary [0, {vocab})",
-            )
-        return list(labels)
 
     def _check_inputs(self, job: Job, instruction: str | None = None) -> bool:
         """One kind of input per job, and no part (nor the template's `instruction`) too long to fit;

@@ -22,8 +22,9 @@ from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.chunking import aggregate, parse_chunking
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
-from kafka_scorer.engine.inputs import InputLimits, JobPreparer, PreparedJob
+from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
+from kafka_scorer.engine.prepared import InputLimits, PreparedJob
 from kafka_scorer.engine.ranking import rank
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from kafka_scorer.engine.inputs import PreparedJob
+from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler
 from kafka_scorer.wire.protocol import Job
 
