@@ -183,7 +183,7 @@ class Worker:
                 self.metrics.set_lag(self.consumer.lag(self.tracker.committed_offsets()))
                 if records:
                     await self._accept(records)
-                self._restart_watermarks(await self.consumer.reset_beyond_log_end())
+                self._restart_watermarks(await self.consumer.reposition_reset_logs())
             self._check(background)  # a fault that came with the stop request still makes the exit fatal
             if self._fatal is None:
                 await self._drain()
