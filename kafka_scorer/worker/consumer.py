@@ -26,6 +26,7 @@ reset, positions come from what the broker holds, never from the worker's memory
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -50,6 +51,7 @@ from kafka_scorer.worker.wire import Unreadable
 log = logging.getLogger(__name__)
 
 PartitionsCallback = Callable[[set[TopicPartition]], Awaitable[None]]
+_COMMITTED_WAIT_S = 5.0  # longest the poll loop waits for a reset partition's committed offset
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -276,7 +278,17 @@ class JobConsumer:
                 reason,
                 self._settings.auto_offset_reset,
             )
-            await self._seek_committed(tp, within=states[tp].log_end)
+            try:
+                await asyncio.wait_for(self._seek_committed(tp, within=states[tp].log_end), _COMMITTED_WAIT_S)
+            except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
+                log.warning(
+                    "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s "
+                    "offset",
+                    *tp,
+                    exc,
+                    self._settings.auto_offset_reset,
+                )
+                await self._seek_reset(tp)
         return set(reset)
 
     def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
