@@ -116,7 +116,7 @@ class EngineSettings(BaseSettings):
     @classmethod
     def _chunking_decodes(cls, value: str) -> str:
         """The job field's own decoder reads the setting, so it accepts exactly what a job may send."""
-        from kafka_scorer.engine.chunking import parse_chunking
+        from kafka_scorer.wire.protocol import parse_chunking
 
         parse_chunking(value)
         return value.strip()

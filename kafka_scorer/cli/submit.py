@@ -49,8 +49,6 @@ from kafka_scorer.wire.protocol import Job, Result, WireFormat
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
 
-log = logging.getLogger(__name__)
-
 
 # Settings fields that are also flags here (help text from Settings, the worker's style); flags override
 # KAFKA_SCORER_* variables, which override --env-file, which overrides defaults.
@@ -332,13 +330,7 @@ def run(args: argparse.Namespace) -> int:
     warn_unknown_variables(sys.stderr)
     bootstrap = getattr(args, "bootstrap_servers", None)
     try:
-        try:
-            settings = settings_from_args(args)
-        except ValidationError as exc:
-            from kafka_scorer.cli.worker import describe_errors
-
-            print(describe_errors(exc, PROG, SETTING_FLAGS), file=sys.stderr)
-            return errors.EXIT_USER_ERROR
+        settings = settings_from_args(args)
         bootstrap = settings.bootstrap_servers
         defaults = JobDefaults(
             top_n=getattr(args, "top_n", None),
@@ -385,8 +377,13 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
     except KeyboardInterrupt:
-        print("kafka-scorer submit: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except ValidationError as exc:  # a setting: worded as the worker words it, naming only our flags
+        from kafka_scorer.cli.worker import describe_errors
+
+        print(describe_errors(exc, PROG, SETTING_FLAGS), file=sys.stderr)
+        return errors.EXIT_USER_ERROR
     except Exception as exc:
         return errors.report(exc, bootstrap_servers=bootstrap, verbose=args.verbose, prog=PROG)
     return summarize(submissions, args.timeout, sys.stderr)

@@ -24,25 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import msgspec
 import torch
 
-from kafka_scorer.wire.protocol import ChunkedItem, Chunking
+from kafka_scorer.wire.protocol import ChunkedItem
 
 Span = tuple[int, int]
-
-
-def parse_chunking(text: str) -> Chunking | None:
-    """The `chunking` setting (the job field's JSON object as text) decoded by the job's own decoder,
-    so it accepts exactly what a job may send; "" is None (no default chunking)."""
-    if not text.strip():
-        return None
-    try:
-        return msgspec.json.decode(text, type=Chunking)
-    except msgspec.DecodeError as exc:
-        raise ValueError(
-            f'not a chunking object ({exc}); e.g. {{"window": null, "overlap": 0, "aggregate": "max"}}'
-        ) from None
 
 
 def window_ranges(length: int, window: int, overlap: int) -> list[Span]:

@@ -19,7 +19,7 @@ import msgspec
 import torch
 
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
-from kafka_scorer.engine.chunking import aggregate, parse_chunking
+from kafka_scorer.engine.chunking import aggregate
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import JobPreparer
@@ -31,7 +31,7 @@ from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.errors import SettingError
-from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef, parse_chunking
 from kafka_scorer.wire.provenance import ServedModel
 
 log = logging.getLogger(__name__)

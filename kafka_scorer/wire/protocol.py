@@ -311,3 +311,16 @@ def decode_result(value: bytes, content_type: str | None = None) -> Result:
 
 def content_type_of(fmt: WireFormat) -> str:
     return CONTENT_TYPE_JSON if fmt == "json" else CONTENT_TYPE_MSGPACK
+
+
+def parse_chunking(text: str) -> Chunking | None:
+    """The `chunking` setting (the job field's JSON object as text) decoded by the job's own decoder,
+    so it accepts exactly what a job may send; "" is None (no default chunking)."""
+    if not text.strip():
+        return None
+    try:
+        return msgspec.json.decode(text, type=Chunking)
+    except msgspec.DecodeError as exc:
+        raise ValueError(
+            f'not a chunking object ({exc}); e.g. {{"window": null, "overlap": 0, "aggregate": "max"}}'
+        ) from None

@@ -9,22 +9,26 @@ calling `getmany`, so the member keeps its place in the group (aiokafka #848: a 
 gets a member evicted).
 
 A log that was reset under the worker (a broker that lost its data, a topic deleted and recreated) must
-not receive the old positions: they would make every new record below them look consumed. Two guards:
-- no commit without group membership. Partitions taken away because the membership was lost (the
-  group vanished with the broker's data, or the session expired) are *lost*, not revoked: committing
-  them would write old-log offsets into whatever group the broker has now (tansu accepts such a commit).
-- a position beyond the partition's log end, seen in two fetch responses in a row, is logged once and
-  reset as `auto_offset_reset` says. The end is the fetch response's high watermark, never ListOffsets:
-  tansu answers ListOffsets with a number far too small once a partition holds multi-record batches
-  (docs/worker.md, "The embedded brokers"); its fetch high watermark is right. No commit goes past
-  that watermark either.
+not receive the old positions: they would make every new record below them look consumed. After a
+reset, positions come from what the broker holds, never from the worker's memory. Three guards:
+- no commit without group membership, and none outside the membership its offsets were taken in
+  (fenced_commit.py): partitions taken away because the membership was lost (the group vanished with
+  the broker's data, or the session expired) are *lost*, not revoked, and a commit begun before the
+  loss is never sent under the membership the worker rejoins with. A rejoined member's positions are
+  then the broker's: its committed offsets, else `auto_offset_reset` (aiokafka's fresh assignment).
+- a partition whose position is beyond its log end, or whose log end moved backwards, in two fetch
+  responses in a row (log_reset.py), is logged once and positioned from the broker: its committed
+  offset where that lies within the log, else `auto_offset_reset`. The end is the fetch response's high
+  watermark, never ListOffsets: tansu answers ListOffsets with a number far too small once a partition
+  holds multi-record batches (docs/worker.md, "The embedded brokers"); its fetch high watermark is right.
+- no commit goes past that watermark.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
@@ -41,10 +45,14 @@ from aiokafka.errors import (
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.worker.connection import client_options
+from kafka_scorer.worker.fenced_commit import commit_within, membership_of
+from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
 from kafka_scorer.worker.retry import UNREACHABLE, Backoff
 from kafka_scorer.worker.wire import Unreadable
 
 log = logging.getLogger(__name__)
+
+_COMMITTED_WAIT_S = 5.0  # longest the poll loop waits for a reset partition's committed offset
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -63,15 +71,6 @@ class FatalConsumerError(FatalError):
     """The consumer lost its group membership, or its topics, for good: the worker must stop."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Suspect:
-    """A position seen beyond its log end, waiting for a second fetch response to confirm it."""
-
-    position: int
-    log_end: int
-    fetched_at: int  # aiokafka's timestamp of the fetch response that showed it
-
-
 class PartitionListener(Protocol):
     """Who settles work when partitions go and come (worker/rebalance.py)."""
 
@@ -83,14 +82,17 @@ class PartitionListener(Protocol):
 class _Listener(ConsumerRebalanceListener):
     """aiokafka awaits these before leaving / after joining the group."""
 
-    def __init__(self, listener: PartitionListener) -> None:
+    def __init__(self, listener: PartitionListener, resets: LogResetWatch[TopicPartition]) -> None:
         self._listener = listener
+        self._resets = resets
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         await self._listener.on_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        await self._listener.on_assigned(set(assigned))
+        partitions = set(assigned)
+        self._resets.forget(partitions)  # a fresh assignment: aiokafka positions it from the broker
+        await self._listener.on_assigned(partitions)
 
 
 class JobConsumer:
@@ -117,12 +119,12 @@ class JobConsumer:
             isolation_level="read_committed" if settings.delivery == "exactly_once" else "read_uncommitted",
             partition_assignment_strategy=assignors,
         )
-        self._suspects: dict[TopicPartition, _Suspect] = {}
+        self._resets: LogResetWatch[TopicPartition] = LogResetWatch()
 
     async def start(self, listener: PartitionListener) -> None:
         """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
         s = self._settings
-        forward = _Listener(listener)
+        forward = _Listener(listener, self._resets)
         if s.request_topic_pattern:
             self._consumer.subscribe(pattern=s.request_topic_pattern, listener=forward)
         else:
@@ -259,49 +261,56 @@ class JobConsumer:
         return out
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Commit what `committable` allows of `offsets`; returns what was committed."""
+        """Commit what `committable` allows of `offsets`, only under the membership they were taken in
+        (fenced_commit.py); returns what was committed."""
+        membership = membership_of(self._consumer)
+        if membership is None:
+            return {}
         mine = self.committable(offsets)
         if mine:
-            await self._consumer.commit(mine)
+            await commit_within(self._consumer, mine, membership)
         return mine
 
-    async def reset_beyond_log_end(self) -> set[TopicPartition]:
-        """Partitions whose position was beyond their log end (confirmed by two fetch responses), now
-        reset as `auto_offset_reset` says; the caller restarts their watermarks."""
-        reset = set()
-        for tp, (position, log_end, fetched_at) in self._fetch_states().items():
-            if log_end >= position:
-                self._suspects.pop(tp, None)
-                continue
-            seen = self._suspects.get(tp)
-            if seen is None or seen.fetched_at == fetched_at:
-                self._suspects[tp] = _Suspect(position, log_end, fetched_at)
-                continue
-            del self._suspects[tp]
+    async def reposition_reset_logs(self) -> set[TopicPartition]:
+        """Partitions whose log was reset under the worker (log_reset.py: beyond the log end, or a log
+        end that moved back, in two fetch responses), now positioned from the broker; the caller
+        restarts their watermarks."""
+        states = self._fetch_states()
+        reset = self._resets.observe(states)
+        for tp, reason in reset.items():
             log.warning(
-                "%s[%d]: position %d is beyond the log end %d (the broker lost its data, or the topic was "
-                "recreated); resetting to the %s offset (auto_offset_reset) and restarting its watermark",
+                "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
+                "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
+                "its watermark",
                 tp.topic,
                 tp.partition,
-                position,
-                log_end,
+                reason,
                 self._settings.auto_offset_reset,
             )
-            await self._seek_reset(tp)
-            reset.add(tp)
-        return reset
+            try:
+                await asyncio.wait_for(self._seek_committed(tp, within=states[tp].log_end), _COMMITTED_WAIT_S)
+            except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
+                log.warning(
+                    "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s "
+                    "offset",
+                    *tp,
+                    exc,
+                    self._settings.auto_offset_reset,
+                )
+                await self._seek_reset(tp)
+        return set(reset)
 
     def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
         """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the
         position where nothing is committed yet): the records this worker has not settled."""
         out = {}
-        for tp, (position, highwater, _) in self._fetch_states().items():
+        for tp, state in self._fetch_states().items():
             done = committed.get(tp)
-            out[(tp.topic, tp.partition)] = max(0, highwater - (position if done is None else done))
+            out[(tp.topic, tp.partition)] = max(0, state.log_end - (state.position if done is None else done))
         return out
 
-    def _fetch_states(self) -> dict[TopicPartition, tuple[int, int, int]]:
-        """(position, high watermark, fetch timestamp) of each assigned partition that has all three.
+    def _fetch_states(self) -> dict[TopicPartition, FetchState]:
+        """Position, high watermark and fetch timestamp of each assigned partition that has all three.
 
         Read from aiokafka's subscription state: `position()` can block while a position is being
         reset, and this runs on every poll."""
@@ -312,7 +321,7 @@ class JobConsumer:
         for tp in subscription.assignment.tps:
             state = subscription.assignment.state_value(tp)
             if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
-                out[tp] = (state.position, state.highwater, state.timestamp)
+                out[tp] = FetchState(state.position, state.highwater, state.timestamp)
         return out
 
     async def _seek_reset(self, tp: TopicPartition) -> None:
@@ -324,8 +333,13 @@ class JobConsumer:
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
         """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction)."""
         for tp in partitions:
-            committed = await self._consumer.committed(tp)
-            if committed is not None:
-                self._consumer.seek(tp, committed)
-            else:
-                await self._seek_reset(tp)
+            await self._seek_committed(tp)
+
+    async def _seek_committed(self, tp: TopicPartition, within: int | None = None) -> None:
+        """To the group's committed offset (what the broker holds), else as `auto_offset_reset` says;
+        a committed offset beyond `within` (the log end) belongs to an older log and is not trusted."""
+        committed = await self._consumer.committed(tp)
+        if committed is not None and (within is None or committed <= within):
+            self._consumer.seek(tp, committed)
+        else:
+            await self._seek_reset(tp)

@@ -160,7 +160,7 @@ class Worker:
             self.metrics.set_lag(self.consumer.lag(self.ledger.tracker.committed_offsets()))
             if records:
                 await self.intake.accept(records)
-            self.rebalance.restart(await self.consumer.reset_beyond_log_end())
+            self.rebalance.restart(await self.consumer.reposition_reset_logs())
 
     def _started(self) -> None:
         self.ledger.started = True

@@ -390,7 +390,7 @@ def test_the_chunking_setting_is_read_by_the_job_fields_own_decoder(monkeypatch)
 
     for key in [k for k in __import__("os").environ if k.upper().startswith("KAFKA_SCORER_")]:
         monkeypatch.delenv(key)
-    from kafka_scorer.engine.chunking import parse_chunking
+    from kafka_scorer.wire.protocol import parse_chunking
 
     assert parse_chunking(EngineSettings().engine_config().chunking) is None
     setting = EngineSettings(chunking='{"aggregate": "mean", "overlap": 8}')

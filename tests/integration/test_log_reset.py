@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from kafka_scorer.testing.broker import EmbeddedBroker
 from tests.integration.jobs import assert_answers, expected_id, mixed_jobs, to_record
@@ -135,3 +136,82 @@ async def test_a_committed_offset_beyond_the_log_end_is_reset_not_trusted(
     assert committed == ends
     resets = [r for r in caplog.records if "beyond the log end" in r.getMessage()]
     assert len(resets) == 2, [r.getMessage() for r in resets]  # once per partition
+
+
+RACE_OLD = 40
+RACE_NEW = 120  # per partition three times the old log: the fresh log passes every old position
+
+
+async def test_a_fresh_log_filled_past_the_old_positions_before_the_next_fetch_loses_nothing(
+    causal_model, causal_scorer, causal_reference
+) -> None:
+    """The race of issue 18 part 4. The worker stalls (a long GC pause, a stalled host: this loop is
+    blocked) just as it commits the offsets of answers acknowledged before the stall; meanwhile the
+    broker comes back empty and producers fill the fresh log past the worker's old positions, so
+    nothing in the partitions' offsets betrays the reset. aiokafka would retry that commit until it
+    lands under the membership the worker rejoins with, and the rejoined worker would read on from the
+    old offsets, skipping every fresh record below them (40 of 120 here, every run, before the fix).
+    Every new job must be answered: positions come from what the broker holds (no group: the
+    `auto_offset_reset`), and no old-log offset is committed into the fresh log."""
+    broker = EmbeddedBroker().start()
+    try:
+        info = BrokerInfo(broker.bootstrap_servers, "tansu", transactions=False, min_session_timeout_ms=0)
+        topics = await fresh_topics(info, partitions=2)
+        old = mixed_jobs(RACE_OLD, seed=54, model_name=causal_scorer.model_name, prefix="before")
+        new = mixed_jobs(RACE_NEW, seed=55, model_name=causal_scorer.model_name, prefix="after")
+
+        def refill() -> None:
+            """On a thread with its own loop, while the worker's loop is blocked."""
+
+            async def fill() -> None:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    await create_topics(info.bootstrap, [topics.requests, topics.replies], partitions=2)
+                await produce(
+                    info.bootstrap, [to_record(s, topics.requests, i % 2, True) for i, s in enumerate(new)]
+                )
+
+            asyncio.run(fill())
+
+        async with InProcessWorker(topics.settings(causal_model), causal_scorer) as worker:
+            await produce(
+                info.bootstrap, [to_record(s, topics.requests, i % 2, True) for i, s in enumerate(old)]
+            )
+            await topics.read_answers(RACE_OLD, timeout_s=60)
+            old_committed, _ = await topics.wait_for_commits(RACE_OLD)  # nothing left in flight
+            # The stall: broker restarted empty and the fresh log filled, all before the worker runs on.
+            broker.stop(timeout_s=0.2)
+            time.sleep(0.3)
+            broker.start()  # same port, empty memory; on this thread (its parent-death signal)
+            filler = threading.Thread(target=refill)
+            filler.start()
+            filler.join()
+            # The worker wakes inside its committer, committing what it answered before the stall.
+            stale = {TopicPartition(topics.requests, p): offset for p, offset in old_committed.items()}
+            with contextlib.suppress(KafkaError):
+                await worker.worker.consumer.commit(stale)
+
+            want = {expected_id(s) for s in new}
+            records = await read_topic(
+                info.bootstrap,
+                topics.replies,
+                lambda rs: want <= {r.id for r in decode_replies(rs)},
+                timeout_s=60,
+            )
+            answered = [r for r in decode_replies(records) if r.id in want]
+            lost = want - {r.id for r in answered}
+            fresh_ends = await end_offsets(info.bootstrap, topics.requests, 2, RACE_NEW)
+            await asyncio.sleep(0.5)
+            committed = await committed_offsets(info.bootstrap, topics.group, topics.requests, 2)
+            assert worker.running
+            assert await worker.stop() == 0
+
+        print(f"race: old offsets {old_committed}, fresh log {fresh_ends}; {len(lost)} of {RACE_NEW} lost")
+        assert all(0 < old_committed[p] < fresh_ends[p] for p in fresh_ends), (old_committed, fresh_ends)
+        assert not lost, (
+            f"{len(lost)} of {RACE_NEW} jobs of the fresh log never answered: {sorted(lost)[:10]}"
+        )
+        assert_answers(answered, new, causal_reference, once=False)
+        for partition, offset in committed.items():
+            assert offset is None or offset <= fresh_ends[partition], (committed, fresh_ends)
+    finally:
+        broker.stop(timeout_s=0.2)

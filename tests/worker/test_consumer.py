@@ -5,11 +5,17 @@ tests/integration/test_log_reset.py and test_chaos.py."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import GroupAuthorizationFailedError, InvalidSessionTimeoutError, NodeNotReadyError
+from aiokafka.errors import (
+    CommitFailedError,
+    GroupAuthorizationFailedError,
+    InvalidSessionTimeoutError,
+    NodeNotReadyError,
+)
 
 from kafka_scorer.worker.consumer import FatalConsumerError, JobConsumer
 from tests.worker.conftest import TP, settings
@@ -22,9 +28,25 @@ class _Consumer:
 
     def __init__(self, poll_error: BaseException | None = None) -> None:
         self.poll_error = poll_error
-        self._coordinator = SimpleNamespace(generation=3, _coordination_task=None)
-        self.highwaters = {TP: 10, OTHER: 5}
         self.committed: list[dict[TopicPartition, int]] = []
+        self.on_coordinator_lookup = lambda: None
+        self._coordinator = SimpleNamespace(
+            generation=3,
+            member_id="member-a",
+            _coordination_task=None,
+            _commit_lock=asyncio.Lock(),
+            ensure_coordinator_known=self._ensure_coordinator_known,
+            _do_commit_offsets=self._do_commit_offsets,
+        )
+        self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=object()))
+        self.highwaters = {TP: 10, OTHER: 5}
+
+    async def _ensure_coordinator_known(self) -> None:
+        self.on_coordinator_lookup()
+
+    async def _do_commit_offsets(self, assignment: object, offsets: dict) -> None:
+        """The one OffsetCommit request (fenced_commit.py sends it, never aiokafka's retrying commit)."""
+        self.committed.append({tp: meta.offset for tp, meta in offsets.items()})
 
     async def getmany(self, timeout_ms: int, max_records: int):
         if self.poll_error is not None:
@@ -36,9 +58,6 @@ class _Consumer:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.highwaters.get(tp)
-
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        self.committed.append(offsets)
 
 
 def _job_consumer(fake: _Consumer) -> JobConsumer:
@@ -81,3 +100,20 @@ async def test_no_commit_beyond_the_fetched_log_end() -> None:
     done = await consumer.commit({TP: 10, OTHER: 9, TopicPartition("requests", 7): 1})
     assert done == {TP: 10}, "OTHER's log ends at 5; partition 7 is not assigned"
     assert fake.committed == [{TP: 10}]
+
+
+async def test_a_commit_is_not_sent_under_a_membership_it_was_not_taken_in() -> None:
+    """The group rebalanced (or a broker that lost its data was rejoined) while the commit waited for
+    the coordinator: the offsets belong to the old membership, so nothing is sent (aiokafka would
+    retry them under the new one)."""
+    fake = _Consumer()
+    consumer = _job_consumer(fake)
+
+    def rejoined() -> None:
+        fake._coordinator.member_id = "member-b"
+        fake._subscription.subscription.assignment = object()
+
+    fake.on_coordinator_lookup = rejoined
+    with pytest.raises(CommitFailedError, match="membership"):
+        await consumer.commit({TP: 3})
+    assert fake.committed == []

@@ -1,0 +1,57 @@
+"""LogResetWatch: a partition's log counts as reset only when two fetch responses in a row show it
+(a position beyond the log end, or a log end that moved back), never on one, and never on a log
+that only grows."""
+
+from __future__ import annotations
+
+from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
+
+
+def _watch_through(*responses: dict[str, FetchState]) -> list[dict[str, str]]:
+    watch: LogResetWatch[str] = LogResetWatch()
+    return [watch.observe(states) for states in responses]
+
+
+def test_a_growing_log_is_never_reset() -> None:
+    responses = [{"p": FetchState(position=n, log_end=n + 5, fetched_at=n)} for n in range(0, 50, 5)]
+    assert all(confirmed == {} for confirmed in _watch_through(*responses))
+
+
+def test_a_position_beyond_the_log_end_needs_a_second_response() -> None:
+    beyond = FetchState(position=40, log_end=10, fetched_at=1)
+    again_same_response = FetchState(position=40, log_end=10, fetched_at=1)
+    again = FetchState(position=40, log_end=12, fetched_at=2)
+    got = _watch_through({"p": beyond}, {"p": again_same_response}, {"p": again})
+    assert got[:2] == [{}, {}]
+    assert got[2] == {"p": "position 40 is beyond the log end 12"}
+
+
+def test_a_log_end_that_moved_back_is_a_reset_even_below_the_position() -> None:
+    """Old position 5 inside a fresh log of 10: reading on would skip the fresh records 0..4."""
+    got = _watch_through(
+        {"p": FetchState(position=5, log_end=40, fetched_at=1)},
+        {"p": FetchState(position=5, log_end=10, fetched_at=2)},
+        {"p": FetchState(position=5, log_end=11, fetched_at=3)},
+    )
+    assert got == [{}, {}, {"p": "the log end moved back from 40 to 11"}]
+
+
+def test_one_odd_response_is_forgiven() -> None:
+    got = _watch_through(
+        {"p": FetchState(position=5, log_end=40, fetched_at=1)},
+        {"p": FetchState(position=5, log_end=30, fetched_at=2)},  # a lagging leader, once
+        {"p": FetchState(position=6, log_end=41, fetched_at=3)},
+        {"p": FetchState(position=6, log_end=30, fetched_at=4)},
+    )
+    assert got == [{}, {}, {}, {}]
+
+
+def test_after_a_reset_the_new_log_is_the_baseline_and_a_new_assignment_forgets() -> None:
+    watch: LogResetWatch[str] = LogResetWatch()
+    watch.observe({"p": FetchState(position=0, log_end=40, fetched_at=1), "q": FetchState(0, 40, 1)})
+    watch.observe({"p": FetchState(position=0, log_end=10, fetched_at=2)})
+    assert watch.observe({"p": FetchState(position=0, log_end=10, fetched_at=3)}) != {}
+    assert watch.observe({"p": FetchState(position=3, log_end=12, fetched_at=4)}) == {}
+    watch.forget(["q"])  # reassigned: positioned from the broker, its old end no longer counts
+    watch.observe({"q": FetchState(position=0, log_end=5, fetched_at=5)})
+    assert watch.observe({"q": FetchState(position=0, log_end=5, fetched_at=6)}) == {}
