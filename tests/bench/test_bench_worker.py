@@ -39,5 +39,5 @@ def test_quick_bench_runs_the_worker_through_a_broker(tmp_path: Path) -> None:
         assert c["items_per_s"] > 0 and 0 < c["latency_p50_s"] <= c["latency_p99_s"]
     assert d["runs"] == engine["runs"] == ROUNDS  # they took turns on the stream
     assert w["ratios"]["d_over_b"] == pytest.approx(d["items_per_s"] / engine["items_per_s"])
-    targets = {t["target"]: t for t in report["targets"]}
-    assert targets["rerank: (d)/(b) items/s"]["value"] == pytest.approx(w["ratios"]["d_over_b"])
+    (target,) = [t for t in report["targets"] if t["target"].startswith("rerank: (d)/(b) items/s")]
+    assert target["value"] == pytest.approx(w["ratios"]["d_over_b"])
