@@ -9,7 +9,6 @@ split rule is the one docs/message-schema.md states, written out in tests/engine
 
 from __future__ import annotations
 
-import functools
 import random
 
 import pytest
@@ -18,21 +17,14 @@ import torch
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Chunking, Job
 from tests.engine.test_chunking import assert_rows_close, rule_aggregate, rule_windows
+from tests.engine.test_encoders import References
 
 LIMIT = 40
 
 
-class Windows:
-    """References on the saved checkpoint, cached per window (several tests share windows)."""
-
-    def __init__(self, path) -> None:
-        from sentence_transformers import CrossEncoder
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.cross_encoder = CrossEncoder(str(path), device="cpu", activation_fn=torch.nn.Identity())
-        self.transformers = functools.lru_cache(maxsize=None)(self._transformers)
+class Windows(References):
+    """References on the saved checkpoint (the same stock models as test_encoders.py's), scoring
+    token-id windows and cached per window (several tests share windows)."""
 
     @torch.inference_mode()
     def _transformers(self, query: tuple[int, ...], window: tuple[int, ...]) -> tuple[float, ...]:

@@ -7,37 +7,16 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kafka_scorer.testing.broker import free_port
-from tests.cli.helpers import ROOT, cli_env, run_cli
+from tests.cli.helpers import run_cli
+from tests.integration.processes import start, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _start(*args: str, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "kafka_scorer", *args],
-            cwd=ROOT,
-            env=cli_env(PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-
-def _wait_for(log: Path, needle: str, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while needle not in log.read_text(errors="replace"):
-        assert proc.poll() is None, f"exited rc={proc.returncode}:\n{log.read_text(errors='replace')}"
-        assert time.monotonic() < deadline, f"no {needle!r}:\n{log.read_text(errors='replace')}"
-        time.sleep(0.1)
 
 
 @dataclass(frozen=True)
@@ -60,14 +39,14 @@ def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> No
     bootstrap = f"127.0.0.1:{port}"
     broker_log = tmp_path / "broker.log"
     topics = [a for t in ("scoring-requests", "scoring-results", FLOWS[1].topic) for a in ("--topic", t)]
-    broker = _start("broker", "--port", str(port), *topics, log=broker_log)
+    broker = start("broker", "--port", str(port), *topics, log=broker_log)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     try:
         makers = {
-            f.name: _start("model", f.name, str(tmp_path / f.name), log=tmp_path / f"{f.name}.out")
+            f.name: start("model", f.name, str(tmp_path / f.name), log=tmp_path / f"{f.name}.out")
             for f in FLOWS
         }
-        _wait_for(broker_log, "broker ready", broker, timeout_s=30)
+        wait_for(broker_log, "broker ready", broker, timeout_s=30)
         jobs = {}
         for flow in FLOWS:
             assert makers[flow.name].wait(120) == 0, (tmp_path / f"{flow.name}.out").read_text()
@@ -79,14 +58,14 @@ def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> No
             jobs[flow.name] = json.loads(printed["a job"])
             serve = printed["serve it"].split()  # kafka-scorer worker --model DIR [--template NAME]
             assert serve[:2] == ["kafka-scorer", "worker"], printed
-            workers[flow.name] = _start(
+            workers[flow.name] = start(
                 *serve[1:],
                 *("--bootstrap-servers", bootstrap, "--metrics-port", "0", "--fetch-max-wait-ms", "20"),
                 *("--request-topics", flow.topic, "--group-id", flow.group),
                 log=tmp_path / f"{flow.name}-worker.log",
             )
         for flow in FLOWS:
-            _wait_for(tmp_path / f"{flow.name}-worker.log", "worker ready", workers[flow.name])
+            wait_for(tmp_path / f"{flow.name}-worker.log", "worker ready", workers[flow.name])
         for flow in FLOWS:
             job = jobs[flow.name]
             (tmp_path / "jobs.jsonl").write_text(json.dumps(job) + "\n")
