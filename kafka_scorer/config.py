@@ -208,13 +208,21 @@ class Settings(EngineSettings):
     scheduling: Literal["priority", "fifo"] = Field(
         "priority",
         description="priority: batches fill from the highest priority first, earliest deadline first within "
-        "one, with aging (priority_aging_ms); fifo: in arrival order, priorities ignored.",
+        "one, with a share for jobs that waited long (priority_starve_ms, priority_share); fifo: in "
+        "arrival order, priorities ignored.",
     )
-    priority_aging_ms: int = Field(
+    priority_starve_ms: int = Field(
         2000,
+        ge=0,
+        description="A queued job below the highest queued priority that has waited this long is starving: "
+        "every batch takes starving jobs first, oldest first, up to priority_share of its token budget.",
+    )
+    priority_share: float = Field(
+        0.125,
         gt=0,
-        description="A queued job's priority rises by one for each this long it has waited, so it waits "
-        "behind newer jobs of a priority d higher for at most (d + 1) times this.",
+        le=1,
+        description="Share of each batch's token budget (at least one job) that starving lower-priority "
+        "jobs take before the higher priorities fill the rest.",
     )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."

@@ -149,9 +149,14 @@ async def _run(
         started = time.perf_counter()
         task = asyncio.create_task(worker.run(stop))
         answers = _Answers(consumer)
-        await answers.until(lambda got: any(i.startswith("bulk-") for i in got), task, 120)
+        # One reader for the whole run, so an answer's time is when it arrived, also while sending.
+        reading = asyncio.create_task(answers.until(lambda got: len(got) >= len(bulk) + len(live), task, 900))
+        while not any(i.startswith("bulk-") for i in answers.at):  # the backlog is being worked through
+            if reading.done():
+                reading.result()
+            await asyncio.sleep(0.01)
         sent_at = await _send_live(producer, live_t, live, spec)
-        await answers.until(lambda got: len(got) >= len(bulk) + len(live), task, 900)
+        await reading
     finally:
         stop.set()
         await producer.stop()

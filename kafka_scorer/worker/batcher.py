@@ -64,15 +64,16 @@ class Batcher(Generic[P, B]):
         *,
         max_batch_tokens: int,
         max_batch_wait_ms: int,
-        aging_ms: int | None = None,
+        starve_ms: int | None = None,
+        share: float = 0.125,
         on_expired: Callable[[list[Ticket[P]]], None] | None = None,
         queued_tokens_gauge: Any = None,
     ) -> None:
         self._engine = engine
         self._on_done = on_done
         self._on_expired = on_expired  # queued jobs whose deadline passed, taken out uncomputed
-        aging_s = aging_ms / 1000 if aging_ms else None  # None: arrival order (scheduling=fifo)
-        self._scheduler: LaneQueue[Ticket[P]] = LaneQueue(max_batch_tokens, aging_s)
+        starve_s = starve_ms / 1000 if starve_ms is not None else None  # None: arrival order (fifo)
+        self._scheduler: LaneQueue[Ticket[P]] = LaneQueue(max_batch_tokens, starve_s, share)
         self._gauge = queued_tokens_gauge  # a Prometheus gauge of the queued tokens, kept current here
         self._max_wait_s = max_batch_wait_ms / 1000
         self._added = asyncio.Event()

@@ -87,7 +87,8 @@ class Worker:
             self._batch_done,
             max_batch_tokens=settings.max_batch_tokens,
             max_batch_wait_ms=settings.max_batch_wait_ms,
-            aging_ms=settings.priority_aging_ms if settings.scheduling == "priority" else None,
+            starve_ms=settings.priority_starve_ms if settings.scheduling == "priority" else None,
+            share=settings.priority_share,
             on_expired=self._expired,
             queued_tokens_gauge=self.metrics.queued_tokens,
         )
