@@ -25,3 +25,4 @@ class EngineConfig:
     max_labels_per_job: int = 256
     template: str = ""
     model_revision: str = ""
+    prefix_cache_mb: int = -1

@@ -12,6 +12,7 @@ import msgspec
 
 from kafka_scorer.engine.labels import LabelError, LabelResolver
 from kafka_scorer.engine.model import LoadedModel, ModelKind
+from kafka_scorer.engine.prefix_marks import PrefixMarker
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef, error_result
@@ -53,6 +54,8 @@ class PreparedJob:
     """The score column that ranks the items when the job asks for `top_n` (SPEC §8)."""
     template: TemplateRef | None = None
     """The prompt template applied to the job's text (provenance)."""
+    prefix_marks: tuple[int, ...] = ()
+    """Lengths of the leading tokens the prefix cache may keep, longest first (`engine/prefix_marks.py`)."""
 
     @property
     def num_items(self) -> int:
@@ -119,6 +122,7 @@ class JobPreparer:
         self.template = template
         self.template_ref = TemplateRef(name=template.name, hash=template.digest) if template else None
         self.labels = LabelResolver(model.tokenizer, model.output_vocab_size)
+        self.prefix_marker = PrefixMarker(model.tokenizer, template)
         tokenizer = model.tokenizer
         self.longest_token = longest_token_chars(tokenizer) if tokenizer is not None else 1
         if tokenizer is not None:
@@ -178,6 +182,8 @@ class JobPreparer:
             return replace(prepared, activation=activation, rank_by=rank_by)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
         packed = self._decide_packing(job, query, items)
+        instruction = self._instruction(job, templated)
+        marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
         if packed:
             pair_lens = [len(query) + len(item) for item in items]
         else:
@@ -210,7 +216,14 @@ class JobPreparer:
             activation=activation,
             rank_by=rank_by,
             template=self.template_ref if templated else None,
+            prefix_marks=marks,
         )
+
+    def _instruction(self, job: Job, templated: bool) -> str | None:
+        """The instruction a templated job's head was filled with (None for an untemplated job)."""
+        if not templated or self.template is None:
+            return None
+        return job.instruction if job.instruction is not None else self.template.instruction
 
     def _ignored_fields(self, job: Job) -> list[str]:
         """Fields that cannot apply to this model or worker: said in `warnings`, never dropped silently."""
