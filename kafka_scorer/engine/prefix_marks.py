@@ -34,8 +34,11 @@ class PrefixMarker:
         room = len(query) - 1
         marks = {len(query)}
         if templated_instruction is not None:
-            marks.add(_common_prefix(query, self._head(templated_instruction)))
-        return tuple(sorted((min(m, room) for m in marks if min(m, room) > 0), reverse=True))
+            # The head's last token may merge with the query's first characters (`Q: ` + `is` reads
+            # `Q:` + ` is`), so the cut stops before it: the same cut for every query.
+            head = self._head(templated_instruction)
+            marks.add(min(_common_prefix(query, head), len(head) - 1))
+        return tuple(sorted({min(m, room) for m in marks} - {0}, reverse=True))
 
     def _head(self, instruction: str) -> list[int]:
         head = self._heads.get(instruction)
