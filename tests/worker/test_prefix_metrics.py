@@ -1,0 +1,42 @@
+"""The engine's prefix-cache counters reach the worker's /metrics, read at each scrape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka_scorer.worker.metrics import WorkerMetrics
+from kafka_scorer.worker.prefix_metrics import watch_prefix_cache
+
+
+@dataclass
+class Stats:
+    hits: int = 3
+    misses: int = 2
+    evictions: int = 1
+    entries: int = 4
+    bytes: int = 4096
+    peak_bytes: int = 8192
+    capacity_bytes: int = 1 << 20
+
+
+class EngineWithCache:
+    def __init__(self) -> None:
+        self.prefix_cache_stats = Stats()
+
+
+def test_counters_are_read_at_each_scrape():
+    metrics = WorkerMetrics()
+    engine = EngineWithCache()
+    watch_prefix_cache(metrics.registry, engine)
+    text = metrics.render().decode()
+    assert "kafka_scorer_prefix_cache_hits_total 3.0" in text
+    assert "kafka_scorer_prefix_cache_evictions_total 1.0" in text
+    assert "kafka_scorer_prefix_cache_peak_bytes 8192.0" in text
+    engine.prefix_cache_stats = Stats(hits=10)
+    assert "kafka_scorer_prefix_cache_hits_total 10.0" in metrics.render().decode()
+
+
+def test_an_engine_without_a_cache_exports_nothing():
+    metrics = WorkerMetrics()
+    watch_prefix_cache(metrics.registry, object())
+    assert "prefix_cache" not in metrics.render().decode()
