@@ -84,8 +84,9 @@ def count_forward_tokens(scorer) -> list[int]:
     return counts
 
 
-def test_a_hit_does_not_run_its_prefix_again(scorer_for):
-    scorer = scorer_for(prefix_cache_mb=4)
+@pytest.mark.parametrize("backend", ["dense", "cascade", "flex"])  # flex: eager on the CPU, compiled on CUDA
+def test_a_hit_does_not_run_its_prefix_again(scorer_for, backend):
+    scorer = scorer_for(prefix_cache_mb=4, attention_backend=backend)
     counts = count_forward_tokens(scorer)
     query = list(range(10, 10 + 200))
     items = [[5, 6, 7], [8, 9], [11]]
