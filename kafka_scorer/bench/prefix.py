@@ -55,11 +55,12 @@ class PrefixBenchSpec:
     plain_items: int
     plain_item_tokens: int
     invariance_sample: int
+    invariance_batch: int
     max_batch_tokens: int
 
 
-FULL = PrefixBenchSpec(48, 400, 8, 40, 8, 16, 24, 32, 16, 128, 8, 32, 4, 8192)
-QUICK = PrefixBenchSpec(8, 60, 4, 8, 2, 3, 6, 6, 4, 16, 3, 4, 2, 1024)
+FULL = PrefixBenchSpec(48, 400, 8, 40, 8, 16, 24, 32, 16, 128, 8, 32, 4, 16, 8192)
+QUICK = PrefixBenchSpec(8, 60, 4, 8, 2, 3, 6, 6, 4, 16, 3, 4, 2, 6, 1024)
 
 
 def judge_template(rubric: str) -> dict:
@@ -124,7 +125,8 @@ def run_prefix_bench(
 
         log(f"judge: {spec.judge_jobs} jobs a pass")
         runs["judge"] = _compare(off, on, judge, repeats, seed)
-        sample = judge(random.Random(f"prefix:{seed}:invariance"))
+        # batch-mates for the invariance check: the first `invariance_batch` jobs of a fresh pass
+        sample = judge(random.Random(f"prefix:{seed}:invariance"))[: spec.invariance_batch]
         invariance = {"float32": _invariance(off, on, sample, spec.invariance_sample, rng)}
         if device == "cpu" or dtype != "bfloat16":
             off16, on16 = scorers(str(template_file), "bfloat16")

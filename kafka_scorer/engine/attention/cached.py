@@ -4,13 +4,16 @@ The stream is cut in two (`engine/prefix_batch.py` orders it so): the front, seq
 full, attended to by the batch's backend unchanged; and the hit sequences, which hold only the tokens
 after their cached prefix, at positions C and on. Every hit token sees the whole cached prefix (it
 lies before the query's first uncached token, and every item sees the whole query) and, among the
-sequence's own tokens, what SPEC §5 says a token sees. So one softmax runs over two key sets:
+sequence's own tokens, what SPEC §5 says a token sees. The hit tokens are cut into causal blocks (a
+plain pair; a packed sequence's cut query; each of its items) and one softmax runs over two key sets:
 
-- the prefix's keys, [Hkv, C, d] of this layer, one copy per prefix however many sequences use it;
-- the sequence's own keys, under its MIS mask (causal for a plain pair).
+- shared keys: the prefix's, [Hkv, C, d] of this layer, one copy however many blocks use it (for an
+  item, followed by its sequence's cut query, which every item sees whole);
+- the block's own keys, causally.
 
-Scores are formed explicitly in float32 (the own part is short: the prefix was the long part), and
-the two sets share one max and one normaliser, so the result is the attention over the whole prompt.
+Work follows the MIS mask as in the cascade: n·I·(C+Q+I) for a packed sequence, never (Q+n·I)². Scores
+are formed explicitly in float32 (the blocks are short: the prefix was the long part), and the two
+sets share one max and one normaliser, so the result is the attention over the whole prompt.
 A prefix computed in this same forward (a fill) is a slice of this layer's keys and values: the
 front sequence that computes it is stored into its entry first, and its hits read the entry.
 """
@@ -23,14 +26,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from kafka_scorer.engine.attention.dense import sequence_mask, soft_cap
-from kafka_scorer.engine.attention.layout import (
-    AttentionLayout,
-    bucket_by_length,
-    host,
-    segment_ids,
-    to_device,
-)
+from kafka_scorer.engine.attention.dense import soft_cap
+from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host, to_device
 from kafka_scorer.engine.prefix_cache import PrefixEntry
 
 # float32 scores formed at once per hit group (256 MiB); a larger group goes by slices of its sequences.
@@ -54,19 +51,25 @@ class HitSequence:
 
 @dataclass(frozen=True)
 class HitGroup:
-    """Hit sequences of one prefix and similar lengths, padded to [S, L]."""
+    """Causal blocks of one prefix, padded to [S, L]: each block's tokens see the whole prefix, the
+    `head` keys if any, and the block's own earlier tokens. A block is a cut plain pair, the cut query
+    of a packed sequence, or (with the query as `head`) one of its items."""
 
     source: int
     gather: torch.Tensor
-    """[S*L] flat stream index of each padded slot (padding repeats the sequence's last token)."""
+    """[S*L] flat stream index of each padded slot (padding repeats the block's last token)."""
     size: int
     length: int
     own_mask: torch.Tensor
-    """[S, L, L] True where a token may attend to a token of its own sequence (SPEC §5, real keys)."""
+    """[S, L, L] True where a token may attend to a token of its own block (causal, real keys)."""
     valid: torch.Tensor
     """Rows of the padded [S*L] output that hold real tokens."""
     positions: torch.Tensor
     """Their flat positions in the stream."""
+    head_start: int = 0
+    head_len: int = 0
+    """Stream tokens every block of the group sees besides the prefix: a packed sequence's cut query,
+    for its items (one group per packed sequence, so the query is one slice)."""
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,15 @@ class PrefixedMetadata:
     ) -> PrefixedMetadata:
         groups = []
         for source in sorted({seq.source for seq in sequences}):
-            mine = [seq for seq in sequences if seq.source == source]
-            by_start = {seq.start: seq for seq in mine}
-            for bucket in bucket_by_length([(seq.start, seq.length) for seq in mine]):
-                groups.append(_hit_group(source, [by_start[start] for start, _ in bucket], pin))
+            # causal blocks: plain pairs whole, packed sequences' cut queries; bucketed by length
+            blocks = [(seq.start, seq.prefix) for seq in sequences if seq.source == source and seq.prefix]
+            groups.extend(_hit_group(source, bucket, pin) for bucket in bucket_by_length(blocks))
+        for seq in sequences:
+            # a packed sequence's items: each sees the prefix and the cut query whole, and itself causally
+            starts = seq.start + seq.prefix + torch.tensor([0, *seq.items[:-1]]).cumsum(0)
+            items = [(int(start), n) for start, n in zip(starts, seq.items) if n]
+            if items:
+                groups.append(_hit_group(seq.source, items, pin, head=(seq.start, seq.prefix)))
         return cls(layout, front, front_tokens, entries, fills, groups)
 
     @property
@@ -113,25 +121,29 @@ class PrefixedMetadata:
         return replace(self, front=front, hits=[to_device(group, device) for group in self.hits])
 
 
-def _hit_group(source: int, sequences: list[HitSequence], pin: bool) -> HitGroup:
-    longest = max(seq.length for seq in sequences)
+def _hit_group(
+    source: int, blocks: list[tuple[int, int]], pin: bool, head: tuple[int, int] = (0, 0)
+) -> HitGroup:
+    """(start, length) causal blocks padded to the longest; padded keys are masked, padded rows dropped."""
+    longest = max(length for _, length in blocks)
     offsets = torch.arange(longest)
-    lengths = torch.tensor([seq.length for seq in sequences])
-    starts = torch.tensor([seq.start for seq in sequences])
+    lengths = torch.tensor([length for _, length in blocks])
+    starts = torch.tensor([start for start, _ in blocks])
     gather = starts[:, None] + torch.minimum(offsets[None, :], lengths[:, None] - 1)
     real = offsets[None, :] < lengths[:, None]
-    own = torch.zeros(len(sequences), longest, longest, dtype=torch.bool)
-    for row, seq in enumerate(sequences):
-        own[row, : seq.length, : seq.length] = sequence_mask(segment_ids(seq.prefix, seq.items))
+    causal = torch.ones(longest, longest, dtype=torch.bool).tril_()
+    own = causal[None] & real[:, None, :]
     flat_real = real.reshape(-1)
     return HitGroup(
         source=source,
         gather=host(gather.reshape(-1), pin),
-        size=len(sequences),
+        size=len(blocks),
         length=longest,
         own_mask=host(own, pin),
         valid=host(flat_real.nonzero().squeeze(1), pin),
         positions=host(gather.reshape(-1)[flat_real], pin),
+        head_start=head[0],
+        head_len=head[1],
     )
 
 
@@ -163,6 +175,10 @@ def prefixed_attention(
         rows = [x.transpose(0, 1).reshape(total, -1) for x in (q, k, v)]
         for group in metadata.hits:
             prefix_k, prefix_v = metadata.entries[group.source].layer(layer)
+            if group.head_len:
+                head = slice(group.head_start, group.head_start + group.head_len)
+                prefix_k = torch.cat([prefix_k, k[:, head]], dim=1)
+                prefix_v = torch.cat([prefix_v, v[:, head]], dim=1)
             attended = _hit_attention(group, rows, prefix_k, prefix_v, heads, scale, softcap)
             flat_out.index_copy_(0, group.positions, attended.index_select(0, group.valid).to(q.dtype))
     return out.transpose(0, 1)
