@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
-from kafka_scorer.bench.templated import WORDS, _text
+from kafka_scorer.bench.templated import _text
 from kafka_scorer.wire.protocol import Job, Result
 
 GOAL_JUDGE = 0.9
@@ -43,7 +43,7 @@ GOAL_NO_PREFIX = 0.97
 @dataclass(frozen=True)
 class PrefixBenchSpec:
     judge_jobs: int
-    rubric_words: int
+    rubric_tokens: int
     question_tokens: int
     answer_tokens: int
     rerank_jobs: int
@@ -100,7 +100,9 @@ def run_prefix_bench(
         root = Path(model_dir or tmp)
         path = str(build_shaped_model(root / f"{shape.name}-causal-chat", shape, "causal", chat=True))
         template_file = root / "judge-template.json"
-        rubric = " ".join(rng.choice(WORDS) for _ in range(spec.rubric_words))
+        from transformers import AutoTokenizer
+
+        rubric = _text(AutoTokenizer.from_pretrained(path), rng, spec.rubric_tokens)
         template_file.write_text(json.dumps(judge_template(rubric)))
 
         def scorers(template: str, kind: str = dtype) -> tuple[Any, Any]:
@@ -119,6 +121,7 @@ def run_prefix_bench(
                     id=f"judge-{n}",
                     query=_text(tokenizer, rng, spec.question_tokens),
                     items=[_text(tokenizer, rng, spec.answer_tokens)],
+                    apply_softmax=True,
                 )
                 for n in range(spec.judge_jobs)
             ]
