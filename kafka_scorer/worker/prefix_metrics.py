@@ -25,6 +25,13 @@ _GAUGES = (
 )
 
 
+EXPORTED = {
+    **{f"kafka_scorer_prefix_cache_{name}_total": "counter" for name, _ in _COUNTERS},
+    **{f"kafka_scorer_prefix_cache_{name}": "gauge" for name, _ in _GAUGES},
+}
+"""The series an engine with a prefix cache adds to /metrics, by type (docs/operations.md lists them)."""
+
+
 class PrefixCacheCollector:
     def __init__(self, read: Callable[[], Any]) -> None:
         self._read = read

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_scorer.worker.metrics import WorkerMetrics
-from kafka_scorer.worker.prefix_metrics import watch_prefix_cache
+from kafka_scorer.worker.prefix_metrics import EXPORTED, watch_prefix_cache
 
 
 @dataclass
@@ -32,6 +32,7 @@ def test_counters_are_read_at_each_scrape():
     assert "kafka_scorer_prefix_cache_hits_total 3.0" in text
     assert "kafka_scorer_prefix_cache_evictions_total 1.0" in text
     assert "kafka_scorer_prefix_cache_peak_bytes 8192.0" in text
+    assert all(f"{name} " in text for name in EXPORTED)  # the names docs/operations.md lists
     engine.prefix_cache_stats = Stats(hits=10)
     assert "kafka_scorer_prefix_cache_hits_total 10.0" in metrics.render().decode()
 
