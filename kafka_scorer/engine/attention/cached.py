@@ -193,7 +193,10 @@ def _hit_attention(
     scale: float,
     softcap: float | None,
 ) -> torch.Tensor:
-    """The group's padded tokens as rows [S*L, H*d] (float32), by slices of sequences within budget."""
+    """The group's padded tokens as rows [S*L, H*d], by slices of sequences within budget."""
+    if prefix_k.device.type == "cpu" and softcap is None:
+        gather = group.gather
+        return _attend_fused(rows, gather, group.size, group.length, prefix_k, prefix_v, heads, scale)
     cached = prefix_k.shape[1]
     length = group.length
     per_sequence = heads * length * (cached + length)
@@ -207,6 +210,47 @@ def _hit_attention(
             _attend_slice(rows, gather, mask, count, length, prefix_k, prefix_v, heads, scale, softcap)
         )
     return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _attend_fused(
+    rows: list[torch.Tensor],
+    gather: torch.Tensor,
+    count: int,
+    length: int,
+    prefix_k: torch.Tensor,
+    prefix_v: torch.Tensor,
+    heads: int,
+    scale: float,
+) -> torch.Tensor:
+    """The same softmax from two calls of PyTorch's fused CPU flash kernel, which never forms the scores
+    and returns each part's log-sum-exp: the blocks against the shared keys (unmasked, one copy of them
+    for every block) and each block against itself (causal: right padding is behind every real query,
+    so it needs no mask); the parts merge by log-sum-exp, as the cascade's do."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    rows_q, rows_k, rows_v = rows
+    kv_heads, cached, dim = prefix_k.shape
+    groups = heads // kv_heads
+    q = rows_q.index_select(0, gather).view(count, length, kv_heads, groups, dim).permute(0, 2, 3, 1, 4)
+    q = q.reshape(count * kv_heads, groups, length, dim)  # [S·Hkv, g, L, d]
+
+    def own(x: torch.Tensor) -> torch.Tensor:
+        x = x.index_select(0, gather).view(count, length, kv_heads, dim).permute(0, 2, 1, 3)
+        return x.reshape(count * kv_heads, 1, length, dim).expand(count * kv_heads, groups, length, dim)
+
+    o_own, lse_own = flash(q, own(rows_k), own(rows_v), 0.0, True, scale=scale)
+    q_shared = q.view(count, kv_heads, groups, length, dim).permute(1, 2, 0, 3, 4)
+    q_shared = q_shared.reshape(kv_heads, groups, count * length, dim)
+    k_shared = prefix_k[:, None].expand(kv_heads, groups, cached, dim)
+    v_shared = prefix_v[:, None].expand(kv_heads, groups, cached, dim)
+    o_pre, lse_pre = flash(q_shared, k_shared, v_shared, 0.0, False, scale=scale)
+    # both as [S, Hkv, g, L, ...]
+    o_pre = o_pre.view(kv_heads, groups, count, length, dim).permute(2, 0, 1, 3, 4)
+    lse_pre = lse_pre.view(kv_heads, groups, count, length).permute(2, 0, 1, 3)
+    o_own = o_own.view(count, kv_heads, groups, length, dim)
+    lse_own = lse_own.view(count, kv_heads, groups, length)
+    lse = torch.logaddexp(lse_pre, lse_own)
+    out = o_pre * torch.exp(lse_pre - lse)[..., None] + o_own * torch.exp(lse_own - lse)[..., None]
+    return out.permute(0, 3, 1, 2, 4).reshape(count * length, heads * dim)
 
 
 def _attend_slice(
