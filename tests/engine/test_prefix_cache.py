@@ -187,3 +187,52 @@ def test_an_unfilled_entry_is_never_kept():
     cache = PrefixCache(capacity_bytes=1 << 20)
     cache.insert(PrefixEntry(((), (1, 2, 3)), num_layers=2))  # a forward that failed before filling it
     assert cache.lookup(((), (1, 2, 3))) is None
+
+
+def naive_block_attention(q, k, v, prefix_k, prefix_v, start, length, scale, softcap=None):
+    """One causal block against [prefix | its own earlier tokens], one softmax, written out plainly."""
+    heads, kv_heads = q.shape[0], prefix_k.shape[0]
+    rep = heads // kv_heads
+    keys = torch.cat([prefix_k, k[:, start : start + length]], dim=1).repeat_interleave(rep, 0)
+    values = torch.cat([prefix_v, v[:, start : start + length]], dim=1).repeat_interleave(rep, 0)
+    scores = q[:, start : start + length] @ keys.transpose(1, 2) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    cached = prefix_k.shape[1]
+    later = torch.ones(length, length, dtype=torch.bool).triu(1)
+    scores[:, :, cached:] = scores[:, :, cached:].masked_fill(later, float("-inf"))
+    return torch.softmax(scores, -1) @ values  # [H, length, d]
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_hit_attention_paths_equal_the_plain_softmax(softcap):
+    """The fused CPU path and the explicit path (soft-capped layers, other devices) both give the
+    softmax over the prefix and the block's own earlier keys, for padded blocks of several lengths."""
+    from kafka_scorer.engine.attention import cached as hits
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim, total, prefix = 4, 2, 8, 40, 13
+    q, k, v = (
+        torch.randn(heads, total, dim),
+        torch.randn(kv_heads, total, dim),
+        torch.randn(kv_heads, total, dim),
+    )
+    prefix_k, prefix_v = torch.randn(kv_heads, prefix, dim), torch.randn(kv_heads, prefix, dim)
+    blocks = [(0, 9), (9, 4), (13, 1), (14, 26)]
+    group = hits._hit_group(0, blocks, pin=False)
+    rows = [x.transpose(0, 1).reshape(total, -1) for x in (q, k, v)]
+    explicit = hits._attend_slice(
+        rows, group.gather, group.own_mask, group.size, group.length, prefix_k, prefix_v, heads, 0.3, softcap
+    )
+    outputs = [explicit]
+    if softcap is None:
+        outputs.append(
+            hits._attend_fused(rows, group.gather, group.size, group.length, prefix_k, prefix_v, heads, 0.3)
+        )
+    for out in outputs:
+        got = out.index_select(0, group.valid).view(-1, heads, dim)
+        positions = group.positions.tolist()
+        for start, length in blocks:
+            want = naive_block_attention(q, k, v, prefix_k, prefix_v, start, length, 0.3, softcap)
+            rows_of_block = [positions.index(p) for p in range(start, start + length)]
+            assert torch.allclose(got[rows_of_block].transpose(0, 1), want, atol=1e-5)
