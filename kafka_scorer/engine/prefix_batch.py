@@ -53,11 +53,13 @@ class CachedPiece(PreparedJob):
         return (-1 - self.source, *self.query)
 
 
-def cached_tokens(piece: PreparedJob) -> int:
-    """Prompt tokens of `piece` served from a prefix instead of run through the model."""
+def cached_tokens(so_far: int, piece: PreparedJob) -> int:
+    """A job's prompt tokens served from a prefix, `so_far` plus `piece`'s: every pair's cached head
+    counts, but a packed job's once, as its `num_tokens` counts its query once however many pieces
+    repeat it. So `prompt_tokens + cached_tokens` is what the job reports without the cache."""
     if not isinstance(piece, CachedPiece):
-        return 0
-    return piece.cached if piece.packed else piece.cached * len(piece.items)
+        return so_far
+    return max(so_far, piece.cached) if piece.packed else so_far + piece.cached * len(piece.items)
 
 
 @dataclass

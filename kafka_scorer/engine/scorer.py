@@ -279,7 +279,7 @@ class Scorer:
         for group, batch in packed.forwards:
             self._run_forward(group, batch, rows, hidden)
             for index, piece in group:
-                cached[index] += cached_tokens(piece)
+                cached[index] = cached_tokens(cached[index], piece)
         return [
             self.stamp(
                 Result(

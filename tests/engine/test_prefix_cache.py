@@ -236,3 +236,24 @@ def test_hit_attention_paths_equal_the_plain_softmax(softcap):
             want = naive_block_attention(q, k, v, prefix_k, prefix_v, start, length, 0.3, softcap)
             rows_of_block = [positions.index(p) for p in range(start, start + length)]
             assert torch.allclose(got[rows_of_block].transpose(0, 1), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("multi_item", [True, False])
+def test_a_job_cut_into_several_forwards_hits_in_each(scorer_for, tiny_models, multi_item):
+    """A job larger than the token budget runs as pieces in several forwards: each piece hits, and the
+    job's `cached_tokens` adds them up."""
+    scorer = scorer_for(prefix_cache_mb=4, max_batch_tokens=160)
+    query = list(range(30, 30 + 60))
+    items = [[5 + n, 6 + n, 7 + n] * 5 for n in range(12)]  # 12 items of 15 tokens: several pieces
+    for _ in range(2):  # sighted, then filled
+        scorer.score(query, items[:2], label_token_ids=LABELS, multi_item=multi_item)
+    result = scorer.score(query, items, label_token_ids=LABELS, multi_item=multi_item)
+    assert result.error is None
+    assert max_diff(result.scores, reference_scores(tiny_models.get(), query, items, LABELS)) <= 1e-5
+    # pairs: 12 pairs, each with its query's head cached; packed: two pieces of 6 items, each repeating
+    # the query and hitting, counted once as the job counts its query once
+    assert result.cached_tokens == (1 if multi_item else 12) * (len(query) - 1)
+    uncached = scorer_for(max_batch_tokens=160).score(
+        query, items, label_token_ids=LABELS, multi_item=multi_item
+    )
+    assert result.prompt_tokens + result.cached_tokens == uncached.prompt_tokens
