@@ -137,11 +137,10 @@ class PrefixPlanner:
     def _find(
         self, keys: list[PrefixKey], known: dict[PrefixKey, int], entries: list[PrefixEntry]
     ) -> int | None:
-        """The longest of `keys` this forward already uses, else the longest in the cache."""
+        """The longest of `keys` that this forward already uses or the cache holds."""
         for key in keys:
             if key in known:
                 return known[key]
-        for key in keys:
             entry = self.cache.lookup(key)
             if entry is not None:
                 known[key] = len(entries)
@@ -152,7 +151,7 @@ class PrefixPlanner:
 
 def _cut(piece: PreparedJob, length: int, source: int) -> CachedPiece:
     """`piece` without its first `length` leading tokens (of the query, or of each pair)."""
-    values = {f.name: getattr(piece, f.name) for f in dataclasses.fields(PreparedJob)}
+    values = {f.name: getattr(piece, f.name) for f in dataclasses.fields(PreparedJob) if f.init}
     if piece.packed:
         values["query"] = piece.query[length:]
     else:
