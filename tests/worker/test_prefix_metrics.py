@@ -41,3 +41,29 @@ def test_an_engine_without_a_cache_exports_nothing():
     metrics = WorkerMetrics()
     watch_prefix_cache(metrics.registry, object())
     assert "prefix_cache" not in metrics.render().decode()
+
+
+def test_a_batch_counts_run_and_cached_tokens_apart():
+    from types import SimpleNamespace
+
+    from kafka_scorer.wire.protocol import Result
+    from kafka_scorer.worker.batch_report import report_batch
+    from kafka_scorer.worker.batcher import BatchDone
+    from kafka_scorer.worker.tracing import Tracing
+
+    metrics = WorkerMetrics()
+    tickets = [
+        SimpleNamespace(
+            items=1,
+            queue_s=0.0,
+            enqueued_at=0.0,
+            born=0.0,
+            trace=None,
+            result=Result(id=str(n), scores=[[0.5]], prompt_tokens=run, cached_tokens=cached),
+        )
+        for n, (run, cached) in enumerate([(50, 430), (480, 0)])
+    ]
+    report_batch(BatchDone(tickets, 0.1, 960), metrics, Tracing(None))  # type: ignore[arg-type]
+    text = metrics.render().decode()
+    assert "kafka_scorer_tokens_total 530.0" in text
+    assert "kafka_scorer_cached_tokens_total 430.0" in text
