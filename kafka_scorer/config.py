@@ -111,6 +111,14 @@ class EngineSettings(BaseSettings):
         description="Revision reported in every result; empty: a hash of the checkpoint's config, weight "
         "and tokenizer files, computed at start-up.",
     )
+    prefix_cache_mb: int = Field(
+        -1,
+        ge=-1,
+        description="Device memory (MiB) for the prefix cache: key/value states of recurring prompt heads "
+        "(a template's text before the query, a repeated query), computed once per worker and reused by "
+        "every job that starts with them (docs/engine.md). -1: sized for the model (8192 tokens' states, "
+        "at most 512 MiB); 0: off. Never used for encoders or sliding-window models.",
+    )
 
     @field_validator("chunking")
     @classmethod

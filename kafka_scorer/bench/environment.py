@@ -51,6 +51,9 @@ class Environment:
                 device=str(self.device),
                 max_batch_tokens=max_batch_tokens,
                 template=self.template if kind == "causal" else "",
+                # the contenders' timed runs repeat the same jobs: a prefix cache would serve the repeats
+                # from memory; it is measured on its own (`--workload judge`, bench/prefix.py)
+                prefix_cache_mb=0,
             )
             freeze_loaded_heap()  # as the worker does after loading: every contender alike
         return self.scorers[kind]

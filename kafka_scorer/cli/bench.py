@@ -11,11 +11,22 @@ import sys
 
 from kafka_scorer.cli.help_style import add_device_arguments
 
-WORKLOAD_CHOICES = ("rerank", "many-items", "short", "mixed", "cross-encoder", "backlog", "long-docs", "all")
-"""`all`: the decoder workloads; `cross-encoder` (a real MiniLM cross-encoder against sentence-transformers
-on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a bulk backlog, priority
-lanes on and off, `bench/backlog.py`) and `long-docs` (documents longer than a pair, scored with
-`chunking`, `bench/long_docs.py`) run only when named."""
+WORKLOAD_CHOICES = (
+    "rerank",
+    "many-items",
+    "short",
+    "mixed",
+    "cross-encoder",
+    "backlog",
+    "long-docs",
+    "judge",
+    "all",
+)
+"""`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
+against sentence-transformers on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a
+bulk backlog, priority lanes on and off, `bench/backlog.py`), `long-docs` (documents longer than a pair,
+scored with `chunking`, `bench/long_docs.py`) and `judge` (the prefix cache on and off: a judge's rubric,
+the rerank template, no shared prefix; `bench/prefix.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 
@@ -130,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         workloads = tuple(w for w in workloads if w != "backlog")
         if not workloads or code:
             return code
+    if "judge" in workloads:
+        code = _run_prefix(args)
+        workloads = tuple(w for w in workloads if w != "judge")
+        if not workloads or code:
+            return code
     if "cross-encoder" in workloads:
         code = _run_cross_encoder(args)
         workloads = tuple(w for w in workloads if w != "cross-encoder")
@@ -229,6 +245,27 @@ def _run_backlog(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"backlog": report}, fh, indent=2)
+    return 0
+
+
+def _run_prefix(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.prefix import format_prefix_report, run_prefix_bench
+    from kafka_scorer.engine.model import resolve_device
+
+    report = run_prefix_bench(
+        device=str(resolve_device(args.device)),
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+    )
+    print()
+    print(format_prefix_report(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"judge": report}, fh, indent=2)
     return 0
 
 

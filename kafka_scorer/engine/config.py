@@ -28,3 +28,4 @@ class EngineConfig:
     chunking: str = ""
     """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
     max_chunks_per_job: int = 256
+    prefix_cache_mb: int = -1

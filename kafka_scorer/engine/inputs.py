@@ -15,6 +15,7 @@ from kafka_scorer.engine.encoders import PairTemplate
 from kafka_scorer.engine.item_windows import SEAM_MARGIN, ItemWindows
 from kafka_scorer.engine.labels import LabelResolver
 from kafka_scorer.engine.model import LoadedModel
+from kafka_scorer.engine.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.score_fields import ScoreFields
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
@@ -35,6 +36,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         self.template = template
         self.template_ref = TemplateRef(name=template.name, hash=template.digest) if template else None
         self.labels = LabelResolver(model.tokenizer, model.output_vocab_size)
+        self.prefix_marker = PrefixMarker(model.tokenizer, template)
         tokenizer = model.tokenizer
         self.longest_token = longest_token_chars(tokenizer) if tokenizer is not None else 1
         if tokenizer is not None:
@@ -100,6 +102,8 @@ class JobPreparer(ItemWindows, ScoreFields):
             items, plan = self._split_decoder_items(job, query, items, chunking)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
         packed = self._decide_packing(job, query, items, windows=plan is not None)
+        instruction = self._instruction(job, templated)
+        marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
         if packed:
             pair_lens = [len(query) + len(item) for item in items]
         else:
@@ -133,7 +137,14 @@ class JobPreparer(ItemWindows, ScoreFields):
             rank_by=rank_by,
             template=self.template_ref if templated else None,
             chunks=plan,
+            prefix_marks=marks,
         )
+
+    def _instruction(self, job: Job, templated: bool) -> str | None:
+        """The instruction a templated job's head was filled with (None for an untemplated job)."""
+        if not templated or self.template is None:
+            return None
+        return job.instruction if job.instruction is not None else self.template.instruction
 
     def template_for(self, job: Job) -> TemplateRef | None:
         """The template a job's text goes through: text jobs of decoders only (token ids are used as

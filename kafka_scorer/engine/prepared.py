@@ -39,6 +39,8 @@ class PreparedJob:
     """The score column that ranks the items when the job asks for `top_n` (SPEC §8)."""
     template: TemplateRef | None = None
     """The prompt template applied to the job's text (provenance)."""
+    prefix_marks: tuple[int, ...] = ()
+    """Lengths of the leading tokens the prefix cache may keep, longest first (`engine/prefix_marks.py`)."""
     chunks: ChunkPlan | None = None
     """SPEC §9: set when some item is scored as several windows; `items` then holds one entry per
     window and the plan maps their rows back to the job's items."""

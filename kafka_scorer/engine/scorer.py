@@ -24,6 +24,8 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
+from kafka_scorer.engine.prefix_batch import cached_tokens, prefix_planner
+from kafka_scorer.engine.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.prepared import InputLimits, PreparedJob
 from kafka_scorer.engine.ranking import rank
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
@@ -67,6 +69,7 @@ class Scorer:
         model_revision: str = "",
         chunking: Chunking | str | None = None,
         max_chunks_per_job: int = 256,
+        prefix_cache_mb: int = -1,
     ) -> None:
         self.loaded: LoadedModel = load_model(
             model,
@@ -97,6 +100,7 @@ class Scorer:
                 "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
             )
         self.revision = model_revision or self.loaded.revision
+        self._prefixes = prefix_planner(self.loaded, prefix_cache_mb, self.revision)
         self._preparer = JobPreparer(self.loaded, limits, self.template)
         self._runner = ModelRunner(self.loaded)
         self._executor: ThreadPoolExecutor | None = None
@@ -128,6 +132,7 @@ class Scorer:
             "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),
             "revision": self.revision,
             "template": self.template.name if self.template else "",
+            "prefix_cache_mb": f"{self._prefixes.cache.capacity_bytes / 2**20:g}" if self._prefixes else "0",
         }
 
     @property
@@ -156,6 +161,8 @@ class Scorer:
             failed = self._warm_up_failure()
         if failed:
             log.warning("warm-up batch failed (%s); serving anyway", failed)
+        if self._prefixes is not None:
+            self._prefixes.cache.clear()  # the warm-up's prefixes are no traffic's
 
     def _warm_up_failure(self) -> str | None:
         results = self.score_jobs(self._warm_up_jobs())
@@ -205,7 +212,9 @@ class Scorer:
         try:
             plan = plan_forwards(jobs, self.max_batch_tokens)
             forwards = [
-                (
+                self._build_prefixed(group)
+                if self._prefixes is not None
+                else (
                     group,
                     build_forward_batch(
                         [piece for _, piece in group],
@@ -273,13 +282,19 @@ class Scorer:
             raise RuntimeError(packed.failure)
         rows: list[list[list[float]]] = [[] for _ in jobs]
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
+        cached = [0] * len(jobs)
         for group, batch in packed.forwards:
             self._run_forward(group, batch, rows, hidden)
+            for index, piece in group:
+                cached[index] = cached_tokens(cached[index], piece)
         return [
-            self._result(job, job_rows, job_hidden) for job, job_rows, job_hidden in zip(jobs, rows, hidden)
+            self._result(job, job_rows, job_hidden, job_cached)
+            for job, job_rows, job_hidden, job_cached in zip(jobs, rows, hidden, cached)
         ]
 
-    def _result(self, job: PreparedJob, rows: list[list[float]], hidden: list[torch.Tensor]) -> Result:
+    def _result(
+        self, job: PreparedJob, rows: list[list[float]], hidden: list[torch.Tensor], cached: int = 0
+    ) -> Result:
         """One job's result from its scoring rows, one per window of a chunked job (SPEC §9)."""
         pooled = torch.cat(hidden) if hidden else None
         chunks = []
@@ -289,7 +304,8 @@ class Scorer:
             Result(
                 id=job.job_id,
                 scores=rows,
-                prompt_tokens=job.num_tokens,
+                prompt_tokens=job.num_tokens - cached,
+                cached_tokens=cached,
                 model=self.model_name,
                 pooled_hidden_states=to_wire(pooled) if pooled is not None else None,
                 warnings=job.warnings,
@@ -309,6 +325,8 @@ class Scorer:
     ) -> None:
         """Run one forward over `group` and append each piece's rows to its job's lists."""
         output: BatchOutput = self._runner.forward(batch)
+        if self._prefixes is not None:
+            self._prefixes.commit(batch)
         scores = output.scores.tolist()
         hidden_offset = 0
         for (index, piece), (start, end) in zip(group, batch.job_rows):
@@ -317,6 +335,21 @@ class Scorer:
             if piece.job.return_pooled_hidden_states:
                 hidden[index].append(output.hidden[hidden_offset : hidden_offset + end - start])
                 hidden_offset += end - start
+
+    def _build_prefixed(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, ForwardBatch]:
+        """A forward through the prefix cache (`engine/prefix_batch.py`): its group comes back reordered."""
+        assert self._prefixes is not None
+        return self._prefixes.build(
+            group,
+            device=self.loaded.device,
+            attention_backend=self.attention_backend,
+            sliding_window=self.loaded.sliding_window,
+        )
+
+    @property
+    def prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """The prefix cache's counters (None when it is off), for the worker's metrics and the bench."""
+        return self._prefixes.cache.stats() if self._prefixes is not None else None
 
     def score_jobs(self, jobs: Sequence[Job]) -> list[Result]:
         """Prepare, batch by the token budget and run; results in the jobs' order."""

@@ -140,6 +140,7 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     id: str
     scores: list[list[float]] | None
     prompt_tokens: int = 0
+    """Prompt tokens run through the model for this job (those served from the prefix cache excluded)."""
     model: str = ""
     pooled_hidden_states: Tensor | None = None
     error: ErrorInfo | None = None
@@ -156,6 +157,8 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Provenance: the dtype the model ran in."""
     chunks: list[ChunkedItem] = msgspec.field(default_factory=list)
     """SPEC §9: the items scored as several windows (omitted when none was)."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the worker's prefix cache instead of run through the model (SPEC §9)."""
 
     @property
     def ok(self) -> bool:

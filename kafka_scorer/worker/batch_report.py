@@ -25,7 +25,10 @@ def report_batch(done: BatchDone[Any], metrics: WorkerMetrics, tracing: Tracing)
     metrics.batch_jobs.observe(len(tickets))
     metrics.batch_items.observe(items)
     metrics.batch_tokens.observe(done.tokens)
-    metrics.tokens.inc(done.tokens)
+    # The budget's tokens less those the engine served from its prefix cache (results' cached_tokens).
+    cached = sum(t.result.cached_tokens for t in tickets if t.result is not None)
+    metrics.tokens.inc(max(0, done.tokens - cached))
+    metrics.cached_tokens.inc(cached)
     metrics.compute_seconds.observe(done.compute_s)
     for ticket in tickets:
         metrics.queue_seconds.observe(ticket.queue_s)

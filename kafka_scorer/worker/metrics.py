@@ -50,6 +50,7 @@ class WorkerMetrics:
         self.jobs = counter("jobs", "Jobs answered (error results included)")
         self.items = counter("items", "Items scored")
         self.tokens = counter("tokens", "Tokens run through the model")
+        self.cached_tokens = counter("cached_tokens", "Prompt tokens served from the prefix cache, not run")
         self.errors = counter("errors", "Error results by code", ("code",))
         self.dead_letters = counter("dead_letters", "Records copied to a dead-letter topic")
         self.expired = counter(

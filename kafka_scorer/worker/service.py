@@ -43,6 +43,7 @@ from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.outage import BrokerWatch
 from kafka_scorer.worker.outbox import Outbox
+from kafka_scorer.worker.prefix_metrics import watch_prefix_cache
 from kafka_scorer.worker.producer import ResultProducer
 from kafka_scorer.worker.rebalance import Rebalance
 from kafka_scorer.worker.ticket import Ticket
@@ -71,6 +72,7 @@ class Worker:
         self.engine = engine
         self.served = engine.served
         self.metrics = metrics or WorkerMetrics()
+        watch_prefix_cache(self.metrics.registry, engine)
         self.tracing = tracing if tracing is not None else from_environment()
         self.group_model = OneModelAssignor.serving(
             settings.group_id, self.served.description or {"model": self.served.name}

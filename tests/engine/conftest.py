@@ -7,10 +7,15 @@ from kafka_scorer.engine.scorer import Scorer
 
 @pytest.fixture(scope="session")
 def scorer_for(tiny_models):
-    """One Scorer per (arch, kind, num_labels, options), float32 on the CPU, loaded like a real checkpoint."""
+    """One Scorer per (arch, kind, num_labels, options), float32 on the CPU, loaded like a real checkpoint.
+
+    The prefix cache is off unless a test names `prefix_cache_mb`: a hit is exact to rounding, not
+    bitwise, and changes `prompt_tokens`, which other tests compare across calls with the same query
+    (tests/engine/test_prefix_cache.py runs it on)."""
     cache: dict[tuple, Scorer] = {}
 
     def get(arch: str = "qwen3", kind: str = "causal", num_labels: int = 2, **options) -> Scorer:
+        options.setdefault("prefix_cache_mb", 0)
         key = (arch, kind, num_labels, tuple(sorted(options.items())))
         if key not in cache:
             path = tiny_models.get(arch, kind, num_labels)

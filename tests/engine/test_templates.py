@@ -67,7 +67,7 @@ def reranker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def preset_scorer(reranker):
-    return Scorer(str(reranker), dtype="float32", device="cpu", template="qwen3-reranker")
+    return Scorer(str(reranker), dtype="float32", device="cpu", template="qwen3-reranker", prefix_cache_mb=0)
 
 
 @pytest.mark.parametrize("apply_softmax", [False, True])

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from kafka_scorer.engine.attention.cached import PrefixedMetadata, prefixed_attention
 from kafka_scorer.engine.attention.cascade import CascadeMetadata, cascade_attention, prepare_cascade
 from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
 from kafka_scorer.engine.attention.flex import FlexMetadata, flex_attention
@@ -81,7 +82,7 @@ def scorer_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers attention-registry entry point: [1, H, T, d] in, [1, T, H, d] out."""
     metadata = kwargs.get(METADATA_KWARG)
-    if not isinstance(metadata, AttentionMetadata):
+    if not isinstance(metadata, AttentionMetadata | PrefixedMetadata):
         raise RuntimeError(
             f"attention {ATTENTION_IMPLEMENTATION!r} needs the `{METADATA_KWARG}` forward kwarg; "
             "this model's forward does not pass attention kwargs through"
@@ -94,15 +95,13 @@ def scorer_attention(
     # A layer that names its window (Gemma 2, Qwen 2/3: None on full-attention layers) is believed over
     # the model-wide one, which only serves layers that say nothing.
     window = kwargs.get("sliding_window", metadata.layout.sliding_window)
-    out = attend(
-        query[0],
-        key[0],
-        value[0],
-        metadata,
-        scale,
-        float(softcap) if softcap else None,
-        int(window) if window else None,
-    )
+    cap, window = float(softcap) if softcap else None, int(window) if window else None
+    if isinstance(metadata, PrefixedMetadata):
+        # A batch with cached prefixes (engine/prefix_cache.py): the layer picks the prefix's states.
+        layer = int(module.layer_idx)
+        out = prefixed_attention(query[0], key[0], value[0], metadata, layer, attend, scale, cap, window)
+    else:
+        out = attend(query[0], key[0], value[0], metadata, scale, cap, window)
     return out.transpose(0, 1).unsqueeze(0), None
 
 
