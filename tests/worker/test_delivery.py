@@ -47,8 +47,13 @@ class RecordingLedger(Ledger):
 
 
 class Harness:
-    def __init__(self, refused: dict[str, BaseException] | None = None, exactly_once: bool = False) -> None:
-        self.producer = FakeProducer(refused, transactional=exactly_once)
+    def __init__(
+        self,
+        refused: dict[str, BaseException] | None = None,
+        exactly_once: bool = False,
+        producer: Any = None,
+    ) -> None:
+        self.producer = producer or FakeProducer(refused, transactional=exactly_once)
         self.consumer = FakeConsumer()
         self.ledger = RecordingLedger(self.consumer)
         self.tracker = self.ledger.tracker
@@ -90,61 +95,70 @@ class DeliveryContract:
 
     exactly_once = False
 
-    def harness(self, refused: dict[str, BaseException] | None = None) -> Harness:
+    async def harness(self, refused: dict[str, BaseException] | None = None) -> Harness:
+        """The delivery under test; a subclass on a real broker builds it there
+        (tests/integration/test_delivery_contract.py)."""
         return Harness(refused, exactly_once=self.exactly_once)
 
+    async def results_on(self, h: Harness, topic: str, count: int) -> list[Result]:
+        """The results produced to `topic`, once `count` of them are there (or none are coming)."""
+        return h.results_on(topic)
+
+    async def topics_written(self, h: Harness) -> list[str]:
+        return [r.topic for r in h.producer.sent]
+
     async def test_answered_records_are_produced_and_committed(self) -> None:
-        h = self.harness()
+        h = await self.harness()
         await h.delivery.deliver([h.answer(0), h.answer(1)])
-        assert [r.id for r in h.results_on(DEFAULT)] == ["j0", "j1"]
+        assert [r.id for r in await self.results_on(h, DEFAULT, 2)] == ["j0", "j1"]
         assert await h.committed() == 2
         assert all(h.settled[i] is not None for i in (0, 1))
 
     async def test_no_commit_passes_an_unanswered_record(self) -> None:
-        h = self.harness()
+        h = await self.harness()
         first = h.open(0)
         await h.delivery.deliver([h.answer(1)])  # finished before the older record 0
         assert (await h.committed() or 0) == 0, "a commit may reach record 0 but never pass it"
         await h.delivery.deliver([answered(first)])
         assert await h.committed() == 2
-        assert {r.id for r in h.results_on(DEFAULT)} == {"j0", "j1"}
+        assert {r.id for r in await self.results_on(h, DEFAULT, 2)} == {"j0", "j1"}
 
     async def test_a_ticket_of_a_revoked_partition_is_dropped_not_produced(self) -> None:
-        h = self.harness()
+        h = await self.harness()
         ticket = h.answer(0)
         h.tracker.revoke([TP])
         await h.delivery.deliver([ticket])
         assert h.settled == {0: None}
-        assert h.results_on(DEFAULT) == []
+        assert await self.results_on(h, DEFAULT, 0) == []
 
     async def test_a_dead_letter_copy_goes_out_with_the_answer(self) -> None:
-        h = self.harness()
+        h = await self.harness()
         await h.delivery.deliver([h.answer(0, dead_letter="requests.DLT")])
-        topics = [r.topic for r in h.producer.sent]
+        topics = await self.topics_written(h)
         assert topics == ["requests.DLT", DEFAULT], "the copy first, then the answer that names it"
         assert await h.committed() == 1
 
     async def test_every_result_carries_the_served_models_provenance(self) -> None:
-        h = self.harness()
+        h = await self.harness()
         ticket = h.open(0).answer(error_result("j0", ErrorCode.INVALID_MESSAGE, "not JSON"))
         await h.delivery.deliver([ticket])
-        (result,) = h.results_on(DEFAULT)
+        (result,) = await self.results_on(h, DEFAULT, 1)
         assert (result.model, result.model_revision, result.dtype) == ("m", "rev-1", "float32")
 
     async def test_a_refused_reply_topic_is_answered_on_the_default_topic(self) -> None:
-        h = self.harness({"denied": TopicAuthorizationFailedError("denied")})
+        h = await self.harness({"denied": TopicAuthorizationFailedError("denied")})
         await h.delivery.deliver([h.answer(0, reply_topic="denied")])
-        (result,) = h.results_on(DEFAULT)
+        (result,) = await self.results_on(h, DEFAULT, 1)
         assert result.error is not None and result.error.code is ErrorCode.INVALID_REQUEST
         assert "denied" in result.error.message
         assert await h.committed() == 1
 
     async def test_an_answer_no_topic_takes_stops_delivery_uncommitted(self) -> None:
-        h = self.harness({DEFAULT: TopicAuthorizationFailedError(DEFAULT)})
+        h = await self.harness({DEFAULT: TopicAuthorizationFailedError(DEFAULT)})
         with pytest.raises(Undeliverable, match="reply_topic"):
             await h.delivery.deliver([h.answer(0)])
         assert (await h.committed() or 0) == 0
-        assert h.results_on(DEFAULT) == [] and h.settled == {}
+        assert await self.results_on(h, DEFAULT, 0) == [] and h.settled == {}
 
 
 class TestAtLeastOnce(DeliveryContract):
@@ -155,7 +169,7 @@ class TestExactlyOnce(DeliveryContract):
     exactly_once = True
 
     async def test_a_fenced_transactional_producer_stops_delivery_and_commits_nothing(self) -> None:
-        h = self.harness()
+        h = await self.harness()
 
         async def fenced(records, offsets, group_id) -> None:
             raise FatalProducerError(str(ProducerFenced()))
@@ -169,7 +183,7 @@ class TestExactlyOnce(DeliveryContract):
     async def test_no_result_goes_out_whose_offset_may_not_be_committed(self) -> None:
         """Membership lost (or a log reset): the consumer's guard lets no offset through, so the results
         must not go out either; a transaction may only carry results whose offsets it commits."""
-        h = self.harness()
+        h = await self.harness()
         h.consumer.membership_lost = True
         await h.delivery.deliver([h.answer(0), h.answer(1)])
         assert h.producer.sent == []
