@@ -13,6 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 from aiokafka import TopicPartition
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import Batcher
@@ -164,4 +166,46 @@ async def test_a_topics_default_priority_applies_to_jobs_without_one(ledger, eng
     await until(lambda: len(_queued(intake)) == 2)
     priorities = {t.job_id: t.priority for t in intake.batcher._scheduler._queue}
     assert priorities == {"default": -4, "own": 9}
+    intake.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(
+                st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True), st.text(max_size=3)
+            ),
+            st.one_of(st.none(), st.integers(-(2**31), 2**31), st.floats(allow_nan=True)),
+            st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),  # the record's timestamp
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+async def test_generated_deadlines_priorities_and_timestamps_never_crash_intake(records) -> None:
+    """Whatever `timeout_ms`, `priority` and record timestamp arrive (out of range, mistyped, missing,
+    far in the future or past), every record is answered or queued, and none raises."""
+    from kafka_scorer.worker.ledger import Ledger
+    from kafka_scorer.worker.metrics import WorkerMetrics
+    from tests.worker.conftest import FakeConsumer
+    from tests.worker.conftest import settings as worker_settings
+
+    ledger = Ledger(worker_settings(), WorkerMetrics(), FakeConsumer([TP0]))
+    engine = FakeEngine()
+    intake, outbox = _intake(ledger, engine)
+    intake.time_policy = TimePolicy(max_job_age_ms=1000, topic_priorities={"jobs": -1})
+    polled = []
+    for offset, (timeout_ms, priority, timestamp) in enumerate(records):
+        fields = {"timeout_ms": timeout_ms, "priority": priority}
+        record = _rec(0, offset, f"j{offset}", **{k: v for k, v in fields.items() if v is not None})
+        record.timestamp = timestamp if timestamp is not None else -1
+        polled.append(record)
+    await intake.accept({TP0: polled})
+    await until(lambda: len(outbox.delivery.answered) + len(_queued(intake)) == len(records))  # type: ignore[union-attr]
+    for result in outbox.delivery.answered:  # type: ignore[union-attr]
+        assert result.error is not None and result.error.code in {
+            ErrorCode.INVALID_REQUEST,
+            ErrorCode.DEADLINE_EXCEEDED,
+        }, result
     intake.close()
