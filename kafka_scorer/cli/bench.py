@@ -131,26 +131,12 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.bench.workloads import WORKLOADS
 
     workloads = tuple(args.workload or ["all"])
-    if "long-docs" in workloads:
-        code = _run_long_docs(args)
-        workloads = tuple(w for w in workloads if w != "long-docs")
-        if not workloads or code:
-            return code
-    if "backlog" in workloads:
-        code = _run_backlog(args)
-        workloads = tuple(w for w in workloads if w != "backlog")
-        if not workloads or code:
-            return code
-    if "judge" in workloads:
-        code = _run_prefix(args)
-        workloads = tuple(w for w in workloads if w != "judge")
-        if not workloads or code:
-            return code
-    if "cross-encoder" in workloads:
-        code = _run_cross_encoder(args)
-        workloads = tuple(w for w in workloads if w != "cross-encoder")
-        if not workloads or code:
-            return code
+    for name, runner in _NAMED_ONLY.items():  # each its own report; the decoder workloads after them
+        if name in workloads:
+            code = runner(args)
+            workloads = tuple(w for w in workloads if w != name)
+            if not workloads or code:
+                return code
     backends = tuple(args.backend or ["all"])
     config = BenchConfig(
         device=args.device,
@@ -195,15 +181,8 @@ def _run_cross_encoder(args: argparse.Namespace) -> int:
         repeat_budget_s=args.repeat_budget,
         max_batch_tokens=args.max_batch_tokens,
     )
-    print()
-    print(format_cross_encoder_report(report))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"cross-encoder": report}, fh, indent=2)
-    if not report["ok"]:
-        print("cross-check FAILED: a contender's scores disagree with CrossEncoder.predict", file=sys.stderr)
-        return 1
-    return 0
+    failed = "a contender's scores disagree with CrossEncoder.predict"
+    return _finish(args, "cross-encoder", report, format_cross_encoder_report(report), failed)
 
 
 def _run_long_docs(args: argparse.Namespace) -> int:
@@ -217,15 +196,8 @@ def _run_long_docs(args: argparse.Namespace) -> int:
         repeat_budget_s=args.repeat_budget,
         max_batch_tokens=args.max_batch_tokens,
     )
-    print()
-    print(format_long_docs_report(report))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"long-docs": report}, fh, indent=2)
-    if not report["ok"]:
-        print("cross-check FAILED: chunked scores disagree with the hand-chunked reference", file=sys.stderr)
-        return 1
-    return 0
+    failed = "chunked scores disagree with the hand-chunked reference"
+    return _finish(args, "long-docs", report, format_long_docs_report(report), failed)
 
 
 def _run_backlog(args: argparse.Namespace) -> int:
@@ -240,12 +212,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
         seed=args.seed,
         model_dir=args.model_dir,
     )
-    print()
-    print(format_backlog_report(report))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"backlog": report}, fh, indent=2)
-    return 0
+    return _finish(args, "backlog", report, format_backlog_report(report))
 
 
 def _run_prefix(args: argparse.Namespace) -> int:
@@ -261,12 +228,29 @@ def _run_prefix(args: argparse.Namespace) -> int:
         model_dir=args.model_dir,
         repeats=max(1, args.repeats),
     )
+    return _finish(args, "judge", report, format_prefix_report(report))
+
+
+def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
+    """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
     print()
-    print(format_prefix_report(report))
+    print(text)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"judge": report}, fh, indent=2)
+            json.dump({name: report}, fh, indent=2)
+    if failed and not report["ok"]:
+        print(f"cross-check FAILED: {failed}", file=sys.stderr)
+        return 1
     return 0
+
+
+_NAMED_ONLY = {
+    "long-docs": _run_long_docs,
+    "backlog": _run_backlog,
+    "judge": _run_prefix,
+    "cross-encoder": _run_cross_encoder,
+}
+"""The workloads that run only when named, in the order they run, each with its own report."""
 
 
 def _fmt_bytes(n: int) -> str:
