@@ -100,6 +100,9 @@ class Scorer:
                 "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
             )
         self.revision = model_revision or self.loaded.revision
+        # what every result is stamped with: fixed at load (the description, which `served` adds for the
+        # worker's start-up line, is not built again for each result)
+        self._provenance = ServedModel(self.model_name, self.revision, self.dtype_name)
         self._prefixes = prefix_planner(self.loaded, prefix_cache_mb, self.revision)
         self._preparer = JobPreparer(self.loaded, limits, self.template)
         self._runner = ModelRunner(self.loaded)
@@ -146,7 +149,7 @@ class Scorer:
 
     def stamp(self, result: Result, template: TemplateRef | None = None) -> Result:
         """Provenance on a result (SPEC §8): which checkpoint, dtype and template produced it."""
-        return self.served.stamp(result, template)
+        return self._provenance.stamp(result, template)
 
     def warm_up(self) -> None:
         """Full batches at the served shapes before the worker says it is ready — one packed MIS
