@@ -41,10 +41,6 @@ class TokenBudgetScheduler(Generic[J]):
         self._queue.append(job)
         self.queued_tokens += job.num_tokens
 
-    def oldest(self) -> J:
-        """The job queued first (the queue must not be empty): its wait decides when a batch closes."""
-        return self._queue[0]
-
     @property
     def full(self) -> bool:
         """A batch could close now without waiting for more jobs."""

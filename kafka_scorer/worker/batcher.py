@@ -1,6 +1,6 @@
 """The asyncio side of micro-batching: when a batch closes, and where the forward pass runs.
 
-The engine's `TokenBudgetScheduler` decides *what* goes together; this class decides *when*: a batch
+The lane queue (lanes.py) decides *what* goes together; this class decides *when*: a batch
 closes as soon as the queue holds `max_batch_tokens`, or when its oldest job has waited
 `max_batch_wait_ms`, or at once while draining. The forward pass runs on one executor thread that owns
 the device, so the event loop keeps fetching, heartbeating and producing while the model computes.
