@@ -14,6 +14,7 @@ leaves the query's last token to run, since a sequence is scored at a token of i
 
 from __future__ import annotations
 
+from kafka_scorer.engine.template_tokens import common_prefix
 from kafka_scorer.engine.templates import PromptTemplate
 
 
@@ -37,7 +38,7 @@ class PrefixMarker:
             # The head's last token may merge with the query's first characters (`Q: ` + `is` reads
             # `Q:` + ` is`), so the cut stops before it: the same cut for every query.
             head = self._head(templated_instruction)
-            marks.add(min(_common_prefix(query, head), len(head) - 1))
+            marks.add(min(common_prefix(query, head), len(head) - 1))
         return tuple(sorted({min(m, room) for m in marks} - {0}, reverse=True))
 
     def _head(self, instruction: str) -> list[int]:
@@ -49,12 +50,3 @@ class PrefixMarker:
             if len(self._heads) < 64:  # bounded: instructions come from jobs
                 self._heads[instruction] = head
         return head
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -52,7 +52,7 @@ def _seam(
     whole = list(tokenizer(shared_text + first_part, add_special_tokens=True)["input_ids"])
     if whole[: len(shared)] == shared:
         return None
-    kept = _common_prefix(shared, whole)
+    kept = common_prefix(shared, whole)
     start, end = offsets[kept]
     if kept == 0 or start == end or offsets[kept - 1][1] > start:
         return None  # a special token or a split character at the seam: keep the piecewise rule
@@ -63,7 +63,8 @@ def _seam(
     return kept, tail
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading ids `a` and `b` share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
