@@ -312,11 +312,15 @@ class Settings(EngineSettings):
         out: dict[str, int] = {}
         for part in (p.strip() for p in value.split(",") if p.strip()):
             topic, equals, number = part.rpartition("=")
-            if not equals or not topic.strip() or not number.strip().lstrip("-").isdigit():
+            try:
+                priority = int(number)
+            except ValueError:
+                priority = None
+            if not equals or not topic.strip() or priority is None:
                 raise ValueError(f"{part!r} is not TOPIC=N (e.g. scoring-bulk=-1,scoring-interactive=1)")
-            if not -128 <= int(number) <= 127:
+            if not -128 <= priority <= 127:
                 raise ValueError(f"{part!r}: a priority is from -128 to 127")
-            out[topic.strip()] = int(number)
+            out[topic.strip()] = priority
         return out
 
     @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")

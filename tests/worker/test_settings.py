@@ -6,6 +6,8 @@ import argparse
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kafka_scorer.cli import worker as command
@@ -203,3 +205,16 @@ def test_help_gives_every_setting_its_default_and_variable() -> None:
         assert f"env: KAFKA_SCORER_{name.upper()})" in helps[name], name
         assert "(default: " in helps[name], name
     assert "{DEBUG,INFO,WARNING,ERROR}" in parser.format_help()
+
+
+@given(st.text(alphabet="ab-=,0123456789 .", max_size=20))
+def test_topic_priorities_parse_or_are_one_setting_error(text: str) -> None:
+    """TOPIC=N,TOPIC=N: every priority within -128..127, or one validation error naming the setting."""
+    from kafka_scorer.config import Settings
+
+    try:
+        priorities = Settings(_env_file=None, model="m", topic_priorities=text).topic_priorities  # type: ignore[call-arg]
+    except ValidationError as exc:
+        assert exc.errors()[0]["loc"] == ("topic_priorities",)
+        return
+    assert all(topic.strip() == topic != "" and -128 <= p <= 127 for topic, p in priorities.items())
