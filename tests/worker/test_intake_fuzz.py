@@ -139,6 +139,8 @@ def _job_documents(fmt: str) -> st.SearchStrategy:
         "rank_by": st.one_of(st.none(), st.integers(-3, 4), anything),
         "activation": st.one_of(st.sampled_from(["none", "softmax", "sigmoid", "relu"]), anything),
         "chunking": st.one_of(st.none(), _CHUNKING, anything),
+        "timeout_ms": st.one_of(st.none(), st.integers(-2, 2**40), anything),
+        "priority": st.one_of(st.none(), st.integers(-130, 130), anything),
     }
     known = st.fixed_dictionaries({}, optional=fields)
     unknown = st.dictionaries(st.text(max_size=10), anything, max_size=2)
