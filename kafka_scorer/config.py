@@ -24,6 +24,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 AttentionBackend = Literal["auto", "dense", "cascade", "flex"]
+DecoderForward = Literal["auto", "fused", "compiled", "transformers"]
 
 
 def choices(annotation: object) -> tuple[str, ...]:
@@ -72,6 +73,12 @@ class EngineSettings(BaseSettings):
         "cascade; cascade: shared-prefix attention whose cost follows the mask; flex: FlexAttention with a "
         "block mask; "
         "dense: SDPA with an explicit mask (the reference).",
+    )
+    decoder_forward: DecoderForward = Field(
+        "auto",
+        description="Decoder layers (Qwen2/3, Llama, Mistral, Gemma 2). auto: the engine's fused layers, "
+        "compiled at warm-up on CUDA and eager on the CPU; fused: eager; compiled: compiled on any device; "
+        "transformers: the checkpoint's own layers (the reference).",
     )
     max_batch_tokens: int = Field(8192, gt=0, description="Token budget of one forward pass.")
     max_items_per_job: int = Field(1024, gt=0, description="Jobs with more items are rejected (`too_long`).")
