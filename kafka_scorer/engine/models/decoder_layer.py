@@ -83,6 +83,9 @@ def before_attention(
         q = rms_norm(q, w.q_norm, shape.eps, shape.offset_norm)
         k = rms_norm(k, w.k_norm, shape.eps, shape.offset_norm)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    # Token-major storage, as transformers hands its attention: v is otherwise a strided slice of the
+    # merged q/k/v output, which the compiled FlexAttention kernel reads more slowly.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     return q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), residual
 
 
