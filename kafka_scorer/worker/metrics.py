@@ -63,6 +63,12 @@ class WorkerMetrics:
         self.partition_resets = counter(
             "partition_resets", "Partitions restarted uncommitted: group membership lost, or a log reset"
         )
+        # Every log-reset verdict (worker/log_reset.py): acted on, refused past the bound, or a log end
+        # that the records just fetched contradict. Anything but a rare `repositioned` means a broker
+        # reporting wrong log ends.
+        self.log_resets = counter(
+            "log_resets", "Log-reset verdicts: repositioned, contradicted (not a reset), refused", ("outcome",)
+        )
         self.batch_jobs = histogram("batch_jobs", "Jobs per forward batch", _SIZE_BUCKETS)
         self.batch_items = histogram("batch_items", "Items (scored rows) per forward batch", _SIZE_BUCKETS)
         # Padding-free: the jobs' own tokens (the engine packs sequences end to end, nothing is padded),

@@ -40,6 +40,7 @@ from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.group_model import OneModelAssignor
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
+from kafka_scorer.worker.log_reset import Verdicts
 from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
 from kafka_scorer.worker.outage import BrokerWatch
 from kafka_scorer.worker.outbox import Outbox
@@ -163,7 +164,18 @@ class Worker:
             self.metrics.set_lag(self.consumer.lag(self.ledger.tracker.committed_offsets()))
             if records:
                 await self.intake.accept(records)
-            self.rebalance.restart(await self.consumer.reposition_reset_logs())
+            verdicts = await self.consumer.reposition_reset_logs()
+            self._count_resets(verdicts)
+            self.rebalance.restart(set(verdicts.reset))
+
+    def _count_resets(self, verdicts: Verdicts[Any]) -> None:
+        for outcome, found in (
+            ("repositioned", verdicts.reset),
+            ("contradicted", verdicts.contradicted),
+            ("refused", verdicts.refused),
+        ):
+            if found:
+                self.metrics.log_resets.labels(outcome=outcome).inc(len(found))
 
     def _started(self) -> None:
         self.ledger.started = True
