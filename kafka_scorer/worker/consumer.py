@@ -20,9 +20,9 @@ reset, positions come from what the broker holds, never from the worker's memory
   responses in a row (log_reset.py), is logged once and positioned from the broker: its committed
   offset where that lies within the log, else `auto_offset_reset`. Once per event and at most
   `MAX_REPOSITIONS` times in `WINDOW_S`; a log end that the records just fetched contradict is the
-  broker's error, not a reset (issue 26: the loop that re-scored the same records forever). The end is the fetch response's high
-  watermark, never ListOffsets: tansu answers ListOffsets with a number far too small once a partition
-  holds multi-record batches (docs/worker.md, "The embedded brokers"); its fetch high watermark is right.
+  broker's error, not a reset (issue 26: the loop that re-scored the same records forever). The end
+  is the fetch response's high watermark, never ListOffsets: tansu answers ListOffsets with a number
+  far too small once a partition holds multi-record batches (docs/worker.md, "The embedded brokers").
 - no commit goes past that watermark (or past the records fetched, where they proved it too small).
 """
 
@@ -87,6 +87,7 @@ class _Listener(ConsumerRebalanceListener):
     def __init__(self, listener: PartitionListener, resets: LogResetWatch[TopicPartition]) -> None:
         self._listener = listener
         self._resets = resets
+        self.joined = False  # an assignment (empty or not) has come: the member is in its group
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         await self._listener.on_revoked(set(revoked))
@@ -95,6 +96,7 @@ class _Listener(ConsumerRebalanceListener):
         partitions = set(assigned)
         self._resets.forget(partitions)  # a fresh assignment: aiokafka positions it from the broker
         await self._listener.on_assigned(partitions)
+        self.joined = True
 
 
 class JobConsumer:
@@ -122,11 +124,12 @@ class JobConsumer:
             partition_assignment_strategy=assignors,
         )
         self._resets: LogResetWatch[TopicPartition] = LogResetWatch()
+        self._listener: _Listener | None = None
 
     async def start(self, listener: PartitionListener) -> None:
         """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
         s = self._settings
-        forward = _Listener(listener, self._resets)
+        forward = self._listener = _Listener(listener, self._resets)
         if s.request_topic_pattern:
             self._consumer.subscribe(pattern=s.request_topic_pattern, listener=forward)
         else:
@@ -247,6 +250,11 @@ class JobConsumer:
 
     def paused(self) -> set[TopicPartition]:
         return set(self._consumer.paused())
+
+    @property
+    def joined(self) -> bool:
+        """True once the group has given this member an assignment (possibly empty): it consumes."""
+        return self._listener is not None and self._listener.joined
 
     @property
     def membership_lost(self) -> bool:

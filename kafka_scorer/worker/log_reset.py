@@ -134,7 +134,8 @@ class LogResetWatch(Generic[P]):
         part.suspect_at = None
         if not first:
             return None
-        return f"the broker reports the log end {state.log_end} but delivered records up to offset {received - 1}"
+        last = received - 1
+        return f"the broker reports the log end {state.log_end} but delivered records up to offset {last}"
 
     def _decide(self, tp: P, part: _Partition, state: FetchState, reason: str, verdicts: Verdicts[P]) -> None:
         if not part.armed:  # the same event as the reset already acted on: not again

@@ -70,7 +70,8 @@ def test_a_log_end_that_records_just_handed_out_contradict_is_not_a_reset() -> N
     watch: LogResetWatch[str] = LogResetWatch()
     watch.received("p", 10)  # offsets up to 10 handed out, in responses that say the log ends at 2
     first = watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=1)})
-    assert first.contradicted == {"p": "the broker reports the log end 2 but delivered records up to offset 10"}
+    said = "the broker reports the log end 2 but delivered records up to offset 10"
+    assert first.contradicted == {"p": said}
     later = [watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=n)}) for n in range(2, 10)]
     assert all(v.reset == {} and v.contradicted == {} for v in later)  # said once, never acted on
     assert watch.log_end("p", 2) == 11
