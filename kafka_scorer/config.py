@@ -223,14 +223,16 @@ class Settings(EngineSettings):
         2000,
         ge=0,
         description="A queued job below the highest queued priority that has waited this long is starving: "
-        "every batch takes starving jobs first, oldest first, up to priority_share of its token budget.",
+        "every batch reserves priority_share of its token budget for starving jobs, which go first, oldest "
+        "first.",
     )
     priority_share: float = Field(
         0.125,
         gt=0,
         le=1,
-        description="Share of each batch's token budget (at least one job) that starving lower-priority "
-        "jobs take before the higher priorities fill the rest.",
+        description="Share of each batch's token budget reserved for starving lower-priority jobs, which "
+        "go before the higher priorities fill the rest; a starving job larger than that goes once the "
+        "reservations of the batches that passed it over cover it.",
     )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."
