@@ -24,7 +24,10 @@ from kafka_scorer.engine.text_bounds import longest_token_chars, text_char_bound
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
-_TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
+_TRUNCATE_HINT = (
+    " (send `chunking: {}` to score the item in windows, or `truncate: true` to cut it; the worker's "
+    "`chunking` and `truncate` settings do either for every job)"
+)
 
 
 class JobPreparer(ItemWindows, ScoreFields):
