@@ -91,6 +91,7 @@ class EngineSettings(BaseSettings):
     )
     chunking: str = Field(
         "",
+        json_schema_extra={"metavar": "JSON"},
         description="Default of a job's `chunking`, as its JSON object, e.g. "
         '`{"aggregate": "max", "overlap": 64}`: score every window of an item too long for one pair '
         "(docs/message-schema.md, Long items); empty: none. Not together with `truncate`.",
@@ -210,6 +211,7 @@ class Settings(EngineSettings):
     )
     topic_priorities: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
+        json_schema_extra={"metavar": "TOPIC=N,..."},
         description="Default `priority` of each request topic, as TOPIC=N,TOPIC=N (e.g. "
         "scoring-bulk=-1,scoring-interactive=1); other topics: 0. Backpressure pauses lower ones first.",
     )
@@ -228,6 +230,7 @@ class Settings(EngineSettings):
     )
     priority_share: float = Field(
         0.125,
+        json_schema_extra={"metavar": "FRACTION"},
         gt=0,
         le=1,
         description="Share of each batch's token budget reserved for starving lower-priority jobs, which "
