@@ -138,6 +138,7 @@ class JobPreparer(ItemWindows, ScoreFields):
             truncated_items=truncated,
             activation=activation,
             rank_by=rank_by,
+            rank_normalised=templated and activation == "none" and len(label_ids) > 1,
             template=self.template_ref if templated else None,
             chunks=plan,
             prefix_marks=marks,

@@ -301,7 +301,8 @@ async def test_submit_flags_make_plain_text_jobs_a_reranking_run_and_print_it_re
         if "label_token_ids" in spec:  # --label-tokens is not added to it: both would be invalid_request
             labels = load_reference(reranker)[1].convert_ids_to_tokens(spec["label_token_ids"])
         rows = reference_rows(reranker, prompts, labels, apply_softmax=False)
-        relevance = [row[0] for row in rows]
+        # every job here is text under the template: ranked by the card's score (labels normalised)
+        relevance = [r[0] for r in reference_rows(reranker, prompts, labels, apply_softmax=True)]
         assert max_abs_diff(result.scores, rows) <= 1e-5, spec["id"]
         order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))[: want_top_n[spec["id"]]]
         assert result.ranking is not None and [r.index for r in result.ranking] == order, spec["id"]
