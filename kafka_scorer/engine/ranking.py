@@ -18,10 +18,15 @@ import math
 from kafka_scorer.wire.protocol import Ranked
 
 
-def rank(rows: list[list[float]], column: int, top_n: int, normalised: bool = False) -> list[Ranked]:
-    """`normalised`: rank by `row[column] / sum(row)`, the label-normalised probability a templated
-    reranker's card defines (rows of full-vocabulary label probabilities: it equals the softmax over
-    the label logits), and report that as the score."""
+def rank(
+    rows: list[list[float]], column: int, top_n: int | None, normalised: bool = False
+) -> list[Ranked] | None:
+    """None when the job asked for no ranking (`top_n` null). `normalised`: rank by `row[column] /
+    sum(row)`, the label-normalised probability a templated reranker's card defines (rows of
+    full-vocabulary label probabilities: it equals the softmax over the label logits), and report that
+    as the score."""
+    if top_n is None:
+        return None
     scores = [_normalised(row, column) if normalised else row[column] for row in rows]
 
     def key(index: int) -> tuple[float, int]:

@@ -313,9 +313,7 @@ class Scorer:
                 pooled_hidden_states=to_wire(pooled) if pooled is not None else None,
                 warnings=job.warnings,
                 truncated_items=job.truncated_items,
-                ranking=None
-                if job.job.top_n is None
-                else rank(rows, job.rank_by, job.job.top_n, job.rank_normalised),
+                ranking=rank(rows, job.rank_by, job.job.top_n, job.rank_normalised),
                 chunks=chunks,
             ),
             job.template,
