@@ -27,7 +27,7 @@ def rank(
     as the score."""
     if top_n is None:
         return None
-    scores = [_normalised(row, column) if normalised else row[column] for row in rows]
+    scores = [relevance(row, column, normalised) for row in rows]
 
     def key(index: int) -> tuple[float, int]:
         score = scores[index]
@@ -37,6 +37,9 @@ def rank(
     return [Ranked(index=index, score=scores[index]) for index in order]
 
 
-def _normalised(row: list[float], column: int) -> float:
+def relevance(row: list[float], column: int, normalised: bool) -> float:
+    """The score a row ranks by: its `column`, or that label's share of the row (see `rank`)."""
+    if not normalised:
+        return row[column]
     total = math.fsum(row)
     return row[column] / total if total > 0 else math.nan

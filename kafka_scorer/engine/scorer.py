@@ -302,7 +302,7 @@ class Scorer:
         pooled = torch.cat(hidden) if hidden else None
         chunks = []
         if job.chunks is not None:
-            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled)
+            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled, job.rank_normalised)
         return self.stamp(
             Result(
                 id=job.job_id,
