@@ -98,6 +98,7 @@ class EngineSettings(BaseSettings):
     )
     chunking: str = Field(
         "",
+        json_schema_extra={"metavar": "JSON"},
         description="Default of a job's `chunking`, as its JSON object, e.g. "
         '`{"aggregate": "max", "overlap": 64}`: score every window of an item too long for one pair '
         "(docs/message-schema.md, Long items); empty: none. Not together with `truncate`.",
@@ -217,6 +218,7 @@ class Settings(EngineSettings):
     )
     topic_priorities: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
+        json_schema_extra={"metavar": "TOPIC=N,..."},
         description="Default `priority` of each request topic, as TOPIC=N,TOPIC=N (e.g. "
         "scoring-bulk=-1,scoring-interactive=1); other topics: 0. Backpressure pauses lower ones first.",
     )
@@ -230,14 +232,17 @@ class Settings(EngineSettings):
         2000,
         ge=0,
         description="A queued job below the highest queued priority that has waited this long is starving: "
-        "every batch takes starving jobs first, oldest first, up to priority_share of its token budget.",
+        "every batch reserves priority_share of its token budget for starving jobs, which go first, oldest "
+        "first.",
     )
     priority_share: float = Field(
         0.125,
+        json_schema_extra={"metavar": "FRACTION"},
         gt=0,
         le=1,
-        description="Share of each batch's token budget (at least one job) that starving lower-priority "
-        "jobs take before the higher priorities fill the rest.",
+        description="Share of each batch's token budget reserved for starving lower-priority jobs, which "
+        "go before the higher priorities fill the rest; a starving job larger than that goes once the "
+        "reservations of the batches that passed it over cover it.",
     )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."

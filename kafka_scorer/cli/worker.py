@@ -155,6 +155,9 @@ async def _start_and_run(
         return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
     if not reached:  # said now, not after a model load of minutes: a wrong address is the usual cause
         log.warning(unreachable_at_start(settings, unreached))
+    from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+
+    keep_triton_out_on_cpu(settings.device)  # no triton leak report at exit on a CPU machine
     from kafka_scorer.engine.scorer import Scorer  # torch: seconds, so after the connection check
     from kafka_scorer.worker.service import Worker
 

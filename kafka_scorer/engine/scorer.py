@@ -284,7 +284,7 @@ class Scorer:
         pooled = torch.cat(hidden) if hidden else None
         chunks = []
         if job.chunks is not None:
-            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled)
+            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled, job.rank_normalised)
         return self.stamp(
             Result(
                 id=job.job_id,
@@ -295,7 +295,7 @@ class Scorer:
                 pooled_hidden_states=to_wire(pooled) if pooled is not None else None,
                 warnings=job.warnings,
                 truncated_items=job.truncated_items,
-                ranking=None if job.job.top_n is None else rank(rows, job.rank_by, job.job.top_n),
+                ranking=rank(rows, job.rank_by, job.job.top_n, job.rank_normalised),
                 chunks=chunks,
             ),
             job.template,
