@@ -2,12 +2,15 @@
 no NVIDIA GPU (the package index's Linux torch is the CUDA build, several GB of NVIDIA libraries), the
 package index's build on a GPU machine or where the CPU index cannot be reached. `./dev torch-plan`
 prints the decision without installing anything; the inputs (GPU present, index reachable) are forced
-through the script's own override variables, so every branch runs here."""
+through the script's own override variables, so every branch runs here. `./dev gpu-check` is the one
+command that takes no venv at all (a lent GPU host is bare: its python3 imports the project).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,21 @@ def test_unreachable_index_is_probed_quickly() -> None:
     """The probe decides in seconds on a closed network (pip itself would retry per package)."""
     reason, *_ = _plan(KAFKA_SCORER_ASSUME_GPU="0", KAFKA_SCORER_TORCH_CPU_INDEX="http://127.0.0.1:9/none")
     assert "unreachable" in reason
+
+
+def test_gpu_check_runs_without_a_venv(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(ROOT / "dev"), "gpu-check", "--dry-run", "--out", str(tmp_path)],
+        env={
+            **os.environ,
+            "KAFKA_SCORER_PYTHON": sys.executable,
+            "KAFKA_SCORER_VENV": str(tmp_path / "venv"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[0].startswith("cuda-tier ")
+    assert f"tables to {tmp_path}" in done.stdout
+    assert not (tmp_path / "v").exists()
