@@ -101,7 +101,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "open-loop",
             "Open loop, SGLang's shape, 0.6B",
             [*bench, *small, "--workload", "open-loop", *open_loop, "--json", str(work / "open-loop.json")],
-            150,
+            180,
             "open-loop.json",
         ),
         Step(

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES
 from kafka_scorer.bench.open_loop_client import RateRun, Replies, send_poisson
+from kafka_scorer.bench.probes import others_cpu
 from kafka_scorer.bench.worker_process import WorkerProcess
 from kafka_scorer.wire.protocol import Job, encode_job
 
@@ -138,9 +139,11 @@ class JobMaker:
         self.plan = plan
         self.vocab = vocab
         self.rng = random.Random(f"open-loop:{seed}")
+        self.ids = range(FIRST_REGULAR_ID, vocab)
 
     def _tokens(self, n: int) -> list[int]:
-        return [self.rng.randrange(FIRST_REGULAR_ID, self.vocab) for _ in range(n)]
+        # choices, not randrange per token: thousands of jobs per rate are made before it starts
+        return self.rng.choices(self.ids, k=n)
 
     def encoded(self, job_id: str) -> bytes:
         shape = self.plan.job
@@ -264,9 +267,15 @@ async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMak
             await consumer.seek_to_end(*reply_parts)
             replies = Replies(consumer)
             reading = asyncio.create_task(replies.read_forever())
+
+            def check() -> None:  # a dead worker or reader is reported at once, not after a timeout
+                worker.check_alive()
+                if reading.done():
+                    reading.result()
+
             try:
-                warm = await _warm_up(producer, topics[0], replies, maker, plan, worker, config, log)
-                rates = await _all_rates(producer, topics[0], replies, maker, plan, worker, config, log)
+                warm = await _warm_up(producer, topics[0], replies, maker, plan, check, config, log)
+                rates = await _all_rates(producer, topics[0], replies, maker, plan, check, config, log)
             finally:
                 reading.cancel()
                 await asyncio.gather(reading, return_exceptions=True)
@@ -280,7 +289,7 @@ async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMak
 
 
 async def _warm_up(
-    producer, topic: str, replies: Replies, maker: JobMaker, plan: Plan, worker, config, log
+    producer, topic: str, replies: Replies, maker: JobMaker, plan: Plan, check, config, log
 ) -> dict:
     """Bursts of 1 job, then of a quarter, half, one and two token budgets of jobs, each answered before
     the next: every batch size the rates will produce has run (and compiled) once, uncounted."""
@@ -295,12 +304,12 @@ async def _warm_up(
             await producer.send(topic, maker.encoded(job_id))
         count += size
         timeout = config.start_timeout_s if b == 0 else max(60.0, 10 * plan.seconds)
-        await replies.wait_for(ids, timeout, worker.check_alive)
+        await replies.wait_for(ids, timeout, check)
     return {"warmup_jobs": count, "warmup_s": time.monotonic() - started}
 
 
 async def _all_rates(
-    producer, topic: str, replies: Replies, maker: JobMaker, plan: Plan, worker, config, log
+    producer, topic: str, replies: Replies, maker: JobMaker, plan: Plan, check, config, log
 ) -> list[dict]:
     rates: list[dict] = []
     rng = random.Random(f"arrivals:{config.seed}")
@@ -312,10 +321,12 @@ async def _all_rates(
         arrivals = poisson_arrivals(rng, rate, plan.seconds)
         log(f"rate {rate:g}/s: {len(arrivals)} requests over {plan.seconds:g} s ...")
         payloads = [(f"r{index}-{k}", maker.encoded(f"r{index}-{k}")) for k in range(len(arrivals))]
-        run = await send_poisson(producer, topic, payloads, arrivals)
-        drain_s = max(5.0, plan.seconds)
-        await replies.wait_for(run.ids, drain_s, worker.check_alive, raise_on_timeout=False)
+        with others_cpu() as load:
+            run = await send_poisson(producer, topic, payloads, arrivals)
+            drain_s = max(5.0, plan.seconds)
+            await replies.wait_for(run.ids, drain_s, check, raise_on_timeout=False)
         summary = run.summary(rate, plan.seconds, plan.job.num_items, replies, config.p99_bound_ms)
+        summary["others_cpu"] = load.foreign_cpu_load
         rates.append(summary)
         if summary["lost"]:
             saturated_at = rate

@@ -118,6 +118,7 @@ class RateRun:
             "lost": 0,
             "first_error": f"skipped: the worker was saturated at {saturated_at:g}/s",
             "client_lag_max_ms": nan,
+            "others_cpu": nan,
             "meets_bound": False,
             "skipped": True,
         }

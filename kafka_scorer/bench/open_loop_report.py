@@ -11,6 +11,10 @@ def _rate(value: float | None) -> str:
     return "–" if value is None else f"{value:,.1f}"
 
 
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
 def format_open_loop_report(report: dict) -> str:
     meta = report["meta"]
     job = meta["job"]
@@ -23,17 +27,20 @@ def format_open_loop_report(report: dict) -> str:
         f"tokens, labels {meta['labels']}, apply_softmax {str(job['apply_softmax']).lower()}; "
         f"{meta['seconds']:g} s of arrivals per rate; latency from produce to reply read",
         f"worker ready in {meta['worker_start_s']:.1f} s; warm-up {meta['warmup_jobs']} jobs in "
-        f"{meta['warmup_s']:.1f} s (not counted)",
+        f"{meta['warmup_s']:.1f} s (not counted); others: the CPU share other processes took meanwhile (the "
+        "worker and the broker count as the bench's own)",
         "",
-        "| requests/s | offered items/s | served items/s | p50 ms | p90 ms | p99 ms | max ms | errors |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| requests/s | offered items/s | served items/s | p50 ms | p90 ms | p99 ms | max ms | errors "
+        "| others |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     notes = []
     for r in report["rates"]:
         errors = "skipped" if r["skipped"] else str(r["errors"])
         lines.append(
             f"| {r['rate_rps']:g} | {_rate(r['offered_items_per_s'])} | {_rate(r['served_items_per_s'])} | "
-            f"{_ms(r['p50_ms'])} | {_ms(r['p90_ms'])} | {_ms(r['p99_ms'])} | {_ms(r['max_ms'])} | {errors} |"
+            f"{_ms(r['p50_ms'])} | {_ms(r['p90_ms'])} | {_ms(r['p99_ms'])} | {_ms(r['max_ms'])} | {errors} | "
+            f"{_share(r.get('others_cpu'))} |"
         )
         if r["first_error"]:
             notes.append(f"{r['rate_rps']:g}/s: {r['first_error']}")
