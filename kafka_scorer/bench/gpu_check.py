@@ -164,6 +164,8 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
     if _is_pytest(step) and not (ROOT / "tests" / "cuda").is_dir():
         return Outcome(step.name, "skipped", note=f"no tests/cuda under {ROOT} (run from the checkout)")
     log_path = work / f"{step.name}.log"
+    if step.report:  # a report left by an earlier run must not pass for this one's
+        (work / step.report).unlink(missing_ok=True)
     started = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)

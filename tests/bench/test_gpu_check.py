@@ -85,3 +85,9 @@ def test_tiny_check_writes_the_tables_json_and_logs(tmp_path: Path) -> None:
     assert "| cuda-tier | ok |" in markdown and "| label-kernel | ok |" in markdown
     with tarfile.open(out / "gpu-check-logs.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["cuda-tier.log", "label-kernel.log"]
+
+
+def test_a_report_from_an_earlier_run_is_not_taken_for_this_ones(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text('{"stale": true}')
+    outcome = run_step(Step("quiet", "writes nothing", ["-c", "pass"], 60, "r.json"), tmp_path, 100)
+    assert outcome.status == "ok" and outcome.report is None
