@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_scorer.bench.gpu_check_tables import step_markdown
+from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the CUDA tier's tests live under it (absent from an installed package)."""
@@ -224,7 +224,7 @@ def write_outputs(out: Path, work: Path, outcomes: list[Outcome], meta: dict) ->
         "",
         "| step | status | seconds | note |",
         "| --- | --- | ---: | --- |",
-        *(f"| {o.name} | {o.status} | {o.seconds:.0f} | {o.summary or o.note} |" for o in outcomes),
+        *(f"| {o.name} | {o.status} | {o.seconds:.0f} | {step_summary(o)} |" for o in outcomes),
     ]
     for outcome in outcomes:
         sections += ["", step_markdown(outcome)]

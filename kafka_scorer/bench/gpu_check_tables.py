@@ -39,6 +39,34 @@ def step_markdown(outcome: Any) -> str:
     return "\n".join(lines)
 
 
+def step_summary(outcome: Any) -> str:
+    """One line for the status table: the figure each step is read for."""
+    report = outcome.report
+    if outcome.summary or report is None:
+        return outcome.summary or outcome.note
+    if outcome.name == "open-loop":
+        best, bound = report["open-loop"]["best"], report["open-loop"]["meta"]["p99_bound_ms"]
+        if best is None:
+            return f"no rate within p99 {bound:g} ms"
+        return (
+            f"best {best['rate_rps']:g} requests/s within p99 {bound:g} ms: "
+            f"{best['served_items_per_s']:,.0f} items/s, p99 {best['p99_ms']:,.0f} ms"
+        )
+    if "speedup_vs_baseline" in report:
+        return (
+            ", ".join(f"{k} {v:.1f}x" for k, v in report["speedup_vs_baseline"].items()) + " vs log_softmax"
+        )
+    if "workloads" in report:
+        floors = [
+            f"{key} floor {c['floor_fraction']:.2f}"
+            for key, c in report["workloads"].get("many-items", {}).get("contenders", {}).items()
+            if key.startswith("b:") and key != "b:steady"
+        ]
+        check = "cross-check ok" if report["ok"] else "cross-check FAILED"
+        return "; ".join([check, *floors])
+    return ""
+
+
 def _text(block: str) -> list[str]:
     return ["```text", block, "```"]
 
@@ -57,7 +85,7 @@ def _bench_tables(report: dict) -> list[str]:
                 f"| {name} | {key} {c['label']} | {c['items_per_s']:,.1f} | {c['tokens_per_s']:,.0f} | "
                 f"{c['floor_fraction']:.2f} | {'' if diff is None else f'{diff:.1e}'} |"
             )
-    if report.get("targets"):
+    if report.get("targets") and not report["meta"].get("quick"):  # --quick goals are not judged
         lines += ["", "| goal | value | goal | verdict |", "| --- | ---: | ---: | --- |"]
         for t in report["targets"]:
             value = "?" if t["value"] is None else f"{t['value']:.2f}"

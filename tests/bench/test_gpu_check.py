@@ -83,6 +83,7 @@ def test_tiny_check_writes_the_tables_json_and_logs(tmp_path: Path) -> None:
     markdown = (out / "gpu-check.md").read_text()
     assert "## CUDA tier" in markdown and "## Label kernel" in markdown
     assert "| cuda-tier | ok |" in markdown and "| label-kernel | ok |" in markdown
+    assert "vs log_softmax" in markdown  # the step's figure in its status line
     with tarfile.open(out / "gpu-check-logs.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["cuda-tier.log", "label-kernel.log"]
 
