@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
     log_path = work / f"{step.name}.log"
     if step.report:  # a report left by an earlier run must not pass for this one's
         (work / step.report).unlink(missing_ok=True)
-    started = time.monotonic()
+    started, wall_started = time.monotonic(), time.time()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     with open(log_path, "wb") as log:
@@ -185,6 +186,7 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
+            _drop_models_touched_since(work / "models", wall_started)
             return Outcome(
                 step.name, "timeout", time.monotonic() - started, note=f"killed after {timeout:.0f} s"
             )
@@ -200,6 +202,16 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
     if code != 0 and not outcome.summary:
         outcome.note = text.strip().splitlines()[-1][:300] if text.strip() else f"exit {code}"
     return outcome
+
+
+def _drop_models_touched_since(models: Path, since: float) -> None:
+    """A checkpoint a killed step was writing would pass for a whole one next time (its config.json is
+    there): every checkpoint folder written to during the step goes; finished ones from before stay."""
+    if not models.is_dir():
+        return
+    for folder in models.iterdir():
+        if folder.is_dir() and folder.stat().st_mtime >= since - 1:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

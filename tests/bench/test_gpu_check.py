@@ -92,3 +92,18 @@ def test_a_report_from_an_earlier_run_is_not_taken_for_this_ones(tmp_path: Path)
     (tmp_path / "r.json").write_text('{"stale": true}')
     outcome = run_step(Step("quiet", "writes nothing", ["-c", "pass"], 60, "r.json"), tmp_path, 100)
     assert outcome.status == "ok" and outcome.report is None
+
+
+def test_a_checkpoint_half_written_by_a_killed_step_is_removed(tmp_path: Path) -> None:
+    """Killed while writing a model, the step leaves no folder that a later run would load as whole;
+    the checkpoints finished before it stay."""
+    old = tmp_path / "models" / "finished"
+    old.mkdir(parents=True)
+    (old / "config.json").write_text("{}")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    half = tmp_path / "models" / "half"
+    config = str(half / "config.json")
+    code = f"import os, time; os.makedirs({str(half)!r}); open({config!r}, 'w'); time.sleep(60)"
+    outcome = run_step(Step("build", "builds", ["-c", code], timeout_s=3), tmp_path, remaining_s=100)
+    assert outcome.status == "timeout"
+    assert not half.exists() and (old / "config.json").exists()
