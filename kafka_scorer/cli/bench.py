@@ -55,8 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         choices=WORKLOAD_CHOICES,
-        help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog and "
-        "long-docs only when named)",
+        help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog, "
+        "long-docs, judge and open-loop only when named)",
     )
     parser.add_argument(
         "--model-shape",
