@@ -2,12 +2,15 @@
 no NVIDIA GPU (the package index's Linux torch is the CUDA build, several GB of NVIDIA libraries), the
 package index's build on a GPU machine or where the CPU index cannot be reached. `./dev torch-plan`
 prints the decision without installing anything; the inputs (GPU present, index reachable) are forced
-through the script's own override variables, so every branch runs here."""
+through the script's own override variables, so every branch runs here. `./dev gpu-check` is the one
+command that takes no venv at all (a lent GPU host is bare: its python3 imports the project).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,21 @@ def test_the_demo_installs_the_product_and_only_the_tests_install_the_test_extra
     testcontainers, ruff) into a user's venv; tests/integration/test_demo.py runs the demo without them."""
     assert _install_plan("demo") == _install_plan("run") == "pip install -e ."
     assert _install_plan("test") == "pip install -e .[test]"
+
+
+def test_gpu_check_runs_without_a_venv(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(ROOT / "dev"), "gpu-check", "--dry-run", "--out", str(tmp_path)],
+        env={
+            **os.environ,
+            "KAFKA_SCORER_PYTHON": sys.executable,
+            "KAFKA_SCORER_VENV": str(tmp_path / "venv"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[0].startswith("cuda-tier ")
+    assert f"tables to {tmp_path}" in done.stdout
+    assert not (tmp_path / "venv").exists()

@@ -66,6 +66,16 @@ class RunProbe:
         out.peak_bytes = max(0, after - before)
 
 
+@contextlib.contextmanager
+def others_cpu() -> Iterator[Measured]:
+    """Only the CPU share other processes used during the block: no device sync, no memory mark (for a
+    client whose work runs in child processes, as the open-loop bench's worker and broker do)."""
+    out = Measured()
+    start = _cpu_snapshot()
+    yield out
+    out.foreign_cpu_load = _foreign_load(start, _cpu_snapshot())
+
+
 def sync(device: torch.device) -> None:
     """Wait for queued CUDA work, so a host clock read after it covers the work (no-op on CPU)."""
     if device.type == "cuda":

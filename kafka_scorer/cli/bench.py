@@ -20,15 +20,18 @@ WORKLOAD_CHOICES = (
     "backlog",
     "long-docs",
     "judge",
+    "open-loop",
     "all",
 )
 """`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
 against sentence-transformers on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a
 bulk backlog, priority lanes on and off, `bench/backlog.py`), `long-docs` (documents longer than a pair,
 scored with `chunking`, `bench/long_docs.py`) and `judge` (the prefix cache on and off: a judge's rubric,
-the rerank template, no shared prefix; `bench/prefix.py`)."""
+the rerank template, no shared prefix; `bench/prefix.py`) and `open-loop` (Poisson arrivals at a list of
+rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `bench/open_loop.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
+DEFAULT_BUDGET = 8192
 
 
 CONTENDERS_HELP = (
@@ -52,8 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--workload",
         action="append",
         choices=WORKLOAD_CHOICES,
-        help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog and "
-        "long-docs only when named)",
+        help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog, "
+        "long-docs, judge and open-loop only when named)",
     )
     parser.add_argument(
         "--model-shape",
@@ -85,7 +88,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default 2)",
     )
     parser.add_argument(
-        "--max-batch-tokens", type=int, default=8192, metavar="N", help="token budget of one forward"
+        "--max-batch-tokens",
+        type=int,
+        metavar="N",
+        help=f"token budget of one forward (default: {DEFAULT_BUDGET}; open-loop: the worker's own default)",
     )
     parser.add_argument(
         "--repeats",
@@ -131,6 +137,43 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", metavar="PATH", help="also write the full report as JSON (default: not written)"
     )
+    parser.add_argument(
+        "--rates",
+        type=_rates,
+        metavar="R,R,...",
+        help="open-loop: request rates (requests/s, each of 10 items by default) to offer, lowest first "
+        "(default: 25,50,100,150,200,300,400 on CUDA, 0.1,0.2,0.3,0.4 on the CPU, 4,8 with --quick)",
+    )
+    parser.add_argument(
+        "--rate-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="open-loop: seconds of arrivals per rate (default: 10 on CUDA, 30 on the CPU, 1.5 with --quick)",
+    )
+    parser.add_argument(
+        "--p99-bound-ms",
+        type=float,
+        default=300.0,
+        metavar="MS",
+        help="open-loop: the report names the highest rate whose p99 latency stays within this "
+        "(default: 300)",
+    )
+
+
+def _budget(args: argparse.Namespace) -> int:
+    return args.max_batch_tokens or DEFAULT_BUDGET
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        rates = ()
+    if not rates or any(not r > 0 for r in rates):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give positive request rates separated by commas, e.g. 10,20,40"
+        )
+    return rates
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick,
         skip_worker=args.skip_worker,
         skip_label_kernel=args.skip_label_kernel,
-        max_batch_tokens=args.max_batch_tokens,
+        max_batch_tokens=_budget(args),
         num_jobs=args.jobs,
         repeats=max(1, args.repeats),
         repeat_budget_s=args.repeat_budget,
@@ -187,7 +230,7 @@ def _run_cross_encoder(args: argparse.Namespace) -> int:
         skip_worker=args.skip_worker,
         repeats=max(1, args.repeats),
         repeat_budget_s=args.repeat_budget,
-        max_batch_tokens=args.max_batch_tokens,
+        max_batch_tokens=_budget(args),
     )
     failed = "a contender's scores disagree with CrossEncoder.predict"
     return _finish(args, "cross-encoder", report, format_cross_encoder_report(report), failed)
@@ -202,7 +245,7 @@ def _run_long_docs(args: argparse.Namespace) -> int:
         model_dir=args.model_dir,
         repeats=max(1, args.repeats),
         repeat_budget_s=args.repeat_budget,
-        max_batch_tokens=args.max_batch_tokens,
+        max_batch_tokens=_budget(args),
     )
     failed = "chunked scores disagree with the hand-chunked reference"
     return _finish(args, "long-docs", report, format_long_docs_report(report), failed)
@@ -239,6 +282,31 @@ def _run_prefix(args: argparse.Namespace) -> int:
     return _finish(args, "judge", report, format_prefix_report(report))
 
 
+def _run_open_loop(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.open_loop import OpenLoopConfig, run_open_loop_bench
+    from kafka_scorer.bench.open_loop_report import format_open_loop_report
+
+    backends = [b for b in (args.backend or []) if b != "all"]
+    if len(backends) > 1:
+        print("kafka-scorer bench: open-loop runs one worker: give at most one --backend", file=sys.stderr)
+        return 2
+    config = OpenLoopConfig(
+        device=args.device,
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        rates=args.rates,
+        seconds=args.rate_seconds,
+        p99_bound_ms=args.p99_bound_ms,
+        max_batch_tokens=args.max_batch_tokens,
+        backend=backends[0] if backends else None,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
+    report = run_open_loop_bench(config)
+    return _finish(args, "open-loop", report, format_open_loop_report(report))
+
+
 def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
     """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
     print()
@@ -253,6 +321,7 @@ def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed
 
 
 _NAMED_ONLY = {
+    "open-loop": _run_open_loop,
     "long-docs": _run_long_docs,
     "backlog": _run_backlog,
     "judge": _run_prefix,

@@ -1,8 +1,8 @@
 """The prefix cache on CUDA: compiled FlexAttention for the front, cached prefixes on the device.
 
 Reference: the same checkpoint and jobs scored on the CPU with the cache off (which the CPU suite checks
-against plain transformers, tests/engine/test_prefix_cache.py). Written without a GPU at hand: run it
-with `./dev test -m cuda tests/cuda` where one is.
+against plain transformers, tests/engine/test_prefix_cache.py). The `cpu` variant runs the same calls in
+CI (flex eagerly there); the `cuda` one with `./dev test -m cuda tests/cuda` where a GPU is.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import random
 import pytest
 
 from kafka_scorer.wire.protocol import Job
+from tests.cuda.devices import DEVICES
 
-pytestmark = pytest.mark.cuda
 
-
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", ["flex", "cascade", "dense"])
-def test_cached_scores_on_cuda_equal_the_cpu_without_a_cache(tiny_models, backend):
+def test_cached_scores_on_the_device_equal_the_cpu_without_a_cache(tiny_models, backend, device):
     from kafka_scorer.engine.scorer import Scorer
 
     path = str(tiny_models.get())
-    gpu = Scorer(path, dtype="float32", device="cuda", attention_backend=backend, prefix_cache_mb=16)
+    cached = Scorer(path, dtype="float32", device=device, attention_backend=backend, prefix_cache_mb=16)
     cpu = Scorer(path, dtype="float32", device="cpu", attention_backend="dense", prefix_cache_mb=0)
     rng = random.Random(3)
     queries = [[rng.randrange(5, 380) for _ in range(rng.randint(150, 400))] for _ in range(4)]
@@ -39,10 +39,10 @@ def test_cached_scores_on_cuda_equal_the_cpu_without_a_cache(tiny_models, backen
             )
             for n in range(8)
         ]
-        for got, want in zip(gpu.score_jobs(jobs), cpu.score_jobs(jobs)):
+        for got, want in zip(cached.score_jobs(jobs), cpu.score_jobs(jobs)):
             assert got.error is None and want.error is None
             diff = max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb))
             assert diff <= 1e-4
             assert got.prompt_tokens + got.cached_tokens == want.prompt_tokens
-    stats = gpu.prefix_cache_stats
+    stats = cached.prefix_cache_stats
     assert stats is not None and stats.hits > 0 and stats.bytes > 0

@@ -1,0 +1,317 @@
+"""`./dev gpu-check`: the CUDA tier and the GPU benches in one call, within a fixed time, tables out.
+
+A GPU is lent rarely and briefly, so what must run on one runs from one command: the CUDA tests
+(`pytest -m cuda tests/cuda`), the label-kernel micro-benchmark at the issue's shape, the 0.6B Qwen3
+shape's rerank and many-items workloads (every contender), the open-loop latency table, and the 8B
+shape's many-items floor fraction. Each step is its own process in its own process group with its own
+timeout, cut further so the whole stays within `--budget-s`: a step that hangs is killed with its
+children (a bench's worker and broker too) and the next one still runs.
+
+It needs no virtual environment, only an interpreter that imports the project (on a bare GPU host,
+PYTHONPATH pointing at the checkout and the wheels it lacks). What it leaves in `--out`: `gpu-check.md`
+(every table, as docs/performance.md shows them), `gpu-check.json` (each step's status and full JSON
+report) and `gpu-check-logs.tar.gz` (each step's output). Checkpoints and per-step files stay in
+`--work-dir`, so a second run reuses the generated models. `--dry-run` prints the steps and runs
+nothing; `--tiny` runs the same steps at CPU test size (what tests/bench/test_gpu_check.py does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: the CUDA tier's tests live under it (absent from an installed package)."""
+DEFAULT_BUDGET_S = 480.0
+MIN_STEP_S = 20.0
+"""A step is not started with less than this left of the budget: it could not finish anything."""
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    args: list[str]
+    """The interpreter's arguments (`-m module ...`)."""
+    timeout_s: float
+    report: str | None = None
+    """The JSON file the step writes (relative to the work dir), read back into the tables."""
+
+
+@dataclass
+class Outcome:
+    name: str
+    status: str  # ok, failed, timeout, skipped
+    seconds: float = 0.0
+    returncode: int | None = None
+    note: str = ""
+    report: dict | None = None
+    summary: str = ""
+    failures: list[str] = field(default_factory=list)
+
+
+def plan_steps(work: Path, tiny: bool) -> list[Step]:
+    """The steps in the order they run: the cheap and decisive first, the 8B model last."""
+    models = str(work / "models")
+    if tiny:  # the same commands at CPU test size
+        device, big, small = ["--device", "cpu"], ["--quick"], ["--quick"]
+        tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "tests/cuda", "-m", "not cuda"]
+        tier += ["-k", "label"]  # the CPU variants of the label-kernel test: seconds
+        kernel = ["--rows", "16", "--vocab", "512", "--hidden", "32", "--repeats", "1"]
+        open_loop: list[str] = []
+    else:
+        device, big, small = (
+            ["--device", "cuda"],
+            ["--model-shape", "qwen3-8b"],
+            ["--model-shape", "qwen3-0.6b"],
+        )
+        tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "-m", "cuda", "tests/cuda"]
+        kernel = []
+        open_loop = ["--rates", "25,50,100,200,300,400,600", "--rate-seconds", "6"]
+    bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
+    return [
+        Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 150),
+        Step(
+            "label-kernel",
+            "Label kernel at 4,096 x 151,936",
+            [
+                "-m",
+                "kafka_scorer.bench.label_kernel",
+                *device,
+                *kernel,
+                "--json",
+                str(work / "label-kernel.json"),
+            ],
+            60,
+            "label-kernel.json",
+        ),
+        Step(
+            "open-loop",
+            "Open loop, SGLang's shape, 0.6B",
+            [*bench, *small, "--workload", "open-loop", *open_loop, "--json", str(work / "open-loop.json")],
+            180,
+            "open-loop.json",
+        ),
+        Step(
+            "bench-0.6b",
+            "rerank and many-items, 0.6B",
+            [
+                *bench,
+                *small,
+                "--workload",
+                "rerank",
+                "--workload",
+                "many-items",
+                "--repeats",
+                "2",
+                "--repeat-budget",
+                "8",
+                "--steady-seconds",
+                "3",
+                "--json",
+                str(work / "bench-0.6b.json"),
+            ],
+            200,
+            "bench-0.6b.json",
+        ),
+        Step(
+            "floor-8b",
+            "many-items floor fraction, 8B",
+            [
+                *bench,
+                *big,
+                "--workload",
+                "many-items",
+                "--jobs",
+                "1",
+                "--repeats",
+                "1",
+                "--skip-worker",
+                "--json",
+                str(work / "floor-8b.json"),
+            ],
+            200,
+            "floor-8b.json",
+        ),
+    ]
+
+
+def command_line(step: Step) -> str:
+    return " ".join([Path(sys.executable).name, *step.args])
+
+
+def _is_pytest(step: Step) -> bool:
+    return step.args[:2] == ["-m", "pytest"]
+
+
+def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
+    """Run one step in a process group of its own; on its timeout the whole group is killed."""
+    timeout = min(step.timeout_s, remaining_s)
+    if remaining_s < MIN_STEP_S:
+        return Outcome(step.name, "skipped", note=f"out of time ({remaining_s:.0f} s of the budget left)")
+    if _is_pytest(step) and not (ROOT / "tests" / "cuda").is_dir():
+        return Outcome(step.name, "skipped", note=f"no tests/cuda under {ROOT} (run from the checkout)")
+    log_path = work / f"{step.name}.log"
+    if step.report:  # a report left by an earlier run must not pass for this one's
+        (work / step.report).unlink(missing_ok=True)
+    started, wall_started = time.monotonic(), time.time()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    with open(log_path, "wb") as log:
+        log.write(f"$ {command_line(step)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            [sys.executable, *step.args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            _drop_models_touched_since(work / "models", wall_started)
+            return Outcome(
+                step.name, "timeout", time.monotonic() - started, note=f"killed after {timeout:.0f} s"
+            )
+        finally:
+            _kill_group(proc)  # whatever the step left behind (a worker, a broker) goes with it
+    outcome = Outcome(step.name, "ok" if code == 0 else "failed", time.monotonic() - started, code)
+    if step.report and (work / step.report).is_file():
+        outcome.report = json.loads((work / step.report).read_text())
+    text = log_path.read_text(errors="replace")
+    if _is_pytest(step):
+        outcome.summary = _pytest_summary(text)
+        outcome.failures = re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.MULTILINE)
+    if code != 0 and not outcome.summary:
+        outcome.note = text.strip().splitlines()[-1][:300] if text.strip() else f"exit {code}"
+    return outcome
+
+
+def _drop_models_touched_since(models: Path, since: float) -> None:
+    """A checkpoint a killed step was writing would pass for a whole one next time (its config.json is
+    there): every checkpoint folder written to during the step goes; finished ones from before stay."""
+    if not models.is_dir():
+        return
+    for folder in models.iterdir():
+        if folder.is_dir() and folder.stat().st_mtime >= since - 1:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+def _pytest_summary(text: str) -> str:
+    lines = [line.strip("= ") for line in text.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    return lines[-1] if lines else ""
+
+
+def write_outputs(out: Path, work: Path, outcomes: list[Outcome], meta: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    sections = [
+        f"# GPU check: {meta['device_name']}",
+        "",
+        f"{meta['started_at']}, {meta['seconds']:.0f} s of a {meta['budget_s']:.0f} s budget; torch "
+        f"{meta['torch']}, kafka-scorer at {meta['commit'] or 'an unknown commit'}",
+        "",
+        "| step | status | seconds | note |",
+        "| --- | --- | ---: | --- |",
+        *(f"| {o.name} | {o.status} | {o.seconds:.0f} | {step_summary(o)} |" for o in outcomes),
+    ]
+    for outcome in outcomes:
+        sections += ["", step_markdown(outcome)]
+    (out / "gpu-check.md").write_text("\n".join(sections) + "\n")
+    payload = {"meta": meta, "steps": [o.__dict__ for o in outcomes]}
+    (out / "gpu-check.json").write_text(json.dumps(payload, indent=2))
+    with tarfile.open(out / "gpu-check-logs.tar.gz", "w:gz") as tar:
+        for log in sorted(work.glob("*.log")):
+            tar.add(log, arcname=log.name)
+
+
+def _meta(budget_s: float, started: float) -> dict:
+    import torch
+
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    commit = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    return {
+        "device_name": name,
+        "torch": torch.__version__,
+        "commit": commit,
+        "budget_s": budget_s,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": time.time() - started,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./dev gpu-check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out", help="where the tables go "
+                        "(default: $OUT, else ./gpu-check-out)")  # fmt: skip
+    parser.add_argument(
+        "--work-dir", default="/tmp/kafka-scorer-gpu-check", help="checkpoints and step files"
+    )
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="the whole check's time")
+    parser.add_argument("--steps", help="comma-separated subset of the steps, in their order (default: all)")
+    parser.add_argument("--tiny", action="store_true", help="the same steps at CPU test size")
+    parser.add_argument("--dry-run", action="store_true", help="print the steps and their limits only")
+    args = parser.parse_args(argv)
+    work = Path(args.work_dir)
+    steps = plan_steps(work, args.tiny)
+    if args.steps:
+        wanted = args.steps.split(",")
+        unknown = sorted(set(wanted) - {s.name for s in steps})
+        if unknown:
+            parser.error(
+                f"--steps: unknown {', '.join(unknown)}; the steps are {', '.join(s.name for s in steps)}"
+            )
+        steps = [s for s in steps if s.name in wanted]
+    if args.dry_run:
+        for step in steps:
+            print(f"{step.name} (at most {step.timeout_s:.0f} s): {command_line(step)}")
+        print(f"budget {args.budget_s:.0f} s in all; tables to {args.out}")
+        return 0
+    work.mkdir(parents=True, exist_ok=True)
+    started, deadline = time.time(), time.monotonic() + args.budget_s
+    outcomes = []
+    for step in steps:
+        print(f"gpu-check: {step.name} ...", flush=True)
+        outcome = run_step(step, work, deadline - time.monotonic())
+        print(
+            f"gpu-check: {step.name} {outcome.status} in {outcome.seconds:.0f} s {outcome.note}", flush=True
+        )
+        outcomes.append(outcome)
+    meta = _meta(args.budget_s, started)
+    write_outputs(Path(args.out), work, outcomes, meta)
+    print((Path(args.out) / "gpu-check.md").read_text())
+    return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Each `./dev gpu-check` step's section of gpu-check.md, from the JSON report the step wrote.
+
+The tables come from the same formatters the bench commands print with, so the check's file and a
+bench run read alike; the goals and the floor fractions are pulled out as markdown tables of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TITLES = {
+    "cuda-tier": "CUDA tier",
+    "label-kernel": "Label kernel",
+    "open-loop": "Open loop (SGLang's shape)",
+    "bench-0.6b": "Rerank and many-items, 0.6B",
+    "floor-8b": "Many-items floor fraction, 8B",
+}
+
+
+def step_markdown(outcome: Any) -> str:
+    lines = [f"## {TITLES.get(outcome.name, outcome.name)}", ""]
+    if outcome.name == "cuda-tier":
+        lines.append(outcome.summary or f"{outcome.status}: {outcome.note}")
+        lines += [f"- failed: `{name}`" for name in outcome.failures]
+        return "\n".join(lines)
+    report = outcome.report
+    if report is None:
+        return "\n".join([*lines, f"no report ({outcome.status}: {outcome.note or 'see its log'})"])
+    if outcome.name == "label-kernel":
+        from kafka_scorer.bench.label_kernel import format_report
+
+        lines += _text(format_report(report))
+    elif outcome.name == "open-loop":
+        from kafka_scorer.bench.open_loop_report import format_open_loop_report
+
+        lines.append(format_open_loop_report(report["open-loop"]))
+    else:
+        lines += _bench_tables(report)
+    return "\n".join(lines)
+
+
+def step_summary(outcome: Any) -> str:
+    """One line for the status table: the figure each step is read for."""
+    report = outcome.report
+    if outcome.summary or report is None:
+        return outcome.summary or outcome.note
+    if outcome.name == "open-loop":
+        best, bound = report["open-loop"]["best"], report["open-loop"]["meta"]["p99_bound_ms"]
+        if best is None:
+            return f"no rate within p99 {bound:g} ms"
+        return (
+            f"best {best['rate_rps']:g} requests/s within p99 {bound:g} ms: "
+            f"{best['served_items_per_s']:,.0f} items/s, p99 {best['p99_ms']:,.0f} ms"
+        )
+    if "speedup_vs_baseline" in report:
+        return (
+            ", ".join(f"{k} {v:.1f}x" for k, v in report["speedup_vs_baseline"].items()) + " vs log_softmax"
+        )
+    if "workloads" in report:
+        floors = [
+            f"{key} floor {c['floor_fraction']:.2f}"
+            for key, c in report["workloads"].get("many-items", {}).get("contenders", {}).items()
+            if key.startswith("b:") and key != "b:steady"
+        ]
+        check = "cross-check ok" if report["ok"] else "cross-check FAILED"
+        return "; ".join([check, *floors])
+    return ""
+
+
+def _text(block: str) -> list[str]:
+    return ["```text", block, "```"]
+
+
+def _bench_tables(report: dict) -> list[str]:
+    from kafka_scorer.cli.bench import format_report
+
+    lines = [
+        "| workload | contender | items/s | tok/s | floor | max diff vs (c) |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, workload in report["workloads"].items():
+        for key, c in workload["contenders"].items():
+            diff = c["max_abs_diff_vs_baseline"]
+            lines.append(
+                f"| {name} | {key} {c['label']} | {c['items_per_s']:,.1f} | {c['tokens_per_s']:,.0f} | "
+                f"{c['floor_fraction']:.2f} | {'' if diff is None else f'{diff:.1e}'} |"
+            )
+    if report.get("targets") and not report["meta"].get("quick"):  # --quick goals are not judged
+        lines += ["", "| goal | value | goal | verdict |", "| --- | ---: | ---: | --- |"]
+        for t in report["targets"]:
+            value = "?" if t["value"] is None else f"{t['value']:.2f}"
+            verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "NOT met")
+            lines.append(f"| {t['target']} | {value} | >= {t['goal']:g} | {verdict} |")
+    return [*lines, "", *_text(format_report(report))]

@@ -1,0 +1,109 @@
+"""`./dev gpu-check` without a GPU: the plan it would run, a step that hangs is killed with its children
+and the rest goes on, and two real steps at CPU size write the tables, the JSON and the logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kafka_scorer.bench.gpu_check import Step, main, run_step
+
+
+def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
+    assert main(["--dry-run", "--out", "somewhere"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    steps = {line.split(" ", 1)[0]: line for line in lines[:-1]}
+    assert list(steps) == ["cuda-tier", "label-kernel", "open-loop", "bench-0.6b", "floor-8b"]
+    assert "-m pytest" in steps["cuda-tier"] and "-m cuda tests/cuda" in steps["cuda-tier"]
+    assert "--device cuda" in steps["label-kernel"]
+    assert "--workload open-loop" in steps["open-loop"] and "qwen3-0.6b" in steps["open-loop"]
+    assert "--workload rerank --workload many-items" in steps["bench-0.6b"]
+    assert "qwen3-8b" in steps["floor-8b"] and "--workload many-items" in steps["floor-8b"]
+    assert lines[-1] == "budget 480 s in all; tables to somewhere"
+
+
+def test_unknown_step_is_named_with_the_known_ones(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--dry-run", "--steps", "cuda-tier,warp-drive"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "warp-drive" in err and "floor-8b" in err
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # a zombie waits for init to reap it: it runs no more
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_hanging_step_is_killed_with_its_children(tmp_path: Path) -> None:
+    """The step starts a grandchild (as a bench starts a worker and a broker) and both hang: after the
+    step's timeout the whole process group is gone, and the outcome says so."""
+    pid_file = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    started = time.monotonic()
+    outcome = run_step(Step("hang", "hangs", ["-c", code], timeout_s=2), tmp_path, remaining_s=100)
+    assert outcome.status == "timeout" and "killed after 2 s" in outcome.note
+    assert time.monotonic() - started < 30
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(grandchild)
+
+
+def test_a_step_is_not_started_without_time_left(tmp_path: Path) -> None:
+    outcome = run_step(Step("late", "late", ["-c", "pass"], timeout_s=60), tmp_path, remaining_s=5)
+    assert outcome.status == "skipped" and "out of time" in outcome.note
+
+
+def test_tiny_check_writes_the_tables_json_and_logs(tmp_path: Path) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc = main(["--tiny", "--steps", "cuda-tier,label-kernel", "--out", str(out), "--work-dir", str(work)])
+    assert rc == 0
+    assert sorted(os.listdir(out)) == ["gpu-check-logs.tar.gz", "gpu-check.json", "gpu-check.md"]
+    report = json.loads((out / "gpu-check.json").read_text())
+    steps = {s["name"]: s for s in report["steps"]}
+    assert steps["cuda-tier"]["status"] == "ok" and "passed" in steps["cuda-tier"]["summary"]
+    kernel = steps["label-kernel"]
+    assert kernel["status"] == "ok" and kernel["report"]["shape"]["rows"] == 16
+    markdown = (out / "gpu-check.md").read_text()
+    assert "## CUDA tier" in markdown and "## Label kernel" in markdown
+    assert "| cuda-tier | ok |" in markdown and "| label-kernel | ok |" in markdown
+    assert "vs log_softmax" in markdown  # the step's figure in its status line
+    with tarfile.open(out / "gpu-check-logs.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["cuda-tier.log", "label-kernel.log"]
+
+
+def test_a_report_from_an_earlier_run_is_not_taken_for_this_ones(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text('{"stale": true}')
+    outcome = run_step(Step("quiet", "writes nothing", ["-c", "pass"], 60, "r.json"), tmp_path, 100)
+    assert outcome.status == "ok" and outcome.report is None
+
+
+def test_a_checkpoint_half_written_by_a_killed_step_is_removed(tmp_path: Path) -> None:
+    """Killed while writing a model, the step leaves no folder that a later run would load as whole;
+    the checkpoints finished before it stay."""
+    old = tmp_path / "models" / "finished"
+    old.mkdir(parents=True)
+    (old / "config.json").write_text("{}")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    half = tmp_path / "models" / "half"
+    config = str(half / "config.json")
+    code = f"import os, time; os.makedirs({str(half)!r}); open({config!r}, 'w'); time.sleep(60)"
+    outcome = run_step(Step("build", "builds", ["-c", code], timeout_s=3), tmp_path, remaining_s=100)
+    assert outcome.status == "timeout"
+    assert not half.exists() and (old / "config.json").exists()

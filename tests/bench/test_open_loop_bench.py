@@ -1,0 +1,131 @@
+"""`kafka-scorer bench --workload open-loop --quick`: Poisson arrivals through the embedded broker to a real
+`kafka-scorer worker` process, one row per rate. Nothing is timed here (the speeds are the benchmark's
+output): what is checked is that every request is answered and counted, that the figures are the ones
+the table promises, and that the helpers the figures rest on (arrivals, percentiles, the best rate)
+mean what they say."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafka_scorer.bench.open_loop import (
+    QUICK_RATES,
+    QUICK_SECONDS,
+    QUICK_SHAPE,
+    best_rate,
+    fold_into_vocab,
+    poisson_arrivals,
+)
+from kafka_scorer.bench.open_loop_client import percentile
+from kafka_scorer.cli import main
+
+RATE_KEYS = {
+    "rate_rps",
+    "requests",
+    "offered_items_per_s",
+    "served_items_per_s",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "max_ms",
+    "errors",
+    "lost",
+    "first_error",
+    "client_lag_max_ms",
+    "others_cpu",
+    "meets_bound",
+    "skipped",
+}
+
+
+@pytest.mark.integration
+def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "open-loop.json"
+    assert main(["bench", "--workload", "open-loop", "--quick", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())["open-loop"]
+    meta = report["meta"]
+    assert meta["model_shape"] == "tiny" and meta["device"] == "cpu"
+    assert meta["job_tokens"] == QUICK_SHAPE.tokens and meta["rates"] == list(QUICK_RATES)
+    assert meta["worker_start_s"] > 0 and meta["warmup_jobs"] > 0  # warmed before the first timed rate
+    assert [r["rate_rps"] for r in report["rates"]] == list(QUICK_RATES)
+    for r in report["rates"]:
+        assert set(r) == RATE_KEYS
+        assert not r["skipped"] and r["errors"] == r["lost"] == 0, r["first_error"]
+        assert r["requests"] >= 1
+        assert r["offered_items_per_s"] == pytest.approx(
+            r["requests"] * QUICK_SHAPE.num_items / QUICK_SECONDS
+        )
+        assert 0 < r["served_items_per_s"] <= r["offered_items_per_s"] + 1e-9
+        assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
+        assert r["meets_bound"] == (r["p99_ms"] <= meta["p99_bound_ms"])
+    assert report["best"] == best_rate(report["rates"], meta["p99_bound_ms"])
+    printed = capsys.readouterr().out
+    assert (
+        "| requests/s | offered items/s | served items/s | p50 ms | p90 ms | p99 ms | max ms | errors |"
+        in printed
+    )
+
+
+@pytest.mark.parametrize("rates", ["", "0,1", "1,x", "-2"])
+def test_bad_rates_are_one_line_naming_the_flag(rates: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--workload", "open-loop", "--rates", rates])
+    assert exc.value.code == 2
+    assert "--rates" in capsys.readouterr().err
+
+
+@given(st.floats(0.5, 500), st.floats(0.1, 5), st.integers(0, 2**32))
+def test_poisson_arrivals_lie_in_the_window_in_order(rate: float, seconds: float, seed: int) -> None:
+    times = poisson_arrivals(random.Random(seed), rate, seconds)
+    assert times and times == sorted(times) and times[0] >= 0 and times[-1] < seconds
+
+
+def test_poisson_arrivals_average_the_rate() -> None:
+    """Over many windows the count averages rate x seconds (the sum of 400 Poisson(50) draws has a
+    standard deviation of 141 around 20,000: 5% is over seven of them)."""
+    rng = random.Random(0)
+    total = sum(len(poisson_arrivals(rng, 100.0, 0.5)) for _ in range(400))
+    assert total == pytest.approx(400 * 50, rel=0.05)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
+    assert percentile([7.0], 99) == 7 and percentile([], 50) is None
+
+
+@given(st.lists(st.integers(0, 200_000), min_size=1, max_size=4, unique=True), st.integers(400, 200_000))
+def test_label_ids_fold_into_the_regular_vocabulary(ids: list[int], vocab: int) -> None:
+    folded = fold_into_vocab(ids, vocab)
+    assert all(0 <= i < vocab for i in folded)
+    assert [f for i, f in zip(ids, folded) if i < vocab] == [i for i in ids if i < vocab]
+
+
+def test_the_sglang_labels_stay_distinct_on_every_bench_shape() -> None:
+    from kafka_scorer.bench.models import SHAPES
+
+    for shape in SHAPES.values():
+        assert len(set(fold_into_vocab([9454, 2753], shape.vocab_size))) == 2, shape.name
+
+
+def _rate(rate: float, p99: float | None, errors: int = 0, skipped: bool = False) -> dict:
+    return {"rate_rps": rate, "p99_ms": p99, "meets_bound": not skipped and not errors and p99 <= 300,
+            "skipped": skipped}  # fmt: skip
+
+
+def test_best_rate_is_the_highest_within_the_bound_without_errors() -> None:
+    rates = [
+        _rate(10, 50),
+        _rate(20, 250),
+        _rate(40, 280, errors=1),
+        _rate(80, 900),
+        _rate(160, None, skipped=True),
+    ]
+    assert best_rate(rates, 300)["rate_rps"] == 20
+    assert best_rate([_rate(10, 400)], 300) is None
