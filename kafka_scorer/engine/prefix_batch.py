@@ -3,10 +3,11 @@
 On the packing thread, before the batch is built:
 1. Each piece with prefix marks (`engine/prefix_marks.py`) looks its marks up, longest first, in this
    forward's prefixes and then in the cache: a hit runs only its tokens after the prefix.
-2. A piece that misses sights its marks; a mark seen before is admitted: this piece fills it (runs in
-   full, its sequence's first C states are kept per layer) and every later piece of the forward with
-   the same prefix hits it. A pair job that fills runs its first pair in full and its other pairs as
-   hits, so even one job computes its shared head once.
+2. A piece sights its marks longer than its hit (all of them when it misses); a mark seen before is
+   admitted: this piece fills it (runs in full, its sequence's first C states are kept per layer) and
+   every later piece of the forward with the same prefix hits it. So a cached template head gives way
+   to the whole query once that query comes back. A pair job that fills runs its first pair in full
+   and its other pairs as hits, so even one job computes its shared head once.
 3. The batch is built by `build_forward_batch` over the front pieces (in full) then the hit pieces
    (cut), so the hit sequences are the stream's tail; their positions are moved up by their prefix
    length and the attention metadata wraps the backend's (for the front) with the hits'
@@ -113,13 +114,18 @@ class PrefixPlanner:
                 plan.front.append((index, piece))
                 continue
             keys = [self._key(piece, mark) for mark in piece.prefix_marks]
-            source = self._find(keys, known, plan.entries)
-            if source is not None:
+            found = self._find(keys, known)
+            # Keys longer than the one found are still sighted: a template's head in the cache must not
+            # keep the whole query (the same query again) from being admitted in its turn.
+            longer = keys if found is None else keys[: found[0]]
+            admitted = [key for key in longer if self.cache.sight(key)]
+            if found is not None and not admitted:
                 hits += 1
+                rank, entry = found
+                source = self._use(keys[rank], entry, known, plan.entries)
                 plan.hits.append((index, _cut(piece, plan.entries[source].length, source)))
                 continue
             misses += 1
-            admitted = [key for key in keys if self.cache.sight(key)]
             if not admitted:
                 plan.front.append((index, piece))
                 continue
@@ -135,18 +141,27 @@ class PrefixPlanner:
         return plan
 
     def _find(
-        self, keys: list[PrefixKey], known: dict[PrefixKey, int], entries: list[PrefixEntry]
-    ) -> int | None:
-        """The longest of `keys` that this forward already uses or the cache holds."""
-        for key in keys:
+        self, keys: list[PrefixKey], known: dict[PrefixKey, int]
+    ) -> tuple[int, PrefixEntry | None] | None:
+        """The rank in `keys` of the longest one this forward already uses (entry None) or the cache
+        holds (its entry); None when no key is either."""
+        for rank, key in enumerate(keys):
             if key in known:
-                return known[key]
+                return rank, None
             entry = self.cache.lookup(key)
             if entry is not None:
-                known[key] = len(entries)
-                entries.append(entry)
-                return known[key]
+                return rank, entry
         return None
+
+    @staticmethod
+    def _use(
+        key: PrefixKey, entry: PrefixEntry | None, known: dict[PrefixKey, int], entries: list[PrefixEntry]
+    ) -> int:
+        """The forward's index of the prefix `key` (a cached `entry` joins the forward's entries)."""
+        if entry is not None:
+            known[key] = len(entries)
+            entries.append(entry)
+        return known[key]
 
 
 def _cut(piece: PreparedJob, length: int, source: int) -> CachedPiece:
