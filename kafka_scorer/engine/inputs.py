@@ -101,7 +101,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         if chunking is not None and not templated:
             items, plan = self._split_decoder_items(job, query, items, chunking)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
-        packed = self._decide_packing(job, query, items, windows=plan is not None)
+        packed = self._decide_packing(job, query, items, windows=chunking is not None)
         instruction = self._instruction(job, templated)
         marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
         if packed:
@@ -182,7 +182,9 @@ class JobPreparer(ItemWindows, ScoreFields):
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
         if chunking is not None:
-            shared, parts, plan = self._templated_windows(job, items, instruction, room, chunking)
+            shared, parts, plan = self._templated_windows(
+                job, items, instruction, room, chunking, tokens.items
+            )
             return shared, parts, precut, plan
         over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
         if not (truncate and over):
@@ -372,9 +374,11 @@ class JobPreparer(ItemWindows, ScoreFields):
     ) -> bool:
         """SPEC §5: pack when it is exact; `multi_item: true` turns every "can't" into `unsupported`.
 
-        A chunked job's `items` are windows that each fit a pair by construction; its packed sequence
-        may pass the pair limit (the positions of every item restart after the query, and the
-        scheduler cuts a long sequence into budget-sized pieces), so its windows are packed (SPEC §9).
+        A job with `chunking` has `items` (windows or whole items) that each fit a pair by
+        construction; its packed sequence may pass the pair limit (the positions of every item restart
+        after the query, and the scheduler cuts a long sequence into budget-sized pieces), so its items
+        are packed (SPEC §9) whether or not one of them had to be split: one more long item must not
+        turn a `too_long` into a pass.
         """
         packed_len = len(query) + sum(len(item) for item in items)
         blocker: tuple[ErrorCode, str] | None = None
