@@ -362,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
                 if submission.result is not None:
                     out.write(msgspec.json.encode(submission.result) + b"\n")
                     out.flush()
-                bar.advance(len(submission.job.items))
+                bar.advance(len(submission.job.inputs))
 
             asyncio.run(
                 submit_jobs(

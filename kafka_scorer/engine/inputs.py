@@ -11,12 +11,14 @@ from dataclasses import replace
 import msgspec
 
 from kafka_scorer.engine.chunking import ChunkPlan
+from kafka_scorer.engine.documents import as_items, is_rerank
 from kafka_scorer.engine.encoders import PairTemplate
 from kafka_scorer.engine.item_windows import SEAM_MARGIN, ItemWindows
 from kafka_scorer.engine.labels import LabelResolver
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.ranking import ranking
 from kafka_scorer.engine.score_fields import ScoreFields
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
@@ -63,6 +65,7 @@ class JobPreparer(ItemWindows, ScoreFields):
                 ErrorCode.MODEL_MISMATCH,
                 f"job asks for model {job.model!r}; this worker serves {model.name!r}",
             )
+        job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
         if len(job.items) > self.limits.max_items_per_job:
             raise InputError(
                 ErrorCode.TOO_LONG,
@@ -79,7 +82,8 @@ class JobPreparer(ItemWindows, ScoreFields):
                 prompt_tokens=0,
                 model=model.name,
                 warnings=warnings,
-                ranking=[] if job.top_n is not None else None,
+                ranking=ranking(job, [], rank_by),
+                results=[] if is_rerank(job) else None,
             )
 
         truncate, chunking = self.long_item_policy(job)

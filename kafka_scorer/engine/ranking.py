@@ -1,22 +1,71 @@
-"""`ranking` (SPEC §8): the best `top_n` items of a job by one score column, highest first.
+"""The order of a job's items: `ranking` (SPEC §8), the best `top_n` items by one score column, and
+`results` (SPEC §10), the rerank shape's documents by relevance, highest first.
 
 A reranking pipeline wants the order, not N rows to sort itself in every consumer. Ties go to the
 lower index, so equal scores rank the same way on every run and on every worker. A NaN score (a
 broken checkpoint can produce one) ranks below every number instead of making the order depend on
 where the sort happened to meet it. `scores` stays complete; this only adds the order.
+
+A rerank-shaped result has one `relevance_score` per document whatever the model kind (`relevance`):
+a CausalLM's label probabilities are normalised over the job's labels — `P(yes) / (P(yes) + P(no))`
+for a yes/no reranker, the Qwen3-Reranker model card's score, and what `apply_softmax: true` already
+gives —; every other kind reads its `rank_by` column as scored (a classifier's or cross-encoder's
+class after its activation; a kind with one score column, such as a late-interaction MaxSim, that
+column).
 """
 
 from __future__ import annotations
 
 import math
 
-from kafka_scorer.wire.protocol import Ranked
+from kafka_scorer.engine.documents import echo, is_rerank
+from kafka_scorer.engine.model import ModelKind
+from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.wire.protocol import Job, Ranked, Reranked
+
+
+def order(scores: list[float], top_n: int | None = None) -> list[int]:
+    """Indices by score, highest first, ties by lower index, NaN last; the first `top_n` of them."""
+
+    def key(index: int) -> tuple[float, int]:
+        score = scores[index]
+        return (math.inf if math.isnan(score) else -score, index)
+
+    return sorted(range(len(scores)), key=key)[:top_n]
 
 
 def rank(rows: list[list[float]], column: int, top_n: int) -> list[Ranked]:
-    def key(index: int) -> tuple[float, int]:
-        score = rows[index][column]
-        return (math.inf if math.isnan(score) else -score, index)
+    scores = [row[column] for row in rows]
+    return [Ranked(index=index, score=scores[index]) for index in order(scores, top_n)]
 
-    order = sorted(range(len(rows)), key=key)[:top_n]
-    return [Ranked(index=index, score=rows[index][column]) for index in order]
+
+def ranking(job: Job, rows: list[list[float]], column: int) -> list[Ranked] | None:
+    """A result's `ranking`: when the job sent `top_n`, unless it is in the rerank shape (`results`)."""
+    if job.top_n is None or is_rerank(job):
+        return None
+    return rank(rows, column, job.top_n)
+
+
+def relevance(row: list[float], column: int, kind: ModelKind, activation: str) -> float:
+    """One document's `relevance_score` from its scoring row (see the module's docstring)."""
+    if kind is ModelKind.CAUSAL_LM and activation != "softmax":
+        total = math.fsum(row)  # full-vocabulary probabilities: normalised over the labels here
+        return row[column] / total if total > 0 else math.nan
+    return row[column]
+
+
+def reranked(job: PreparedJob, rows: list[list[float]], kind: ModelKind) -> list[Reranked] | None:
+    """A result's `results` for a job in the rerank shape (None otherwise): every document, or the
+    best `top_n`, by relevance; each with its document when the job asked for them."""
+    if not is_rerank(job.job):
+        return None
+    scores = [relevance(row, job.rank_by, kind, job.activation) for row in rows]
+    documents = job.job.documents if job.job.return_documents else None
+    return [
+        Reranked(
+            index=index,
+            relevance_score=scores[index],
+            document=echo(documents[index]) if documents else None,  # type: ignore[index]
+        )
+        for index in order(scores, job.job.top_n)
+    ]
