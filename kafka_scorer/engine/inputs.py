@@ -18,7 +18,7 @@ from kafka_scorer.engine.labels import LabelResolver
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
-from kafka_scorer.engine.ranking import ranking
+from kafka_scorer.engine.ranking import normalised, ranking
 from kafka_scorer.engine.score_fields import ScoreFields
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
@@ -127,6 +127,8 @@ class JobPreparer(ItemWindows, ScoreFields):
                     item=index,
                 )
         num_tokens = len(query) + sum(len(item) for item in items)
+        if plan is not None:  # `max` picks a window by the relevance the result reports
+            plan.normalised = normalised(job, model.kind, activation)
         return PreparedJob(
             job_id=job_id,
             job=job,

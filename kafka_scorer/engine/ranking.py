@@ -6,7 +6,8 @@ lower index, so equal scores rank the same way on every run and on every worker.
 broken checkpoint can produce one) ranks below every number instead of making the order depend on
 where the sort happened to meet it. `scores` stays complete; this only adds the order.
 
-A rerank-shaped result has one `relevance_score` per document whatever the model kind (`relevance`):
+A rerank-shaped result has one `relevance_score` per document whatever the model kind
+(`engine/relevance.py`):
 a CausalLM's label probabilities are normalised over the job's labels — `P(yes) / (P(yes) + P(no))`
 for a yes/no reranker, the Qwen3-Reranker model card's score, and what `apply_softmax: true` already
 gives —; every other kind reads its `rank_by` column as scored (a classifier's or cross-encoder's
@@ -21,6 +22,7 @@ import math
 from kafka_scorer.engine.documents import echo, is_rerank
 from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.relevance import relevance
 from kafka_scorer.wire.protocol import Job, Ranked, Reranked
 
 
@@ -46,12 +48,10 @@ def ranking(job: Job, rows: list[list[float]], column: int) -> list[Ranked] | No
     return rank(rows, column, job.top_n)
 
 
-def relevance(row: list[float], column: int, kind: ModelKind, activation: str) -> float:
-    """One document's `relevance_score` from its scoring row (see the module's docstring)."""
-    if kind is ModelKind.CAUSAL_LM and activation != "softmax":
-        total = math.fsum(row)  # full-vocabulary probabilities: normalised over the labels here
-        return row[column] / total if total > 0 else math.nan
-    return row[column]
+def normalised(job: Job, kind: ModelKind, activation: str) -> bool:
+    """Whether the job's relevance is a label's share of its row (`engine/relevance.py`): a CausalLM
+    job in the rerank shape whose rows are full-vocabulary probabilities."""
+    return is_rerank(job) and kind is ModelKind.CAUSAL_LM and activation != "softmax"
 
 
 def reranked(job: PreparedJob, rows: list[list[float]], kind: ModelKind) -> list[Reranked] | None:
@@ -59,7 +59,8 @@ def reranked(job: PreparedJob, rows: list[list[float]], kind: ModelKind) -> list
     best `top_n`, by relevance; each with its document when the job asked for them."""
     if not is_rerank(job.job):
         return None
-    scores = [relevance(row, job.rank_by, kind, job.activation) for row in rows]
+    normalise = normalised(job.job, kind, job.activation)
+    scores = [relevance(row, job.rank_by, normalise) for row in rows]
     documents = job.job.documents if job.job.return_documents else None
     return [
         Reranked(

@@ -124,8 +124,9 @@ def test_text_documents_default_to_the_text_field_and_chunk_like_items(reranker)
     small = Scorer(
         str(reranker[1]), dtype="float32", device="cpu", template="qwen3-reranker", max_pair_tokens=160
     )
-    chunked = one(small, documents=long, chunking=Chunking(overlap=4), return_documents=True)
-    plain = one(small, items=long, chunking=Chunking(overlap=4))
+    chunking = Chunking(overlap=4, aggregate="mean")  # `max` picks by relevance: the test below
+    chunked = one(small, documents=long, chunking=chunking, return_documents=True)
+    plain = one(small, items=long, chunking=chunking)
     assert chunked.ok and chunked.scores == plain.scores and chunked.chunks == plain.chunks
     assert [c.index for c in chunked.chunks] == [0]
     assert {entry.index: entry.document for entry in chunked.results} == {
@@ -181,3 +182,21 @@ def test_rank_fields_on_text_documents_are_ignored_with_a_warning(reranker):
     scorer, _ = reranker
     result = one(scorer, documents=["a", "b"], rank_fields=["title"])
     assert result.ok and any("rank_fields ignored" in warning for warning in result.warnings)
+
+
+def test_max_picks_the_window_by_the_relevance_the_result_reports(reranker):
+    """A CausalLM document's `relevance_score` is its yes-share, so `max` must pick its window by that
+    share too: the window an `apply_softmax` job (whose rows are that share) picks, not the one with
+    the highest raw P(yes)."""
+    _, path = reranker
+    small = Scorer(str(path), dtype="float32", device="cpu", template="qwen3-reranker", max_pair_tokens=160)
+    words = ["río ", "the Nile ", "flows ", "Kafka ", "log ", "east ", "sea "]
+    docs = ["".join(words[(i * k) % 7] for i in range(90)) for k in range(1, 8)]
+    chunking = Chunking(window=12)
+    got = one(small, documents=docs, chunking=chunking)
+    shares = one(small, items=docs, chunking=chunking, apply_softmax=True)
+    raw = one(small, items=docs, chunking=chunking)
+    assert [c.window for c in got.chunks] == [c.window for c in shares.chunks]
+    assert [c.window for c in raw.chunks] != [c.window for c in shares.chunks]  # the case is exercised
+    for entry in got.results:
+        assert entry.relevance_score == pytest.approx(shares.scores[entry.index][0], abs=TOLERANCE)
