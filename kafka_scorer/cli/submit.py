@@ -44,7 +44,7 @@ from kafka_scorer import errors
 from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_name
 from kafka_scorer.cli.progress import ProgressBar
 from kafka_scorer.cli.submit_summary import MAX_LISTED, PROG, summarize
-from kafka_scorer.wire.protocol import Job, Result, WireFormat
+from kafka_scorer.wire.protocol import Job, Result, WireFormat, shape_problem
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
@@ -171,6 +171,10 @@ def read_jobs(
             job = decoder.decode(text)
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
             problems.append(f"line {number}: {exc}")
+            continue
+        problem = shape_problem(job)  # items or documents: what the worker's decoder checks too
+        if problem is not None:
+            problems.append(f"line {number}: {problem}")
             continue
         submissions.append(new_submission(defaults.apply(job) if defaults else job, number))
     return submissions, problems
