@@ -128,7 +128,7 @@ class JobPreparer(ItemWindows, ScoreFields):
                 )
         num_tokens = len(query) + sum(len(item) for item in items)
         if plan is not None:  # `max` picks a window by the relevance the result reports
-            plan.normalised = normalised(job, model.kind, activation)
+            plan.normalised = normalised(job, model.kind, activation, len(label_ids))
         return PreparedJob(
             job_id=job_id,
             job=job,

@@ -48,10 +48,11 @@ def ranking(job: Job, rows: list[list[float]], column: int) -> list[Ranked] | No
     return rank(rows, column, job.top_n)
 
 
-def normalised(job: Job, kind: ModelKind, activation: str) -> bool:
+def normalised(job: Job, kind: ModelKind, activation: str, labels: int) -> bool:
     """Whether the job's relevance is a label's share of its row (`engine/relevance.py`): a CausalLM
-    job in the rerank shape whose rows are full-vocabulary probabilities."""
-    return is_rerank(job) and kind is ModelKind.CAUSAL_LM and activation != "softmax"
+    job in the rerank shape whose rows are full-vocabulary probabilities of several labels (one
+    label's share of itself is always 1, so a lone label's probability is its relevance)."""
+    return is_rerank(job) and kind is ModelKind.CAUSAL_LM and activation != "softmax" and labels > 1
 
 
 def reranked(job: PreparedJob, rows: list[list[float]], kind: ModelKind) -> list[Reranked] | None:
@@ -59,7 +60,7 @@ def reranked(job: PreparedJob, rows: list[list[float]], kind: ModelKind) -> list
     best `top_n`, by relevance; each with its document when the job asked for them."""
     if not is_rerank(job.job):
         return None
-    normalise = normalised(job.job, kind, job.activation)
+    normalise = normalised(job.job, kind, job.activation, len(job.label_ids))
     scores = [relevance(row, job.rank_by, normalise) for row in rows]
     documents = job.job.documents if job.job.return_documents else None
     return [

@@ -200,3 +200,13 @@ def test_max_picks_the_window_by_the_relevance_the_result_reports(reranker):
     assert [c.window for c in raw.chunks] != [c.window for c in shares.chunks]  # the case is exercised
     for entry in got.results:
         assert entry.relevance_score == pytest.approx(shares.scores[entry.index][0], abs=TOLERANCE)
+
+
+def test_a_single_label_is_its_own_relevance(reranker):
+    """Normalised over one label every share would be 1: a lone label's probability ranks instead."""
+    from tests.engine.test_templates import card_prompt, reference_rows
+
+    scorer, path = reranker
+    got = one(scorer, documents=DOCS, rank_fields=FIELDS, label_tokens=["yes"])
+    (yes,) = zip(*reference_rows(path, [card_prompt(QUERY, text) for text in TEXTS], ["yes"], False))
+    check_results(got, list(yes), None, False)
