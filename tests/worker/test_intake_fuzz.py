@@ -18,7 +18,7 @@ import json
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.engine.prepared import PreparedJob
@@ -401,7 +401,17 @@ def test_chunked_jobs_are_scored_or_answered_with_a_typed_error(
 @pytest.mark.parametrize("served", ["fuzz_scorer", "templated_fuzz_scorer"])
 @given(
     data=st.data(),
-    documents=st.lists(_DOCUMENT, max_size=5),
+    documents=st.lists(
+        st.one_of(
+            st.text(max_size=30),
+            st.fixed_dictionaries(
+                {"text": st.text(max_size=30)},
+                optional={"title": st.text(max_size=9), "n": st.integers(0, 9)},
+            ),
+            _DOCUMENT,
+        ),
+        max_size=5,
+    ),
     rank_fields=st.one_of(st.none(), st.lists(_FIELD_NAME, max_size=3)),
     returned=st.booleans(),
     top_n=st.sampled_from([None, 0, 2, 9]),
@@ -414,13 +424,14 @@ def test_rerank_shaped_jobs_are_answered_with_results_or_a_typed_error(
     forward: `results` by relevance, one entry per document up to `top_n`, each echoing its document
     when asked; or a typed error naming the document. Never an exception."""
     scorer = request.getfixturevalue(served)
-    query = data.draw(st.sampled_from(["which river?", "", [5, 6, 7]]), label="query")
+    query = data.draw(st.sampled_from(["which river?", "which river?", "", [5, 6, 7]]), label="query")
     document = {"query": query, "documents": documents, "label_token_ids": [3, 4], "top_n": top_n}
     document |= {"rank_fields": rank_fields, "return_documents": returned}
     decoded, prepared = _run(scorer, Rec(_encode(document, fmt), [JSON_CT if fmt == "json" else MSGPACK_CT]))
     assert isinstance(decoded, Inbound), decoded.result.error  # a well-typed job always decodes
     if isinstance(prepared, Result):
         if prepared.error is not None:
+            event(f"prepare: {prepared.error.code.value}")
             return  # a typed error, checked by _run
         assert prepared.results == [] and prepared.ranking is None
         return
@@ -428,6 +439,7 @@ def test_rerank_shaped_jobs_are_answered_with_results_or_a_typed_error(
     if result.error is not None:
         assert result.error.code in ENGINE_CODES, result.error
         return
+    event("results")
     assert result.ranking is None and len(result.scores) == len(documents)
     indices = [entry.index for entry in result.results]
     assert len(indices) == min(len(documents), len(documents) if top_n is None else top_n)
