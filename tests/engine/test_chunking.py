@@ -134,21 +134,6 @@ def test_mis_packs_all_windows_of_all_items_behind_one_query(causal):
     assert prepared.num_tokens > LIMIT  # longer than one pair may be: the windows are what must fit
 
 
-def test_a_chunking_job_packs_past_the_pair_limit_with_or_without_a_long_item(causal):
-    """A job with `chunking` counts as chunked for the packed length whether or not an item had to be
-    split (docs/engine.md): one more long item must not turn `too_long` into a pass."""
-    scorer, path = causal
-    fitting = [ITEMS[0], ITEMS[1], ITEMS[4]]  # each fits a pair; packed they pass the pair limit
-    assert len(QUERY) + sum(map(len, fitting)) > LIMIT
-    for items in (fitting, [*fitting, ITEMS[3]]):
-        result = scorer.score(QUERY, items, label_token_ids=LABELS, multi_item=True, chunking=Chunking())
-        assert result.ok, result.error
-        want, _ = reference_job(path, QUERY, items, ROOM, 0, "max", 0, LABELS)
-        assert_rows_close(result.scores, want)
-    plain = scorer.score(QUERY, fitting, label_token_ids=LABELS, multi_item=True)
-    assert plain.error is not None and plain.error.code is ErrorCode.TOO_LONG  # without chunking: the limit
-
-
 @pytest.mark.parametrize("multi_item", [True, False], ids=["mis", "pairs"])
 def test_the_token_budget_counts_and_cuts_the_windows(tiny_models, multi_item):
     """The scheduler and the worker's backpressure read `num_tokens`: every window's tokens. A chunked
@@ -399,43 +384,6 @@ def test_templated_window_null_fits_the_pair_limit(templated):
     assert prepared.chunks is not None and len(prepared.items) > 1
     assert all(len(prepared.query) + len(part) <= TEMPLATE_LIMIT for part in prepared.items)
     assert scorer.run_batch([prepared])[0].ok
-
-
-def test_a_templated_item_whose_prompt_exactly_fits_is_not_split(templated):
-    """docs/message-schema.md: items that fit are scored exactly as without chunking. An item whose
-    whole prompt is the pair limit, to the token, is one pair; `window: null` only sizes the windows of
-    the items that do not fit."""
-    scorer, _ = templated
-    query = "Which river is longest?"
-
-    def prompt_tokens(item: str) -> int:
-        prepared = scorer.prepare(Job(query=query, items=[item]), "fit")
-        if isinstance(prepared, Result):  # too long
-            return TEMPLATE_LIMIT + 1
-        return len(prepared.query) + len(prepared.items[0])
-
-    words = 1
-    while prompt_tokens("river " * (words + 1)) <= TEMPLATE_LIMIT:
-        words += 1
-    item = "river " * words
-    for tail in ("a", "ab", "abc", "b", "the", "x y", "x y z"):  # pad the prompt to the limit exactly
-        if prompt_tokens(item) == TEMPLATE_LIMIT:
-            break
-        if prompt_tokens(item + tail) <= TEMPLATE_LIMIT:
-            item += tail
-    assert prompt_tokens(item) == TEMPLATE_LIMIT
-    items = [item, "The Nile."]
-    plain = scorer.score(query, items, multi_item=False)
-    for multi_item in (False, None):  # None: a job with `chunking` packs past the pair limit
-        chunked = scorer.score(query, items, chunking=Chunking(overlap=3), multi_item=multi_item)
-        assert chunked.ok, chunked.error
-        assert chunked.chunks == []
-        assert_rows_close(chunked.scores, plain.scores)
-    # packed, the shared part ran once; as pairs, the same pairs ran as without chunking (the prefix
-    # cache, on here, moves tokens between the two counts)
-    assert chunked.prompt_tokens + chunked.cached_tokens < plain.prompt_tokens + plain.cached_tokens
-    chunked = scorer.score(query, items, chunking=Chunking(overlap=3), multi_item=False)
-    assert chunked.prompt_tokens + chunked.cached_tokens == plain.prompt_tokens + plain.cached_tokens
 
 
 # ---- the worker's settings -----------------------------------------------------------------------

@@ -128,6 +128,9 @@ _DOCUMENT = st.one_of(
 )
 """SPEC §10 documents: texts, and objects whose fields are sometimes text, sometimes not, sometimes
 missing; the field names are few so that a job's `rank_fields` often names one."""
+_TEXT_OBJECT = st.fixed_dictionaries(
+    {"text": st.text(max_size=30)}, optional={"title": st.text(max_size=9), "n": st.integers(0, 9)}
+)
 
 
 def _job_documents(fmt: str) -> st.SearchStrategy:
@@ -401,17 +404,7 @@ def test_chunked_jobs_are_scored_or_answered_with_a_typed_error(
 @pytest.mark.parametrize("served", ["fuzz_scorer", "templated_fuzz_scorer"])
 @given(
     data=st.data(),
-    documents=st.lists(
-        st.one_of(
-            st.text(max_size=30),
-            st.fixed_dictionaries(
-                {"text": st.text(max_size=30)},
-                optional={"title": st.text(max_size=9), "n": st.integers(0, 9)},
-            ),
-            _DOCUMENT,
-        ),
-        max_size=5,
-    ),
+    documents=st.lists(st.one_of(st.text(max_size=30), _TEXT_OBJECT, _DOCUMENT), max_size=5),
     rank_fields=st.one_of(st.none(), st.lists(_FIELD_NAME, max_size=3)),
     returned=st.booleans(),
     top_n=st.sampled_from([None, 0, 2, 9]),
@@ -429,11 +422,9 @@ def test_rerank_shaped_jobs_are_answered_with_results_or_a_typed_error(
     document |= {"rank_fields": rank_fields, "return_documents": returned}
     decoded, prepared = _run(scorer, Rec(_encode(document, fmt), [JSON_CT if fmt == "json" else MSGPACK_CT]))
     assert isinstance(decoded, Inbound), decoded.result.error  # a well-typed job always decodes
-    if isinstance(prepared, Result):
-        if prepared.error is not None:
-            event(f"prepare: {prepared.error.code.value}")
-            return  # a typed error, checked by _run
-        assert prepared.results == [] and prepared.ranking is None
+    if isinstance(prepared, Result):  # a typed error (checked by _run), or no documents
+        event(f"prepare: {prepared.error.code.value if prepared.error else 'no documents'}")
+        assert prepared.error is not None or (prepared.results == [] and prepared.ranking is None)
         return
     (result,) = scorer.run_batch([prepared])
     if result.error is not None:
