@@ -48,6 +48,13 @@ _FIELD_VALUES = {
             },
         ),
     ),
+    "documents": st.one_of(
+        st.lists(st.one_of(st.text(max_size=8), st.dictionaries(st.text(max_size=5), _SCALARS, max_size=3))),
+        st.lists(_SCALARS, max_size=2),
+        _SCALARS,
+    ),
+    "rank_fields": st.one_of(st.none(), st.lists(st.text(max_size=5), max_size=3), _SCALARS),
+    "return_documents": st.one_of(st.booleans(), _SCALARS),
     "no_such_field": _SCALARS,
 }
 
@@ -59,8 +66,8 @@ def job_documents(draw: st.DrawFn) -> object:
     if draw(st.integers(0, 9)) == 0:
         return draw(st.one_of(_SCALARS, st.lists(_SCALARS, max_size=2)))
     names = draw(st.sets(st.sampled_from(sorted(_FIELD_VALUES)), max_size=len(_FIELD_VALUES)))
-    if draw(st.booleans()):
-        names |= {"query", "items"}
+    if draw(st.booleans()):  # mostly one of items and documents (SPEC §10), sometimes both or neither
+        names |= {"query", draw(st.sampled_from(["items", "items", "documents"]))}
     return {name: draw(_FIELD_VALUES[name]) for name in sorted(names)}
 
 
@@ -100,13 +107,27 @@ def test_job_schema_accepts_exactly_what_the_worker_decodes(document: object) ->
     assert validator.is_valid(document) is _decodes(document), document
 
 
+def test_the_job_schema_asks_for_items_or_documents_not_both() -> None:
+    validator = _JOB_VALIDATOR(json_schema(Job, "job"))
+    for document, valid in [
+        ({"query": "q", "items": ["a"]}, True),
+        ({"query": "q", "documents": ["a", {"text": "b"}]}, True),
+        ({"query": "q", "items": ["a"], "documents": ["a"]}, False),
+        ({"query": "q"}, False),
+        ({"query": "q", "items": None}, False),
+    ]:
+        assert validator.is_valid(document) is valid is _decodes(document), document
+
+
 def test_a_real_result_validates() -> None:
-    from kafka_scorer.wire.protocol import ErrorInfo
+    from kafka_scorer.wire.protocol import ErrorInfo, Reranked
 
     ok = Result(id="a", scores=[[0.25, 0.75]], prompt_tokens=9, model="m", warnings=["w"])
     failed = Result(id="b", scores=None, error=ErrorInfo(code=ErrorCode.TOO_LONG, message="long", item=1))
+    entries = [Reranked(index=1, relevance_score=0.9, document={"text": "x", "n": 2}), Reranked(0, 0.1)]
+    reranked = Result(id="c", scores=[[0.1], [0.9]], results=entries)
     validator = jsonschema.Draft202012Validator(json_schema(Result, "result"))
-    for result in (ok, failed):
+    for result in (ok, failed, reranked):
         validator.validate(json.loads(encode_result(result, "json")))
 
 

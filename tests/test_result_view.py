@@ -30,6 +30,21 @@ def test_shorten_counts_token_ids() -> None:
     assert shorten([5, 6, 7]) == "<3 token ids>"
 
 
+def test_rerank_results_are_shown_like_a_ranking() -> None:
+    """A job in the rerank shape (SPEC §10) is answered with `results`: the same lines, with an object
+    document shown by its `text` field, or by its field names when it has none."""
+    from kafka_scorer.wire.protocol import Reranked
+
+    job = Job(query="q", documents=["plain text", {"title": "T", "text": "body text"}, {"title": "T"}])
+    entries = [Reranked(1, 0.75), Reranked(2, 0.5), Reranked(0, 0.25)]
+    result = Result(id="r", scores=[[0.25], [0.75], [0.5]], results=entries)
+    assert ranking_lines(job, result) == [
+        "1. #1 0.7500 body text",
+        "2. #2 0.5000 {title}",
+        "3. #0 0.2500 plain text",
+    ]
+
+
 def test_ranking_lines_name_rank_index_score_and_text() -> None:
     job = Job(query="q", items=["first item", "second item " * 5, [1, 2]])
     result = Result(

@@ -15,21 +15,35 @@ ITEM_WIDTH = 30
 """Characters of an item's text shown beside its rank; the rest is cut with an ellipsis."""
 
 
+def ranked_entries(result: Result) -> list[tuple[int, float]] | None:
+    """(index, score) of a result's order: its `ranking`, or a rerank-shaped job's `results`."""
+    if result.results is not None:
+        return [(entry.index, entry.relevance_score) for entry in result.results]
+    if result.ranking is not None:
+        return [(entry.index, entry.score) for entry in result.ranking]
+    return None
+
+
 def ranking_lines(job: Job, result: Result) -> list[str]:
-    """`1. #2 0.9731 Sacramento is the capital of…`: rank, index in `items`, score, the item's text."""
+    """`1. #2 0.9731 Sacramento is the capital of…`: rank, index in `items` (or `documents`), score,
+    the item's text."""
     lines = []
-    for rank, entry in enumerate(result.ranking or [], start=1):
-        item = job.items[entry.index] if 0 <= entry.index < len(job.items) else None
+    inputs = job.inputs
+    for rank, (index, score) in enumerate(ranked_entries(result) or [], start=1):
+        item = inputs[index] if 0 <= index < len(inputs) else None
         text = "" if item is None else " " + shorten(item)
-        lines.append(f"{rank}. #{entry.index} {entry.score:.4f}{text}")
+        lines.append(f"{rank}. #{index} {score:.4f}{text}")
     return lines
 
 
-def shorten(item: str | list[int], width: int = ITEM_WIDTH) -> str:
+def shorten(item: str | list[int] | dict, width: int = ITEM_WIDTH) -> str:
     """An item on one short line: text with its whitespace folded and cut with an ellipsis; token ids
-    (no text to show) as their count."""
+    (no text to show) as their count; an object document by its `text` field, else its field names."""
     if isinstance(item, list):
         return f"<{len(item)} token ids>"
+    if isinstance(item, dict):
+        text = item.get("text")
+        item = text if isinstance(text, str) else "{" + ", ".join(map(str, item)) + "}"
     text = " ".join(item.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 

@@ -47,7 +47,7 @@ from kafka_scorer import errors
 from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_name
 from kafka_scorer.cli.progress import ProgressBar
 from kafka_scorer.cli.submit_summary import EXIT_JOBS_FAILED, MAX_LISTED, PROG, summarize
-from kafka_scorer.wire.protocol import Job, Result, WireFormat
+from kafka_scorer.wire.protocol import Job, Result, WireFormat, shape_problem
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
@@ -176,6 +176,10 @@ def read_jobs(
             job = decoder.decode(text)
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
             problems.append(f"line {number}: {exc}")
+            continue
+        problem = shape_problem(job)  # items or documents: what the worker's decoder checks too
+        if problem is not None:
+            problems.append(f"line {number}: {problem}")
             continue
         submissions.append(new_submission(defaults.apply(job) if defaults else job, number))
     return submissions, problems
@@ -369,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
                 if submission.result is not None:
                     out.write(msgspec.json.encode(submission.result) + b"\n")
                     out.flush()
-                bar.advance(len(submission.job.items))
+                bar.advance(len(submission.job.inputs))
 
             asyncio.run(
                 submit_jobs(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
-from kafka_scorer.cli.result_view import provenance_lines, ranking_lines
+from kafka_scorer.cli.result_view import provenance_lines, ranked_entries, ranking_lines
 
 if TYPE_CHECKING:
     from kafka_scorer.cli.submit import Submission
@@ -68,7 +68,7 @@ def count(n: int, noun: str) -> str:
 
 def print_rankings(submissions: Sequence[Submission], stream: IO[str]) -> None:
     """The rankings of the first MAX_LISTED jobs that have one, in input order, one line per item."""
-    ranked = [s for s in submissions if s.result is not None and s.result.ranking is not None]
+    ranked = [s for s in submissions if s.result is not None and ranked_entries(s.result) is not None]
     for submission in ranked[:MAX_LISTED]:
         print(f"  ranking {submission.job_id} (line {submission.line}):", file=stream)
         for line in ranking_lines(submission.job, submission.result) or ["(no items)"]:  # type: ignore[arg-type]

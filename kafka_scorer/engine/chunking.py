@@ -12,9 +12,9 @@ and only the last window can be shorter than W. Each window is then scored as it
 preparer in inputs.py builds the pairs); this module only knows token counts, never the model.
 
 The rows of an item's windows become its row here, after the forward (`aggregate`):
-- `max`: the whole row of the window with the highest relevance score (what `ranking` orders by: the
-  `rank_by` column, label-normalised for a templated CausalLM job); ties go to the earlier window and
-  a NaN ranks below every number, as in `ranking`;
+- `max`: the whole row of the window with the highest relevance score (the `rank_by` column, or its
+  share of the row for a templated or rerank-shaped CausalLM job: `engine/ranking.py`); ties go to the earlier
+  window and a NaN ranks below every number, as in `ranking`;
 - `mean`: the element-wise mean of the windows' rows;
 - `first`: the first window's row (what truncating the item to W tokens gives).
 Pooled hidden states follow the same choice: the chosen window's vector, or the mean of the windows'.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kafka_scorer.engine.ranking import relevance
+from kafka_scorer.engine.relevance import relevance
 from kafka_scorer.wire.protocol import ChunkedItem
 
 Span = tuple[int, int]
@@ -91,7 +91,7 @@ def aggregate(
     normalised: bool = False,
 ) -> tuple[list[list[float]], torch.Tensor | None, list[ChunkedItem]]:
     """Window rows -> item rows (and hidden states), plus the `chunks` entries of the result. `max`
-    picks by the score the job ranks by (`normalised`: ranking.py's label-normalised one)."""
+    picks by the score the job ranks by (`normalised`: the label-normalised one, ranking.py)."""
     assert len(rows) == plan.num_rows, (len(rows), plan.num_rows)
     chunked = {item.index: item for item in plan.chunked}
     out_rows: list[list[float]] = []

@@ -11,12 +11,14 @@ from dataclasses import replace
 import msgspec
 
 from kafka_scorer.engine.chunking import ChunkPlan
+from kafka_scorer.engine.documents import as_items, is_rerank
 from kafka_scorer.engine.encoders import PairTemplate
 from kafka_scorer.engine.item_windows import SEAM_MARGIN, ItemWindows
 from kafka_scorer.engine.labels import LabelResolver
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.ranking import normalised, ranking
 from kafka_scorer.engine.score_fields import ScoreFields
 from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.templates import PromptTemplate
@@ -66,6 +68,7 @@ class JobPreparer(ItemWindows, ScoreFields):
                 ErrorCode.MODEL_MISMATCH,
                 f"job asks for model {job.model!r}; this worker serves {model.name!r}",
             )
+        job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
         if len(job.items) > self.limits.max_items_per_job:
             raise InputError(
                 ErrorCode.TOO_LONG,
@@ -82,7 +85,8 @@ class JobPreparer(ItemWindows, ScoreFields):
                 prompt_tokens=0,
                 model=model.name,
                 warnings=warnings,
-                ranking=[] if job.top_n is not None else None,
+                ranking=ranking(job, [], rank_by),
+                results=[] if is_rerank(job) else None,
             )
 
         truncate, chunking = self.long_item_policy(job)
@@ -104,7 +108,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         if chunking is not None and not templated:
             items, plan = self._split_decoder_items(job, query, items, chunking)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
-        packed = self._decide_packing(job, query, items, windows=plan is not None)
+        packed = self._decide_packing(job, query, items, windows=chunking is not None)
         instruction = self._instruction(job, templated)
         marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
         if packed:
@@ -138,7 +142,7 @@ class JobPreparer(ItemWindows, ScoreFields):
             truncated_items=truncated,
             activation=activation,
             rank_by=rank_by,
-            rank_normalised=templated and activation == "none" and len(label_ids) > 1,
+            rank_normalised=normalised(job, model.kind, activation, len(label_ids), templated),
             template=self.template_ref if templated else None,
             chunks=plan,
             prefix_marks=marks,
@@ -186,7 +190,9 @@ class JobPreparer(ItemWindows, ScoreFields):
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
         if chunking is not None:
-            shared, parts, plan = self._templated_windows(job, items, instruction, room, chunking)
+            shared, parts, plan = self._templated_windows(
+                job, items, instruction, room, chunking, tokens.items
+            )
             return shared, parts, precut, plan
         over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
         if not (truncate and over):
@@ -376,9 +382,11 @@ class JobPreparer(ItemWindows, ScoreFields):
     ) -> bool:
         """SPEC §5: pack when it is exact; `multi_item: true` turns every "can't" into `unsupported`.
 
-        A chunked job's `items` are windows that each fit a pair by construction; its packed sequence
-        may pass the pair limit (the positions of every item restart after the query, and the
-        scheduler cuts a long sequence into budget-sized pieces), so its windows are packed (SPEC §9).
+        A job with `chunking` has `items` (windows or whole items) that each fit a pair by
+        construction; its packed sequence may pass the pair limit (the positions of every item restart
+        after the query, and the scheduler cuts a long sequence into budget-sized pieces), so its items
+        are packed (SPEC §9) whether or not one of them had to be split: one more long item must not
+        turn a `too_long` into a pass.
         """
         packed_len = len(query) + sum(len(item) for item in items)
         blocker: tuple[ErrorCode, str] | None = None

@@ -151,16 +151,24 @@ class ItemWindows:
         }
 
     def _templated_windows(
-        self, job: Job, items: list[str], instruction: str, room: int, chunking: Chunking
+        self,
+        job: Job,
+        items: list[str],
+        instruction: str,
+        room: int,
+        chunking: Chunking,
+        parts: list[list[int]],
     ) -> tuple[list[int], list[list[int]], ChunkPlan | None]:
         """SPEC §9 under a template: the item's own tokens are split by the window rule, and each
         window's text (the item's characters its tokens cover) is scored inside the template like any
         item, so every window is the whole prompt a caller would build with that text.
 
-        The window starts at what fits beside the template's text and the seam (`SEAM_MARGIN`). A
-        window's text can tokenize to a few more tokens than the window (a window that starts or ends
-        inside a multi-byte character takes the whole character), so when a part is over the limit the
-        window shrinks by the overflow and the item is split again.
+        Only an item that does not fit is split: its part (`parts`, the job's parts unchunked) over
+        `room`, or its own tokens over the job's `window`; an item whose whole prompt fits is scored as
+        without chunking. The window starts at what fits beside the template's text and the seam
+        (`SEAM_MARGIN`). A window's text can tokenize to a few more tokens than the window (a window
+        that starts or ends inside a multi-byte character takes the whole character), so when a part is
+        over the limit the window shrinks by the overflow and the item is split again.
         """
         template = self.template
         assert template is not None
@@ -168,6 +176,13 @@ class ItemWindows:
         fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
         window = self._window(chunking, room - fixed - SEAM_MARGIN)
         own = self._own_tokens(job, list(range(len(items))))
+        asked = chunking.window
+        split = {
+            i
+            for i, part in enumerate(parts)
+            if len(part) > room or (asked is not None and len(own[i][0]) > asked)
+        }
+        own = {i: own[i] for i in split}
         for _ in range(_SHRINK_TRIES):
             texts, plan = self._window_texts(items, own, window, chunking)
             tokens = tokenize_templated(tokenizer, template, str(job.query), texts, instruction)
@@ -185,8 +200,8 @@ class ItemWindows:
         window: int,
         chunking: Chunking,
     ) -> tuple[list[str], ChunkPlan | None]:
-        """Each item over `window` own tokens replaced by its windows' texts, and the plan; the items
-        unchanged and None when none is over."""
+        """Each item of `own` (the items to split) over `window` own tokens replaced by its windows'
+        texts, and the plan; the items unchanged and None when none is over."""
         over = {i: len(ids) for i, (ids, _) in own.items() if len(ids) > window}
         if not over:
             return items, None

@@ -6,7 +6,10 @@ On the packing thread, before the batch is built:
 2. A piece that misses sights its marks; a mark seen before is admitted: this piece fills it (runs in
    full, its sequence's first C states are kept per layer) and every later piece of the forward with
    the same prefix hits it. A pair job that fills runs its first pair in full and its other pairs as
-   hits, so even one job computes its shared head once.
+   hits, so even one job computes its shared head once. A piece that hits still sights its marks
+   longer than the hit; one seen before is admitted and *extended* from the hit (the shorter prefix's
+   states, then the piece's own first tokens'), so a query that comes back is kept whole once its
+   template's head is cached, without running the head again.
 3. The batch is built by `build_forward_batch` over the front pieces (in full) then the hit pieces
    (cut), so the hit sequences are the stream's tail; their positions are moved up by their prefix
    length and the attention metadata wraps the backend's (for the front) with the hits'
@@ -69,6 +72,9 @@ class _Plan:
     entries: list[PrefixEntry]
     fillers: list[tuple[int, int]]
     """(entry index, position in `front` of the piece that fills it)."""
+    extends: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    """(entry index, index of the shorter entry it extends, position in `hits` of the piece whose
+    first tokens complete it)."""
 
 
 class PrefixPlanner:
@@ -113,13 +119,22 @@ class PrefixPlanner:
                 plan.front.append((index, piece))
                 continue
             keys = [self._key(piece, mark) for mark in piece.prefix_marks]
-            source = self._find(keys, known, plan.entries)
-            if source is not None:
+            found = self._find(keys, known)
+            # Keys longer than the one found are still sighted: a template's head in the cache must not
+            # keep the whole query (the same query again) from being admitted in its turn.
+            longer = keys if found is None else keys[: found[0]]
+            admitted = [key for key in longer if self.cache.sight(key)]
+            if found is not None:
                 hits += 1
+                rank, entry = found
+                source = self._use(keys[rank], entry, known, plan.entries)
                 plan.hits.append((index, _cut(piece, plan.entries[source].length, source)))
+                if admitted:  # the hit's first tokens complete the longer cut: it extends the found one
+                    known[admitted[0]] = len(plan.entries)
+                    plan.extends.append((len(plan.entries), source, len(plan.hits) - 1))
+                    plan.entries.append(PrefixEntry(admitted[0], self.num_layers))
                 continue
             misses += 1
-            admitted = [key for key in keys if self.cache.sight(key)]
             if not admitted:
                 plan.front.append((index, piece))
                 continue
@@ -135,18 +150,27 @@ class PrefixPlanner:
         return plan
 
     def _find(
-        self, keys: list[PrefixKey], known: dict[PrefixKey, int], entries: list[PrefixEntry]
-    ) -> int | None:
-        """The longest of `keys` that this forward already uses or the cache holds."""
-        for key in keys:
+        self, keys: list[PrefixKey], known: dict[PrefixKey, int]
+    ) -> tuple[int, PrefixEntry | None] | None:
+        """The rank in `keys` of the longest one this forward already uses (entry None) or the cache
+        holds (its entry); None when no key is either."""
+        for rank, key in enumerate(keys):
             if key in known:
-                return known[key]
+                return rank, None
             entry = self.cache.lookup(key)
             if entry is not None:
-                known[key] = len(entries)
-                entries.append(entry)
-                return known[key]
+                return rank, entry
         return None
+
+    @staticmethod
+    def _use(
+        key: PrefixKey, entry: PrefixEntry | None, known: dict[PrefixKey, int], entries: list[PrefixEntry]
+    ) -> int:
+        """The forward's index of the prefix `key` (a cached `entry` joins the forward's entries)."""
+        if entry is not None:
+            known[key] = len(entries)
+            entries.append(entry)
+        return known[key]
 
 
 def _cut(piece: PreparedJob, length: int, source: int) -> CachedPiece:
@@ -201,6 +225,10 @@ def _with_prefixes(batch: ForwardBatch, plan: _Plan, backend: str, pin: bool) ->
         sliding_window=layout.sliding_window,
     )
     fills = [(source, layout.seq_starts[first_seq[position]]) for source, position in plan.fillers]
+    hit_start = [
+        layout.seq_starts[first_seq[len(plan.front) + position]] for position in range(len(plan.hits))
+    ]
+    extends = tuple((entry, shorter, hit_start[position]) for entry, shorter, position in plan.extends)
     attention = PrefixedMetadata.build(
         layout,
         prepare_attention(front_layout, backend, pin) if count else None,
@@ -209,6 +237,7 @@ def _with_prefixes(batch: ForwardBatch, plan: _Plan, backend: str, pin: bool) ->
         fills,
         sequences,
         pin,
+        extends,
     )
     return dataclasses.replace(batch, positions=host(positions, pin), attention=attention)
 

@@ -27,7 +27,7 @@ from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.prefix_batch import cached_tokens, prefix_planner
 from kafka_scorer.engine.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.prepared import InputLimits, PreparedJob
-from kafka_scorer.engine.ranking import rank
+from kafka_scorer.engine.ranking import ranking, reranked
 from kafka_scorer.engine.runner import BatchOutput, ModelRunner
 from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
@@ -295,7 +295,8 @@ class Scorer:
                 pooled_hidden_states=to_wire(pooled) if pooled is not None else None,
                 warnings=job.warnings,
                 truncated_items=job.truncated_items,
-                ranking=rank(rows, job.rank_by, job.job.top_n, job.rank_normalised),
+                ranking=ranking(job.job, rows, job.rank_by, job.rank_normalised),
+                results=reranked(job, rows),
                 chunks=chunks,
             ),
             job.template,

@@ -73,8 +73,12 @@ _DEAD_LETTER_HEADERS = {
 
 
 def json_schema(struct: type[msgspec.Struct], name: str) -> dict[str, Any]:
-    """A standalone JSON Schema (2020-12) of one wire struct, as msgspec derives it."""
+    """A standalone JSON Schema (2020-12) of one wire struct, as msgspec derives it, plus the rules a
+    struct cannot state in its fields (its `json_schema_extra`, e.g. a Job's items-or-documents)."""
     schema = msgspec.json.schema(struct)
+    extra = getattr(struct, "json_schema_extra", None)
+    if extra:
+        schema["$defs"][struct.__name__].update(extra)
     return {"$schema": SCHEMA_DIALECT, "$id": f"{_ID_BASE}/{name}.schema.json", **schema}
 
 

@@ -8,7 +8,7 @@ schema on first use and the hot path should not pay for that per record.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -65,15 +65,26 @@ class Chunking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     aggregate: Aggregate = "max"
 
 
+Document = str | dict[str, Any]
+"""SPEC §10: a document of the rerank shape, a text or an object whose `rank_fields` are scored."""
+
+
 class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """One scoring request (SPEC §2). Field names follow SGLang's /v1/score.
 
     Encoded without the fields left at their default, so a job carries only what its sender set: a
-    job that uses no newer field reads the same to a worker that predates it.
+    job that uses no newer field reads the same to a worker that predates it. A job sends `items` or,
+    in the rerank shape of Cohere / Jina / TEI (SPEC §10), `documents`: exactly one of them, which the
+    decoder checks and `json_schema_extra` says to schema readers (wire/documents.py).
     """
 
+    json_schema_extra: ClassVar[dict[str, Any]] = {
+        "oneOf": [{"required": ["items"]}, {"required": ["documents"]}]
+    }
+
     query: str | list[int]
-    items: list[str | list[int]]
+    items: list[str | list[int]] | msgspec.UnsetType = msgspec.UNSET
+    """Required unless the job sends `documents`; the engine fills it from them (wire/documents.py)."""
     id: str | None = None
     label_token_ids: list[int] | None = None
     apply_softmax: bool = False
@@ -99,6 +110,19 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_default
     """SPEC §9: higher first; null: the request topic's default priority (0 unless set)."""
     chunking: Chunking | None = None
     """SPEC §9: score every window of a long item; null: the worker's `chunking`. Not with `truncate`."""
+    documents: list[Document] | msgspec.UnsetType = msgspec.UNSET
+    """SPEC §10: the rerank shape's texts or objects to score, instead of `items`."""
+    rank_fields: list[str] | None = None
+    """SPEC §10: the fields of object documents joined (in order) into the scored text; null: `text`."""
+    return_documents: bool = False
+    """SPEC §10: echo each document in its `results` entry."""
+
+    @property
+    def inputs(self) -> list[Any]:
+        """What the job scores: its `items`, or its `documents` in the rerank shape ([] with neither)."""
+        if self.items is not msgspec.UNSET:
+            return self.items
+        return self.documents if self.documents is not msgspec.UNSET else []
 
 
 class Ranked(msgspec.Struct, frozen=True):
@@ -106,6 +130,16 @@ class Ranked(msgspec.Struct, frozen=True):
 
     index: int
     score: float
+
+
+class Reranked(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One entry of a rerank-shaped result's `results` (SPEC §10): the document's index in
+    `documents`, its relevance score, and (with `return_documents`) the document: an object as sent,
+    a text as `{"text": ...}`, the way Cohere and Jina echo it."""
+
+    index: int
+    relevance_score: float
+    document: dict[str, Any] | None = None
 
 
 class ChunkedItem(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -159,6 +193,9 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     """SPEC §9: the items scored as several windows (omitted when none was)."""
     cached_tokens: int = 0
     """Prompt tokens served from the worker's prefix cache instead of run through the model (SPEC §9)."""
+    results: list[Reranked] | None = None
+    """SPEC §10: for a job in the rerank shape (`documents`), instead of `ranking`: every document (or
+    the best `top_n`) by relevance, highest first, ties by lower index."""
 
     @property
     def ok(self) -> bool:
@@ -243,7 +280,7 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
         raise MessageDecodeError(ErrorCode.INVALID_MESSAGE, "neither a JSON object nor a MessagePack map")
     decoder = _JSON_JOB_DECODER if fmt == "json" else _MSGPACK_JOB_DECODER
     try:
-        return decoder.decode(value), fmt
+        job = decoder.decode(value)
     except msgspec.ValidationError as exc:
         # The typed decoder stops at the first type error, before it has read the rest: `12 garbage`
         # fails as "expected an object, got int" although it is not JSON at all. Only a document that
@@ -260,6 +297,20 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
         raise MessageDecodeError(
             ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {_describe(exc)}"
         ) from None
+    problem = shape_problem(job)
+    if problem is not None:  # the schema's `oneOf`, which a struct cannot say
+        raise MessageDecodeError(ErrorCode.INVALID_REQUEST, f"invalid job: {problem}", job.id)
+    return job, fmt
+
+
+def shape_problem(job: Job) -> str | None:
+    """Why a job sends neither or both of `items` and `documents` (SPEC §10), or None when it sends one."""
+    has_items, has_documents = job.items is not msgspec.UNSET, job.documents is not msgspec.UNSET
+    if has_items and has_documents:
+        return "items and documents: send one of them (documents is the rerank shape of items)"
+    if not (has_items or has_documents):
+        return "Object missing required field `items` (or `documents`, the rerank shape)"
+    return None
 
 
 def _malformation(value: bytes, fmt: WireFormat) -> str | None:

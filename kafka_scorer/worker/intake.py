@@ -98,7 +98,7 @@ class Intake:
         if not isinstance(decoded, Inbound):
             return ticket.answer(decoded.result, decoded.dead_letter), None
         job, policy = decoded.job, self.time_policy
-        ticket.items = len(job.items)
+        ticket.items = len(job.inputs)
         ticket.born = born_at(record.timestamp)
         ticket.priority = policy.priority(record.topic, job.priority)
         ticket.deadline = policy.deadline(ticket.born, job.timeout_ms)

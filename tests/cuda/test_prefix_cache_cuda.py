@@ -46,3 +46,33 @@ def test_cached_scores_on_the_device_equal_the_cpu_without_a_cache(tiny_models, 
             assert got.prompt_tokens + got.cached_tokens == want.prompt_tokens
     stats = cached.prefix_cache_stats
     assert stats is not None and stats.hits > 0 and stats.bytes > 0
+
+
+@pytest.mark.parametrize("backend", ["flex", "cascade"])
+def test_a_query_extended_from_a_cached_head_on_cuda(tiny_models, tmp_path, backend):
+    """A repeated query after its template's head is cached is extended from the head's entry on the
+    device (engine/attention/cached.py `extends`); scores equal the CPU without a cache."""
+    from kafka_scorer.engine.scorer import Scorer
+
+    file = tmp_path / "judge.txt"
+    file.write_text("a rubric to judge by, rule after rule; " * 6 + "{instruction}\nQ: {query}\nA: {item}")
+    path = str(tiny_models.get())
+    options = dict(dtype="float32", template=str(file))
+    gpu = Scorer(path, device="cuda", attention_backend=backend, prefix_cache_mb=16, **options)
+    cpu = Scorer(path, device="cpu", attention_backend="dense", prefix_cache_mb=0, **options)
+    jobs = [
+        Job(id=f"other-{n}", query=f"another question {n}?", items=["x"], label_token_ids=[3, 44])
+        for n in range(2)
+    ]
+    jobs += [
+        Job(
+            id=f"again-{n}", query="what boils at sea level?", items=["water", "oil"], label_token_ids=[3, 44]
+        )
+        for n in range(4)
+    ]
+    for job in jobs:
+        (got,), (want,) = gpu.score_jobs([job]), cpu.score_jobs([job])
+        diff = max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb))
+        assert diff <= 1e-4 and got.prompt_tokens + got.cached_tokens == want.prompt_tokens
+    whole = cpu.prepare(jobs[-1], "p").prefix_marks[0]
+    assert got.cached_tokens == whole

@@ -164,14 +164,19 @@ def test_the_token_budget_counts_and_cuts_the_windows(tiny_models, multi_item):
 
 
 def test_an_item_that_fits_is_scored_as_today(causal):
+    """As one pair: bit for bit as pairs; packed (a job with `chunking` may pack past the pair limit,
+    where the plain job runs pairs), within MIS's rounding (SPEC §5)."""
     scorer, _ = causal
     plain = scorer.score(QUERY, ITEMS[:2], label_token_ids=LABELS)
-    chunked = scorer.score(QUERY, ITEMS[:2], label_token_ids=LABELS, chunking=Chunking())
+    as_pairs = scorer.score(QUERY, ITEMS[:2], label_token_ids=LABELS, chunking=Chunking(), multi_item=False)
     assert (
-        chunked.scores == plain.scores
-        and chunked.chunks == []
-        and chunked.prompt_tokens + chunked.cached_tokens == plain.prompt_tokens + plain.cached_tokens
+        as_pairs.scores == plain.scores
+        and as_pairs.chunks == []
+        and as_pairs.prompt_tokens + as_pairs.cached_tokens == plain.prompt_tokens + plain.cached_tokens
     )
+    packed = scorer.score(QUERY, ITEMS[:2], label_token_ids=LABELS, chunking=Chunking())
+    assert packed.chunks == []
+    assert_rows_close(packed.scores, plain.scores)
 
 
 def test_text_items_have_character_spans(causal):

@@ -134,6 +134,35 @@ def test_a_template_head_is_shared_across_queries(tiny_models, tmp_path):
     assert [r.cached_tokens for r in results] == [0, 0, heads[2], heads[3]]
 
 
+@pytest.mark.parametrize("multi_item", [None, False], ids=["packed", "pairs"])
+@pytest.mark.parametrize("others", [0, 2])
+def test_a_repeated_query_is_cached_whole_after_the_template_head(tiny_models, tmp_path, others, multi_item):
+    """A query that comes back is served from the cache up to its last token, whether the template's
+    head is already cached (after `others` other queries) or not: the head in the cache does not keep
+    the longer shared part from being admitted in its turn."""
+    from kafka_scorer.engine.scorer import Scorer
+
+    file = tmp_path / "judge.txt"
+    file.write_text("a rubric to judge by, rule after rule; " * 6 + "{instruction}\nQ: {query}\nA: {item}")
+    path = tiny_models.get()
+    scorer = Scorer(str(path), dtype="float32", device="cpu", template=str(file), prefix_cache_mb=4)
+    for n in range(others):
+        scorer.score(f"another question number {n}?", ["x"], label_token_ids=LABELS)
+    query, items = "what is the boiling point of water at sea level?", ["100 C", "50 C"]
+    results = [scorer.score(query, items, label_token_ids=LABELS, multi_item=multi_item) for _ in range(4)]
+    prepared = scorer.prepare(Job(query=query, items=items, label_token_ids=LABELS), "p")
+    whole, head = prepared.prefix_marks
+    pairs = 1 if multi_item is None else len(items)  # pairs count their cached head once each
+    assert whole > head
+    assert results[-1].cached_tokens == whole * pairs
+    if others:  # the head was cached before: no run of the query computes it again, the whole is
+        # extended from it (the head's states, then the query's own)
+        assert [r.cached_tokens for r in results] == [head * pairs] * 2 + [whole * pairs] * 2
+    want = reference_scores(path, prepared.query, prepared.items, LABELS)
+    for result in results:
+        assert max_diff(result.scores, want) <= 1e-5
+
+
 def test_entries_are_not_shared_between_templated_and_token_id_jobs(tiny_models, tmp_path):
     from kafka_scorer.engine.scorer import Scorer
 

@@ -92,3 +92,29 @@ async def test_a_timeout_raises_and_the_job_carries_the_same_deadline(kafka) -> 
     assert before_ms <= record.timestamp <= after_ms  # the deadline counts from the call's start
     assert jobs["own-longer"][0].timeout_ms == 200
     assert jobs["own-shorter"][0].timeout_ms == 50
+
+
+async def test_a_rerank_shaped_job_crosses_the_worker(kafka, causal_model, causal_scorer) -> None:
+    """SPEC §10 through a real broker and worker: `documents` are scored as the same job's `items`
+    (same scores), answered with `results` that echo the documents; a document missing its rank field
+    is a typed `invalid_request` naming it."""
+    topics = await fresh_topics(kafka, partitions=1)
+    documents = ["Rivers run to the sea.", {"title": "Nile", "text": "The longest river.", "n": 3}]
+    texts = [documents[0], "Nile\nThe longest river."]
+    common = {"query": "Which river is longest?", "label_token_ids": [5, 9], "top_n": 1}
+    rerank = Job(id="rr", documents=documents, rank_fields=["title", "text"], return_documents=True, **common)
+    missing = Job(id="rr-bad", documents=[{"title": "x"}, {"body": "y"}], rank_fields=["title"], **common)
+    async with (
+        InProcessWorker(topics.settings(causal_model), causal_scorer),
+        _client(kafka, topics) as client,
+    ):
+        got = await client.score_job(rerank)
+        same = await client.score_job(Job(id="items", items=texts, **common))
+        failed = await client.request(missing)
+    assert got.scores == same.scores and got.ranking is None and same.results is None
+    best = max(range(2), key=lambda i: (same.scores[i][0] / sum(same.scores[i]), -i))
+    assert [(r.index, r.document) for r in got.results] == [
+        (best, documents[best] if best else {"text": documents[0]})
+    ]
+    assert failed.error is not None and failed.error.code is ErrorCode.INVALID_REQUEST
+    assert failed.error.item == 1 and "'title'" in failed.error.message

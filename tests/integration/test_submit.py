@@ -173,6 +173,7 @@ async def test_submit_rejects_bad_lines_by_number_and_sends_nothing(kafka, tmp_p
         '{"query": [1], "items": [[2]], "label_token_ids": [3]}\n'
         '{"query": [1], "items": [[2]], "label_tokens": [3]}\n'  # labels by text must be strings
         "not json at all\n"
+        '{"query": "q", "items": ["a"], "documents": ["b"]}\n'  # one of them (SPEC §10)
     )
     rc, stdout, stderr, _ = await _submit(
         str(jobs_file), "--bootstrap-servers", kafka.bootstrap, "--request-topic", requests, "--no-progress"
@@ -181,8 +182,9 @@ async def test_submit_rejects_bad_lines_by_number_and_sends_nothing(kafka, tmp_p
     assert stdout == b""
     assert "line 2:" in stderr and "label_tokens" in stderr
     assert "line 3:" in stderr
+    assert "line 4:" in stderr and "items and documents" in stderr
     assert "line 1:" not in stderr
-    assert "2 invalid job line(s); nothing was sent" in stderr
+    assert "3 invalid job line(s); nothing was sent" in stderr
     assert "Traceback" not in stderr
     assert await read_topic(kafka.bootstrap, requests, lambda rs: False, timeout_s=1.0) == []
 

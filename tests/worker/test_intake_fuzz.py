@@ -13,11 +13,12 @@ each property thousands of times (profiles are registered in tests/conftest.py).
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.engine.prepared import PreparedJob
@@ -117,6 +118,21 @@ _CHUNKING = st.fixed_dictionaries(
 """SPEC §9 chunking objects, mostly valid; the window and overlap around the fuzz pair limit."""
 
 
+_FIELD_NAME = st.sampled_from(["text", "title", "body", ""])
+_DOCUMENT = st.one_of(
+    _TEXT,
+    st.dictionaries(
+        _FIELD_NAME,
+        st.one_of(_TEXT, st.integers(-(2**63), 2**63 - 1), st.none(), st.lists(_TEXT, max_size=2)),
+    ),
+)
+"""SPEC §10 documents: texts, and objects whose fields are sometimes text, sometimes not, sometimes
+missing; the field names are few so that a job's `rank_fields` often names one."""
+_TEXT_OBJECT = st.fixed_dictionaries(
+    {"text": st.text(max_size=30)}, optional={"title": st.text(max_size=9), "n": st.integers(0, 9)}
+)
+
+
 def _job_documents(fmt: str) -> st.SearchStrategy:
     """Job-shaped maps with every field sometimes right, sometimes of any type; unknown fields too."""
     anything = _values(fmt)
@@ -141,6 +157,9 @@ def _job_documents(fmt: str) -> st.SearchStrategy:
         "chunking": st.one_of(st.none(), _CHUNKING, anything),
         "timeout_ms": st.one_of(st.none(), st.integers(-2, 2**40), anything),
         "priority": st.one_of(st.none(), st.integers(-130, 130), anything),
+        "documents": st.one_of(st.lists(_DOCUMENT, max_size=5), anything),
+        "rank_fields": st.one_of(st.none(), st.lists(_FIELD_NAME, max_size=3), anything),
+        "return_documents": st.one_of(st.booleans(), anything),
     }
     known = st.fixed_dictionaries({}, optional=fields)
     unknown = st.dictionaries(st.text(max_size=10), anything, max_size=2)
@@ -202,7 +221,7 @@ def _run(scorer: Scorer, record: Rec) -> tuple[Inbound | Rejected, PreparedJob |
         if prepared.error is not None:
             assert prepared.error.code in ENGINE_CODES, prepared.error
         else:
-            assert prepared.scores == [] and not decoded.job.items
+            assert prepared.scores == [] and not decoded.job.inputs
     else:
         assert isinstance(prepared, PreparedJob)
         pairs = [len(prepared.query) + len(item) for item in prepared.items]
@@ -379,3 +398,47 @@ def test_chunked_jobs_are_scored_or_answered_with_a_typed_error(
             assert 0 <= chunk.span[0] < chunk.span[1] <= len(items[chunk.index])
     if top_n is not None:
         assert len(result.ranking) == min(top_n, len(items))
+
+
+@_fuzz(60)
+@pytest.mark.parametrize("served", ["fuzz_scorer", "templated_fuzz_scorer"])
+@given(
+    data=st.data(),
+    documents=st.lists(st.one_of(st.text(max_size=30), _TEXT_OBJECT, _DOCUMENT), max_size=5),
+    rank_fields=st.one_of(st.none(), st.lists(_FIELD_NAME, max_size=3)),
+    returned=st.booleans(),
+    top_n=st.sampled_from([None, 0, 2, 9]),
+    fmt=st.sampled_from(["json", "msgpack"]),
+)
+def test_rerank_shaped_jobs_are_answered_with_results_or_a_typed_error(
+    request, served, data, documents, rank_fields, returned, top_n, fmt
+):
+    """Generated `documents` / `rank_fields` / `return_documents` (SPEC §10) through the decoder and a
+    forward: `results` by relevance, one entry per document up to `top_n`, each echoing its document
+    when asked; or a typed error naming the document. Never an exception."""
+    scorer = request.getfixturevalue(served)
+    query = data.draw(st.sampled_from(["which river?", "which river?", "", [5, 6, 7]]), label="query")
+    document = {"query": query, "documents": documents, "label_token_ids": [3, 4], "top_n": top_n}
+    document |= {"rank_fields": rank_fields, "return_documents": returned}
+    decoded, prepared = _run(scorer, Rec(_encode(document, fmt), [JSON_CT if fmt == "json" else MSGPACK_CT]))
+    assert isinstance(decoded, Inbound), decoded.result.error  # a well-typed job always decodes
+    if isinstance(prepared, Result):  # a typed error (checked by _run), or no documents
+        event(f"prepare: {prepared.error.code.value if prepared.error else 'no documents'}")
+        assert prepared.error is not None or (prepared.results == [] and prepared.ranking is None)
+        return
+    (result,) = scorer.run_batch([prepared])
+    if result.error is not None:
+        assert result.error.code in ENGINE_CODES, result.error
+        return
+    event("results")
+    assert result.ranking is None and len(result.scores) == len(documents)
+    indices = [entry.index for entry in result.results]
+    assert len(indices) == min(len(documents), len(documents) if top_n is None else top_n)
+    assert len(set(indices)) == len(indices) and all(0 <= i < len(documents) for i in indices)
+    scores = [entry.relevance_score for entry in result.results]
+    assert all(a >= b for a, b in itertools.pairwise(scores) if a == a and b == b)  # NaN ranks last
+    for entry in result.results:
+        sent = documents[entry.index]
+        want = ({"text": sent} if isinstance(sent, str) else sent) if returned else None
+        assert entry.document == want
+    decode_result(result_record(result, decoded.origin).value, f"application/{fmt}")  # it encodes back

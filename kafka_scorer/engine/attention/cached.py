@@ -15,7 +15,10 @@ Work follows the MIS mask as in the cascade: n·I·(C+Q+I) for a packed sequence
 are formed explicitly in float32 (the blocks are short: the prefix was the long part), and the two
 sets share one max and one normaliser, so the result is the attention over the whole prompt.
 A prefix computed in this same forward (a fill) is a slice of this layer's keys and values: the
-front sequence that computes it is stored into its entry first, and its hits read the entry.
+front sequence that computes it is stored into its entry first, and its hits read the entry. A longer
+prefix can also extend a shorter one (an extension): a hit sequence whose first tokens complete it
+stores the shorter prefix's states followed by its own, so a query that comes back after its
+template's head was cached is kept whole without running the head again.
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ class PrefixedMetadata:
     fills: list[tuple[int, int]]
     """(entry index, stream start of the front sequence that begins with it): stored per layer."""
     hits: list[HitGroup]
+    extends: tuple[tuple[int, int, int], ...] = ()
+    """(entry index, index of the shorter entry it extends, stream start of the hit sequence whose
+    first tokens complete it): stored per layer after the fills, before any hit reads it."""
     backend: ClassVar[str] = "prefixed"
 
     @classmethod
@@ -96,6 +102,7 @@ class PrefixedMetadata:
         fills: list[tuple[int, int]],
         sequences: list[HitSequence],
         pin: bool,
+        extends: tuple[tuple[int, int, int], ...] = (),
     ) -> PrefixedMetadata:
         groups = []
         for source in sorted({seq.source for seq in sequences}):
@@ -108,12 +115,13 @@ class PrefixedMetadata:
             items = [(int(start), n) for start, n in zip(starts, seq.items) if n]
             if items:
                 groups.append(_hit_group(seq.source, items, pin, head=(seq.start, seq.prefix)))
-        return cls(layout, front, front_tokens, entries, fills, groups)
+        return cls(layout, front, front_tokens, entries, fills, groups, extends)
 
     @property
     def filled(self) -> list[PrefixEntry]:
         """The entries this forward computed: the cache keeps them once the forward has succeeded."""
-        return [self.entries[index] for index, _ in self.fills]
+        made = [index for index, _ in self.fills] + [index for index, _, _ in self.extends]
+        return [self.entries[index] for index in made]
 
     def to(self, device: torch.device) -> PrefixedMetadata:
         """Entries stay as they are (already on the device, and filled in place)."""
@@ -164,6 +172,12 @@ def prefixed_attention(
     for index, start in metadata.fills:
         entry = metadata.entries[index]
         entry.store(layer, k[:, start : start + entry.length], v[:, start : start + entry.length])
+    for index, shorter, start in metadata.extends:
+        entry, (short_k, short_v) = metadata.entries[index], metadata.entries[shorter].layer(layer)
+        end = start + entry.length - short_k.shape[1]
+        entry.store(
+            layer, torch.cat([short_k, k[:, start:end]], dim=1), torch.cat([short_v, v[:, start:end]], dim=1)
+        )
     heads, total, dim = q.shape
     out = torch.empty(total, heads, dim, dtype=q.dtype, device=q.device)
     front = metadata.front_tokens
