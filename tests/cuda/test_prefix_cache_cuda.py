@@ -48,8 +48,9 @@ def test_cached_scores_on_the_device_equal_the_cpu_without_a_cache(tiny_models, 
     assert stats is not None and stats.hits > 0 and stats.bytes > 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", ["flex", "cascade"])
-def test_a_query_extended_from_a_cached_head_on_cuda(tiny_models, tmp_path, backend):
+def test_a_query_extended_from_a_cached_head_on_the_device(tiny_models, tmp_path, backend, device):
     """A repeated query after its template's head is cached is extended from the head's entry on the
     device (engine/attention/cached.py `extends`); scores equal the CPU without a cache."""
     from kafka_scorer.engine.scorer import Scorer
@@ -58,7 +59,7 @@ def test_a_query_extended_from_a_cached_head_on_cuda(tiny_models, tmp_path, back
     file.write_text("a rubric to judge by, rule after rule; " * 6 + "{instruction}\nQ: {query}\nA: {item}")
     path = str(tiny_models.get())
     options = dict(dtype="float32", template=str(file))
-    gpu = Scorer(path, device="cuda", attention_backend=backend, prefix_cache_mb=16, **options)
+    gpu = Scorer(path, device=device, attention_backend=backend, prefix_cache_mb=16, **options)
     cpu = Scorer(path, device="cpu", attention_backend="dense", prefix_cache_mb=0, **options)
     jobs = [
         Job(id=f"other-{n}", query=f"another question {n}?", items=["x"], label_token_ids=[3, 44])
