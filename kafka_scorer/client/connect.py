@@ -76,9 +76,11 @@ async def connect(
         if not warned:
             warned = True
             log.warning(
-                "Kafka broker %s unreachable (%s); the client retries for up to %s",
+                "Kafka broker %s unreachable (%s); the client retries %s",
                 settings.bootstrap_servers,
                 "; ".join(reasons),
-                "ever" if math.isinf(budget_s) else f"{budget_s:g}s (connect_timeout)",
+                "until one answers (connect_timeout=None)"
+                if math.isinf(budget_s)
+                else f"for up to {budget_s:g}s (connect_timeout)",
             )
         await backoff.sleep()
