@@ -85,21 +85,21 @@ async def test_a_timeout_raises_and_the_job_carries_the_same_deadline(kafka) -> 
     async with _client(kafka, topics, timeout=30.0) as client:
         before_ms = time.time_ns() // 1_000_000
         with pytest.raises(ScoringTimeout) as timed_out:
-            await client.score([1, 2], [[3]], label_token_ids=[4], id="late", timeout=0.4)
+            await client.score([1, 2], [[3]], label_token_ids=[4], id="late", timeout=0.8)
         after_ms = time.time_ns() // 1_000_000
         with pytest.raises(ScoringTimeout):  # a job's own longer timeout_ms is cut to the call's
             await client.score(
-                [1], [[2]], label_token_ids=[3], id="own-longer", timeout_ms=90_000, timeout=0.2
+                [1], [[2]], label_token_ids=[3], id="own-longer", timeout_ms=90_000, timeout=0.5
             )
         with pytest.raises(ScoringTimeout):  # and its own shorter one is kept
-            await client.score([1], [[2]], label_token_ids=[3], id="own-shorter", timeout_ms=50, timeout=0.2)
+            await client.score([1], [[2]], label_token_ids=[3], id="own-shorter", timeout_ms=50, timeout=0.5)
     assert isinstance(timed_out.value, TimeoutError) and timed_out.value.job_id == "late"
     records = await read_topic(kafka.bootstrap, topics.requests, lambda rs: len(rs) >= 3, timeout_s=10)
     jobs = {job.id: (job, record) for record in records for job, _ in [decode_job(record.value)]}
     late, record = jobs["late"]
-    assert late.timeout_ms == 400
+    assert late.timeout_ms == 800
     assert before_ms <= record.timestamp <= after_ms  # the deadline counts from the call's start
-    assert jobs["own-longer"][0].timeout_ms == 200
+    assert jobs["own-longer"][0].timeout_ms == 500
     assert jobs["own-shorter"][0].timeout_ms == 50
 
 
