@@ -106,6 +106,10 @@ class ScoringClient:
             raise InvalidSetting("timeout", str(exc)) from None
         self._connect_budget_s = connect_budget(connect_timeout)
         self.settings = settings
+        if not (request_topic or settings.request_topics):
+            raise InvalidSetting(
+                "request_topics", "no request topic: pass request_topic or set KAFKA_SCORER_REQUEST_TOPICS"
+            )
         self.request_topic = request_topic or settings.request_topics[0]
         self.reply_topic = reply_topic or settings.reply_topic
         self.format: WireFormat = format
@@ -204,7 +208,7 @@ class ScoringClient:
             with contextlib.suppress(BaseException):
                 await task
         await self._stack.aclose()
-        self._producer, self._replies, self._reader = None, None, None
+        self._producer, self._replies = None, None  # the reader stays, for its `resets`
 
     async def score(
         self,
