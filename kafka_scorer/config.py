@@ -24,6 +24,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 AttentionBackend = Literal["auto", "dense", "cascade", "flex"]
+DecoderForward = Literal["auto", "fused", "compiled", "transformers"]
 
 
 def choices(annotation: object) -> tuple[str, ...]:
@@ -73,6 +74,12 @@ class EngineSettings(BaseSettings):
         "block mask; "
         "dense: SDPA with an explicit mask (the reference).",
     )
+    decoder_forward: DecoderForward = Field(
+        "auto",
+        description="Decoder layers (Qwen2/3, Llama, Mistral, Gemma 2). auto: the engine's fused layers, "
+        "compiled at warm-up on CUDA and eager on the CPU; fused: eager; compiled: compiled on any device; "
+        "transformers: the checkpoint's own layers (the reference).",
+    )
     max_batch_tokens: int = Field(8192, gt=0, description="Token budget of one forward pass.")
     max_items_per_job: int = Field(1024, gt=0, description="Jobs with more items are rejected (`too_long`).")
     max_pair_tokens: int = Field(
@@ -91,6 +98,7 @@ class EngineSettings(BaseSettings):
     )
     chunking: str = Field(
         "",
+        json_schema_extra={"metavar": "JSON"},
         description="Default of a job's `chunking`, as its JSON object, e.g. "
         '`{"aggregate": "max", "overlap": 64}`: score every window of an item too long for one pair '
         "(docs/message-schema.md, Long items); empty: none. Not together with `truncate`.",
@@ -210,6 +218,7 @@ class Settings(EngineSettings):
     )
     topic_priorities: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
+        json_schema_extra={"metavar": "TOPIC=N,..."},
         description="Default `priority` of each request topic, as TOPIC=N,TOPIC=N (e.g. "
         "scoring-bulk=-1,scoring-interactive=1); other topics: 0. Backpressure pauses lower ones first.",
     )
@@ -223,14 +232,17 @@ class Settings(EngineSettings):
         2000,
         ge=0,
         description="A queued job below the highest queued priority that has waited this long is starving: "
-        "every batch takes starving jobs first, oldest first, up to priority_share of its token budget.",
+        "every batch reserves priority_share of its token budget for starving jobs, which go first, oldest "
+        "first.",
     )
     priority_share: float = Field(
         0.125,
+        json_schema_extra={"metavar": "FRACTION"},
         gt=0,
         le=1,
-        description="Share of each batch's token budget (at least one job) that starving lower-priority "
-        "jobs take before the higher priorities fill the rest.",
+        description="Share of each batch's token budget reserved for starving lower-priority jobs, which "
+        "go before the higher priorities fill the rest; a starving job larger than that goes once the "
+        "reservations of the batches that passed it over cover it.",
     )
     max_message_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Larger records are rejected (`too_long`) without decoding."

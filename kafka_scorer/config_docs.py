@@ -18,6 +18,7 @@ import annotated_types
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from kafka_scorer.cli.help_style import shown_default
 from kafka_scorer.config import EngineSettings, Settings
 
 GENERATED_MARK = (
@@ -79,6 +80,10 @@ def type_text(field: FieldInfo) -> str:
     annotation, _ = _strip_optional(field.annotation)
     if typing.get_origin(annotation) is typing.Literal:
         return "one of " + ", ".join(f"`{v}`" for v in typing.get_args(annotation))
+    if typing.get_origin(annotation) is dict:
+        extra = field.json_schema_extra
+        shape = extra.get("metavar") if isinstance(extra, dict) else None
+        return f"pairs, `{shape or 'KEY=VALUE,...'}`"
     if typing.get_origin(annotation) is list:
         (inner,) = typing.get_args(annotation)
         return f"list of {getattr(inner, '__name__', inner)} (comma-separated)"
@@ -88,16 +93,12 @@ def type_text(field: FieldInfo) -> str:
 
 
 def _value_text(value: object) -> str:
-    """A default as one would type it in an environment variable."""
-    if value is None:
-        return "unset"
+    """A default as one would type it in an environment variable; worded as `--help` words it
+    (help_style.shown_default), booleans as the variable takes them."""
     if isinstance(value, bool):
         return "`true`" if value else "`false`"
-    if isinstance(value, list):
-        return "`" + ",".join(str(v) for v in value) + "`"
-    if value == "":
-        return "empty"
-    return f"`{value}`"
+    shown = shown_default(value)
+    return shown if shown == "unset" else f"`{shown}`"
 
 
 def default_text(field: FieldInfo) -> str:

@@ -248,13 +248,15 @@ async def test_worker_healthcheck_path_is_served_by_the_probe_server(
     services: dict[str, dict[str, Any]],
 ) -> None:
     """Start the worker's real probe server and request the path the compose healthcheck uses."""
-    from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
+    from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
 
     paths = set()
     for svc in _worker_services(services).values():
         (url,) = re.findall(r"http://[^'\"]+", " ".join(svc["healthcheck"]["test"]))
         paths.add(urlsplit(url).path)
-    server = ProbeServer(WorkerMetrics(), lambda: True, "127.0.0.1", 0)
+    ready = Readiness()
+    ready.follow(lambda: None, lambda: True)
+    server = ProbeServer(WorkerMetrics(), ready, "127.0.0.1", 0)
     await server.start()
     try:
         for path in paths:

@@ -157,3 +157,28 @@ def test_documented_flags_are_the_ones_the_worker_cli_accepts(name: str) -> None
     else:
         (flag,) = flags
         assert getattr(parser.parse_args([flag, raw]), name) == raw
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_the_page_and_help_show_the_same_default(name: str) -> None:
+    """Issue 26: `--help` said `unset` where the page said `empty`, and `{}` for a mapping. One wording
+    for both (booleans aside: `on`/`off` on a flag, `true`/`false` in a variable)."""
+    from kafka_scorer.cli.help_style import setting_help
+
+    field = Settings.model_fields[name]
+    if field.annotation is bool:
+        return
+    page = _table_rows(render())[name][4].strip("`")
+    help_default = re.search(r"\(default: (.*); env: ", setting_help(name, field)).group(1)
+    assert page == help_default.replace("%%", "%")
+    assert "{}" not in page and page != "empty"
+
+
+def test_flags_whose_type_says_too_little_show_the_shape_they_take() -> None:
+    from kafka_scorer.cli.help_style import setting_metavar
+
+    fields = Settings.model_fields
+    assert setting_metavar("topic_priorities", fields["topic_priorities"]) == "TOPIC=N,..."
+    assert setting_metavar("priority_share", fields["priority_share"]) == "FRACTION"
+    assert setting_metavar("chunking", fields["chunking"]) == "JSON"
+    assert "TOPIC=N,..." in _table_rows(render())["topic_priorities"][3]

@@ -45,3 +45,21 @@ def test_unreachable_index_is_probed_quickly() -> None:
     """The probe decides in seconds on a closed network (pip itself would retry per package)."""
     reason, *_ = _plan(KAFKA_SCORER_ASSUME_GPU="0", KAFKA_SCORER_TORCH_CPU_INDEX="http://127.0.0.1:9/none")
     assert "unreachable" in reason
+
+
+def _install_plan(command: str) -> str:
+    done = subprocess.run(
+        ["bash", str(ROOT / "dev"), "install-plan", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_the_demo_installs_the_product_and_only_the_tests_install_the_test_extras() -> None:
+    """Issue 26: `./dev demo` put the test extras (2.6 GB: triton, sentence-transformers, a MiniLM wheel,
+    testcontainers, ruff) into a user's venv; tests/integration/test_demo.py runs the demo without them."""
+    assert _install_plan("demo") == _install_plan("run") == "pip install -e ."
+    assert _install_plan("test") == "pip install -e .[test]"

@@ -28,6 +28,7 @@ class Environment:
     probe: RunProbe
     template: str = ""
     """The causal scorer's prompt template (`--template`); its checkpoint then has a chat tokenizer."""
+    decoder_forward: str = "auto"
     scorers: dict[str, object] = field(default_factory=dict)
     baselines: dict[str, BaselineScorer] = field(default_factory=dict)
 
@@ -54,6 +55,7 @@ class Environment:
                 # the contenders' timed runs repeat the same jobs: a prefix cache would serve the repeats
                 # from memory; it is measured on its own (`--workload judge`, bench/prefix.py)
                 prefix_cache_mb=0,
+                decoder_forward=self.decoder_forward,
             )
             freeze_loaded_heap()  # as the worker does after loading: every contender alike
         return self.scorers[kind]

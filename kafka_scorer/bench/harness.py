@@ -85,6 +85,8 @@ class BenchConfig:
     model_dir: str | None = None
     """Where to keep the generated checkpoints between runs; None: a temp dir removed at the end."""
     template: str = ""
+    decoder_forward: str = "auto"
+    """The engine's decoder layers (`--decoder-forward`): its fused ones, or transformers' for the ratio."""
     """A prompt template for the causal scorer (`--template`): the rerank workload is then sent as text
     (`templated.py`) and reports the template's token counts."""
     verbose: bool = True
@@ -250,6 +252,7 @@ def run_bench(config: BenchConfig) -> dict:
             peak=measure_matmul_peak(device, dtype, shape, config.quick),
             probe=RunProbe(device),
             template=config.template,
+            decoder_forward=config.decoder_forward,
         )
         log(f"  {env.peak['flops_per_s'] / 1e9:.1f} GFLOP/s")
         results = {}

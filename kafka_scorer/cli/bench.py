@@ -115,6 +115,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="serve the causal model with this prompt template (qwen3-reranker) and send the rerank "
         "workload as text, reporting the tokens MIS and no-MIS run per job (default: none, token ids)",
     )
+    parser.add_argument(
+        "--decoder-forward",
+        choices=["auto", "fused", "compiled", "transformers"],
+        default="auto",
+        help="the engine's decoder layers: auto (fused; compiled on CUDA), or transformers' own for the "
+        "before/after ratio (default: auto)",
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="workload seed")
     parser.add_argument(
         "--model-dir",
@@ -155,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         model_dir=args.model_dir,
         template=args.template,
+        decoder_forward=args.decoder_forward,
     )
     report = run_bench(config)
     print()

@@ -2,14 +2,14 @@
 
 The demo and the tests start a broker for themselves; a person who wants to run `kafka-scorer worker`
 against their own producer on a laptop, without Docker or a Kafka install, needs one that stays up on
-a known port, with the request and reply topics already there. Storage is memory: everything is gone
-when it stops (docs/quickstart.md says so too).
+a known port, with the request and reply topics already there — created before the port opens, so a
+client retrying through a restart of this broker never races their creation. Storage is memory:
+everything is gone when it stops (docs/quickstart.md and docs/worker.md say so too).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 
@@ -30,13 +30,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="topic to create at start; repeat for more (default: scoring-requests and scoring-results)",
     )
+    from kafka_scorer.testing.seeded_broker import AUTO_CREATED_PARTITIONS
+
     parser.add_argument(
-        "--partitions", type=int, default=3, metavar="N", help="partitions of each created topic"
+        "--partitions",
+        type=int,
+        default=AUTO_CREATED_PARTITIONS,
+        metavar="N",
+        help="partitions of each created topic (the default is what the broker gives a topic created on "
+        "first use)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafka_scorer.testing.broker import BrokerError, EmbeddedBroker, check_can_listen, create_topics
+    from kafka_scorer.testing.broker import BrokerError, check_can_listen
+    from kafka_scorer.testing.seeded_broker import SeededBroker
 
     if args.partitions < 1:
         print("kafka-scorer broker: error: --partitions must be at least 1", file=sys.stderr)
@@ -53,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     topics = args.topics or list(DEFAULT_TOPICS)
     try:
-        with EmbeddedBroker(host=args.host, port=args.port or None) as broker:
-            asyncio.run(create_topics(broker.bootstrap_servers, topics, args.partitions))
+        # The topics exist before the port opens: a client retrying through a restart cannot race
+        # their creation (testing/seeded_broker.py).
+        with SeededBroker(topics, args.partitions, host=args.host, port=args.port or None) as broker:
             print(
                 f"broker ready on {broker.bootstrap_servers} (memory storage; topics: {', '.join(topics)}); "
                 "Ctrl-C stops it",

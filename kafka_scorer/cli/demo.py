@@ -421,6 +421,9 @@ def _models_and_jobs(
     args: argparse.Namespace, count: int, workdir: Path
 ) -> tuple[list[DemoModel], list[DemoJob]]:
     """Both model kinds and their sample jobs, or with `--template` one reranker and ranking jobs."""
+    from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+
+    keep_triton_out_on_cpu(args.device)  # before transformers' model modules: no leak report at exit
     if args.template:
         from kafka_scorer.cli.demo_rerank import load_reranker, rerank_jobs
 

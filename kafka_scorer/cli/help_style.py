@@ -20,7 +20,10 @@ from kafka_scorer.config import DType, Settings, choices
 
 
 def shown_default(default: object) -> str:
-    """A default as a person writes it: `unset`, `on`/`off`, a comma-separated list."""
+    """A default as a person writes it: `unset` (nothing: None, "", {} or []), `on`/`off`, a
+    comma-separated list, `KEY=VALUE,...` for a mapping; docs/configuration.md words them the same."""
+    if isinstance(default, dict):
+        default = ",".join(f"{key}={value}" for key, value in default.items())
     if isinstance(default, list | tuple):
         default = ",".join(map(str, default))
     if default is None or default == "":
@@ -47,7 +50,11 @@ def setting_help(name: str, field: FieldInfo) -> str:
 
 
 def setting_metavar(name: str, field: FieldInfo) -> str:
-    """What kind of value a flag takes, at a glance: its choices, or its unit."""
+    """What kind of value a flag takes, at a glance: its choices, or its unit, or the field's own
+    (`json_schema_extra={"metavar": ...}`) where the type alone says too little."""
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("metavar"), str):
+        return str(extra["metavar"])
     allowed = choices(field.annotation)
     if allowed:
         return "{" + ",".join(allowed) + "}"
@@ -62,6 +69,8 @@ def setting_metavar(name: str, field: FieldInfo) -> str:
         return "URL"
     if int in kinds:
         return "N"
+    if float in kinds:
+        return "NUMBER"
     if any(typing.get_origin(k) is list for k in kinds):
         return "A,B,..."
     return "TEXT"

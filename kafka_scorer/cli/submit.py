@@ -9,7 +9,10 @@ from the path a user takes.
 Choices where the contract is silent (also in docs/submit.md):
 - `--timeout` counts from the first send, and is every job's deadline: each job carries `timeout_ms`
   ending at that instant, so a worker need not compute what submit no longer waits for.
-- All lines are validated before anything is sent: a file with a bad line sends nothing.
+- All lines are validated before anything is sent: a file with a bad line sends nothing, unless
+  `--skip-invalid` asks to send the valid ones (the bad ones listed, exit status 1).
+- A reader of stdout that goes away (`| head`) ends the run quietly with status 141, as a shell
+  reports a command killed by SIGPIPE; no traceback.
 - A job without an `id` gets its correlation id as `id`; the record key is the job id.
 - Results are written as they arrive (not in input order), one JSON object per line, exactly the
   worker's Result; the exit status says whether every job got a successful one.
@@ -43,11 +46,13 @@ from pydantic import ValidationError
 from kafka_scorer import errors
 from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_name
 from kafka_scorer.cli.progress import ProgressBar
-from kafka_scorer.cli.submit_summary import MAX_LISTED, PROG, summarize
+from kafka_scorer.cli.submit_summary import EXIT_JOBS_FAILED, MAX_LISTED, PROG, summarize
 from kafka_scorer.wire.protocol import Job, Result, WireFormat
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
+
+EXIT_PIPE_CLOSED = 141  # what a shell reports for a command that SIGPIPE ended
 
 
 # Settings fields that are also flags here (help text from Settings, the worker's style); flags override
@@ -239,7 +244,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Produce jobs read as JSON Lines to the request topic, wait for their results on the reply "
         "topic (matched by correlation_id) and write the results as JSON Lines. Exit status: 0 every "
-        "job scored, 1 a job failed or timed out, 2 bad input or settings."
+        "job scored, 1 a job failed or timed out (or a line was skipped), 2 bad input or settings, 141 "
+        "the reader of the results went away."
     )
     parser.add_argument(
         "input", nargs="?", default="-", help="JSON Lines file of jobs, one per line; '-' or none: stdin"
@@ -288,6 +294,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_env_file(parser)
     for field in CONNECTION_FLAGS:
         add_setting_flag(parser, field)
+    parser.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="send the valid lines when some are invalid (listed on stderr; exit status 1) instead of "
+        "sending nothing",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and full tracebacks")
 
@@ -339,16 +351,11 @@ def run(args: argparse.Namespace) -> int:
         )
         with _open_input(args.input) as lines:
             submissions, problems = read_jobs(lines, defaults)
+        skip = getattr(args, "skip_invalid", False) and bool(submissions)
         if problems:
-            for problem in problems[:MAX_LISTED]:
-                print(f"kafka-scorer submit: {problem}", file=sys.stderr)
-            more = len(problems) - MAX_LISTED
-            tail = f" (and {more} more)" if more > 0 else ""
-            print(
-                f"kafka-scorer submit: error: {len(problems)} invalid job line(s){tail}; nothing was sent",
-                file=sys.stderr,
-            )
-            return errors.EXIT_USER_ERROR
+            _report_invalid(problems, skip)
+            if not skip:
+                return errors.EXIT_USER_ERROR
         if not settings.request_topics:
             raise errors.UserFacingError(
                 "no request topic: set --request-topic or KAFKA_SCORER_REQUEST_TOPICS"
@@ -379,6 +386,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the results went away (`| head`): nobody reads the rest
+        _drop_stdout()
+        return EXIT_PIPE_CLOSED
     except ValidationError as exc:  # a setting: worded as the worker words it, naming only our flags
         from kafka_scorer.cli.worker import describe_errors
 
@@ -386,7 +396,26 @@ def run(args: argparse.Namespace) -> int:
         return errors.EXIT_USER_ERROR
     except Exception as exc:
         return errors.report(exc, bootstrap_servers=bootstrap, verbose=args.verbose, prog=PROG)
-    return summarize(submissions, args.timeout, sys.stderr)
+    status = summarize(submissions, args.timeout, sys.stderr)
+    if problems:
+        print(f"{PROG}: {len(problems)} invalid job line(s) skipped (listed above)", file=sys.stderr)
+        return max(status, EXIT_JOBS_FAILED)
+    return status
+
+
+def _report_invalid(problems: list[str], skipped: bool) -> None:
+    for problem in problems[:MAX_LISTED]:
+        print(f"{PROG}: {problem}", file=sys.stderr)
+    more = len(problems) - MAX_LISTED
+    tail = f" (and {more} more)" if more > 0 else ""
+    outcome = "warning: {}; skipped, the valid lines are sent" if skipped else "error: {}; nothing was sent"
+    print(f"{PROG}: " + outcome.format(f"{len(problems)} invalid job line(s){tail}"), file=sys.stderr)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's own flush at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @contextlib.contextmanager

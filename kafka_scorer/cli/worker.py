@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -22,6 +23,9 @@ from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, env_name
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import EXIT_USER_ERROR
 from kafka_scorer.heap import freeze_loaded_heap
+
+if TYPE_CHECKING:
+    from kafka_scorer.worker.metrics import Readiness, WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def serve(settings: Settings) -> int:
-    """Load the model, then run the worker until SIGTERM/SIGINT; a second signal exits at once."""
+    """Serve the probes, load the model, then run the worker until SIGTERM/SIGINT; a second signal
+    exits at once."""
     from kafka_scorer.errors import report
-    from kafka_scorer.worker.model_source import check_model_source
-    from kafka_scorer.worker.preflight import check_connection, unreachable_at_start, wait_until_accepted
+    from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -114,22 +118,51 @@ async def serve(settings: Settings) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    metrics, readiness = WorkerMetrics(), Readiness("starting: checking the settings")
+    probe = None
+    if settings.metrics_port:
+        # First of all, before the broker is asked anything and the model loads (minutes, for a large
+        # one): a liveness probe sees a live process meanwhile, and /readyz says what it waits for.
+        probe = ProbeServer(metrics, readiness, settings.metrics_host, settings.metrics_port)
+        try:
+            await probe.start()
+        except OSError as exc:
+            return report(_metrics_port_taken(settings, exc), prog=_PROG)
+    try:
+        return await _start_and_run(settings, stop, metrics, readiness)
+    finally:
+        if probe is not None:
+            await probe.stop()
+
+
+async def _start_and_run(
+    settings: Settings, stop: asyncio.Event, metrics: WorkerMetrics, readiness: Readiness
+) -> int:
+    """The start-up checks, the model, then the worker; `readiness` says which step it is in."""
+    from kafka_scorer.errors import report
+    from kafka_scorer.worker.model_source import check_model_source
+    from kafka_scorer.worker.preflight import check_connection, unreachable_at_start, wait_until_accepted
+
     try:
         check_model_source(settings.model)  # a misspelt directory: one line now, not after hub retries
-        _check_metrics_port(settings)
         await asyncio.to_thread(_check_schema_registry, settings)
         # TLS and SASL are proven before the model loads: a wrong CA or password is one line and
         # exit 2 in a second, not minutes later, and never an endless "unreachable" retry.
+        readiness.starting(f"starting: checking the connection to Kafka at {settings.bootstrap_servers}")
         unreached: list[str] = []
         reached = await check_connection(settings, unreached=unreached)
     except Exception as exc:
         return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
     if not reached:  # said now, not after a model load of minutes: a wrong address is the usual cause
         log.warning(unreachable_at_start(settings, unreached))
+    from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+
+    keep_triton_out_on_cpu(settings.device)  # no triton leak report at exit on a CPU machine
     from kafka_scorer.engine.scorer import Scorer  # torch: seconds, so after the connection check
     from kafka_scorer.worker.service import Worker
 
     log.info("loading model %s", settings.model)
+    readiness.starting(f"starting: loading model {settings.model}")
     try:
         scorer = await asyncio.to_thread(Scorer.from_config, settings.engine_config())
     except Exception as exc:
@@ -142,6 +175,7 @@ async def serve(settings: Settings) -> int:
     if stop.is_set():
         return 0
     started = time.monotonic()
+    readiness.starting(f"starting: warming up model {settings.model}")
     await asyncio.to_thread(scorer.warm_up)  # compiles and autotunes now, not on the first live batch
     log.info(
         "warm-up at the served shapes took %.1fs (attention %s)",
@@ -152,30 +186,25 @@ async def serve(settings: Settings) -> int:
     if stop.is_set():
         return 0
     if not reached:
+        readiness.starting(f"starting: waiting for the Kafka broker at {settings.bootstrap_servers}")
         try:
             if not await wait_until_accepted(settings, stop):
                 return 0
         except Exception as exc:
             return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
-    return await Worker(settings, scorer).run(stop)
+    return await Worker(settings, scorer, metrics=metrics, readiness=readiness).run(stop)
 
 
-def _check_metrics_port(settings: Settings) -> None:
-    """A metrics port someone else holds is found before the model loads, as one line."""
+def _metrics_port_taken(settings: Settings, exc: OSError) -> Exception:
+    """A metrics port someone else holds: one line naming the setting, before anything else starts."""
     from kafka_scorer.errors import SettingError
-    from kafka_scorer.testing.broker import check_can_listen
 
-    if not settings.metrics_port:
-        return
-    try:
-        check_can_listen(settings.metrics_host, settings.metrics_port)
-    except OSError as exc:
-        where = f"{settings.metrics_host}:{settings.metrics_port}"
-        raise SettingError(
-            "metrics_port",
-            f"cannot serve metrics on {where} ({exc.strerror}): choose another --metrics-port "
-            "(KAFKA_SCORER_METRICS_PORT), or 0 to turn the metrics server off",
-        ) from None
+    where = f"{settings.metrics_host}:{settings.metrics_port}"
+    return SettingError(
+        "metrics_port",
+        f"cannot serve metrics on {where} ({exc.strerror}): choose another --metrics-port "
+        "(KAFKA_SCORER_METRICS_PORT), or 0 to turn the metrics server off",
+    )
 
 
 def _check_tokenizer(settings: Settings, scorer: object) -> None:

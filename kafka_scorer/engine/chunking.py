@@ -12,8 +12,9 @@ and only the last window can be shorter than W. Each window is then scored as it
 preparer in inputs.py builds the pairs); this module only knows token counts, never the model.
 
 The rows of an item's windows become its row here, after the forward (`aggregate`):
-- `max`: the whole row of the window with the highest relevance score (the `rank_by` column); ties go
-  to the earlier window and a NaN ranks below every number, as in `ranking`;
+- `max`: the whole row of the window with the highest relevance score (what `ranking` orders by: the
+  `rank_by` column, label-normalised for a templated CausalLM job); ties go to the earlier window and
+  a NaN ranks below every number, as in `ranking`;
 - `mean`: the element-wise mean of the windows' rows;
 - `first`: the first window's row (what truncating the item to W tokens gives).
 Pooled hidden states follow the same choice: the chosen window's vector, or the mean of the windows'.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kafka_scorer.engine.ranking import relevance
 from kafka_scorer.wire.protocol import ChunkedItem
 
 Span = tuple[int, int]
@@ -82,9 +84,14 @@ class ChunkPlan:
 
 
 def aggregate(
-    plan: ChunkPlan, rows: list[list[float]], rank_by: int, hidden: torch.Tensor | None
+    plan: ChunkPlan,
+    rows: list[list[float]],
+    rank_by: int,
+    hidden: torch.Tensor | None,
+    normalised: bool = False,
 ) -> tuple[list[list[float]], torch.Tensor | None, list[ChunkedItem]]:
-    """Window rows -> item rows (and hidden states), plus the `chunks` entries of the result."""
+    """Window rows -> item rows (and hidden states), plus the `chunks` entries of the result. `max`
+    picks by the score the job ranks by (`normalised`: ranking.py's label-normalised one)."""
     assert len(rows) == plan.num_rows, (len(rows), plan.num_rows)
     chunked = {item.index: item for item in plan.chunked}
     out_rows: list[list[float]] = []
@@ -93,7 +100,7 @@ def aggregate(
     start = 0
     for index, count in enumerate(plan.windows):
         window_rows = rows[start : start + count]
-        chosen = _choose(plan.aggregate, window_rows, rank_by)
+        chosen = _choose(plan.aggregate, window_rows, rank_by, normalised)
         if chosen is None:
             out_rows.append([math.fsum(column) / count for column in zip(*window_rows)])
         else:
@@ -107,7 +114,7 @@ def aggregate(
     return out_rows, (torch.stack(out_hidden) if hidden is not None else None), report
 
 
-def _choose(how: str, rows: list[list[float]], rank_by: int) -> int | None:
+def _choose(how: str, rows: list[list[float]], rank_by: int, normalised: bool) -> int | None:
     """The window whose row is the item's; None for `mean` of several windows."""
     if len(rows) == 1 or how == "first":
         return 0
@@ -115,7 +122,7 @@ def _choose(how: str, rows: list[list[float]], rank_by: int) -> int | None:
         return None
 
     def key(window: int) -> tuple[float, int]:
-        score = rows[window][rank_by]
+        score = relevance(rows[window], rank_by, normalised)
         return (math.inf if math.isnan(score) else -score, window)
 
     return min(range(len(rows)), key=key)

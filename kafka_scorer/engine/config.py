@@ -18,6 +18,7 @@ class EngineConfig:
     device: str = "auto"
     trust_remote_code: bool = False
     attention_backend: str = "auto"
+    decoder_forward: str = "auto"
     max_batch_tokens: int = 8192
     max_items_per_job: int = 1024
     max_pair_tokens: int = 0

@@ -24,7 +24,10 @@ from kafka_scorer.engine.text_bounds import longest_token_chars, text_char_bound
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
-_TRUNCATE_HINT = " (send `truncate: true`, or set the worker's `truncate`, to cut the item instead)"
+_TRUNCATE_HINT = (
+    " (send `chunking: {}` to score the item in windows, or `truncate: true` to cut it; the worker's "
+    "`chunking` and `truncate` settings do either for every job)"
+)
 
 
 class JobPreparer(ItemWindows, ScoreFields):
@@ -135,6 +138,7 @@ class JobPreparer(ItemWindows, ScoreFields):
             truncated_items=truncated,
             activation=activation,
             rank_by=rank_by,
+            rank_normalised=templated and activation == "none" and len(label_ids) > 1,
             template=self.template_ref if templated else None,
             chunks=plan,
             prefix_marks=marks,

@@ -183,6 +183,25 @@ def _classification_head(model: nn.Module) -> nn.Module:
     )
 
 
+DECODER_FORWARDS = ("auto", "fused", "compiled", "transformers")
+
+
+def _decoder_body(body: nn.Module, decoder_forward: str, device: torch.device) -> nn.Module:
+    """The engine's fused decoder (`engine/models/`) where the family has one, else transformers' body.
+
+    auto: fused, compiled on CUDA (compiled at warm-up) and eager on the CPU, where compiling costs
+    start-up time for little (the CPU's forward is in its matmuls); transformers: the checkpoint's own
+    layers, the reference the fused forward is tested against."""
+    from kafka_scorer.engine.models.decoder import fused_decoder
+
+    if decoder_forward not in DECODER_FORWARDS:
+        raise ModelLoadError(f"decoder_forward: {decoder_forward!r} is not one of {list(DECODER_FORWARDS)}")
+    if decoder_forward == "transformers":
+        return body
+    compiled = decoder_forward == "compiled" or (decoder_forward == "auto" and device.type == "cuda")
+    return fused_decoder(body, compiled) or body
+
+
 def load_model(
     model_path: str,
     *,
@@ -190,6 +209,7 @@ def load_model(
     dtype: str = "auto",
     device: str = "auto",
     trust_remote_code: bool = False,
+    decoder_forward: str = "auto",
 ) -> LoadedModel:
     from transformers import (
         AutoConfig,
@@ -267,6 +287,8 @@ def load_model(
             "mean" if encoder.mean_pooling else "first-token",
             encoder.max_positions,
         )
+    if encoder is None:
+        body = _decoder_body(body, decoder_forward, torch_device)
     return LoadedModel(
         name=served_name or model_path,
         kind=kind,

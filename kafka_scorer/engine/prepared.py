@@ -37,6 +37,10 @@ class PreparedJob:
     """What the head's scores go through: `none`, `softmax` or `sigmoid` (SPEC §4, §8)."""
     rank_by: int = 0
     """The score column that ranks the items when the job asks for `top_n` (SPEC §8)."""
+    rank_normalised: bool = False
+    """Rank by the label-normalised score, `P(rank_by) / Σ P(labels)`, not the row's full-vocabulary
+    probability: what a template's model card defines as the relevance (a templated CausalLM job
+    without `apply_softmax`, whose rows are already normalised when it sets it)."""
     template: TemplateRef | None = None
     """The prompt template applied to the job's text (provenance)."""
     prefix_marks: tuple[int, ...] = ()

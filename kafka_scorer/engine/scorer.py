@@ -60,6 +60,7 @@ class Scorer:
         device: str = "auto",
         trust_remote_code: bool = False,
         attention_backend: str = "auto",
+        decoder_forward: str = "auto",
         max_batch_tokens: int = 8192,
         max_items_per_job: int = 1024,
         max_pair_tokens: int = 0,
@@ -77,6 +78,7 @@ class Scorer:
             dtype=dtype,
             device=device,
             trust_remote_code=trust_remote_code,
+            decoder_forward=decoder_forward,
         )
         model_limit = self.loaded.max_positions or _DEFAULT_PAIR_LIMIT
         limits = InputLimits(
@@ -131,6 +133,7 @@ class Scorer:
             "device": str(self.loaded.device),
             "dtype": self.dtype_name,
             "attention_backend": self.attention_backend,
+            "decoder_forward": type(self.loaded.body).__name__,
             "max_batch_tokens": str(self.max_batch_tokens),
             "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),
             "revision": self.revision,
@@ -152,46 +155,25 @@ class Scorer:
         return self._provenance.stamp(result, template)
 
     def warm_up(self) -> None:
-        """Full batches at the served shapes before the worker says it is ready — one packed MIS
-        sequence as long as the pair limit allows (where the model packs) and pairs filling the token
-        budget — so compiles and autotunes happen here instead of on live traffic, and a FlexAttention
-        the model's real shapes break is found here. When the backend was chosen automatically, that
-        falls back to cascade with one line; a backend the operator chose is kept, with a warning."""
-        failed = self._warm_up_failure()
-        if failed and self._auto_backend and self.attention_backend == "flex":
-            log.warning("FlexAttention failed at the model's shapes (%s); using the cascade backend", failed)
-            self.attention_backend = "cascade"
-            failed = self._warm_up_failure()
-        if failed:
-            log.warning("warm-up batch failed (%s); serving anyway", failed)
+        """Compile, autotune and check the backend at the served shapes before the worker is ready
+        (`engine/warm_up.py`)."""
+        from kafka_scorer.engine.warm_up import warm_up
+
+        warm_up(self)
+
+    @property
+    def limits(self) -> InputLimits:
+        return self._preparer.limits
+
+    @property
+    def auto_backend(self) -> bool:
+        """Whether the attention backend was chosen by the engine (and may be changed by the warm-up)."""
+        return self._auto_backend
+
+    def forget_prefixes(self) -> None:
+        """Empty the prefix cache (the warm-up's prefixes are no traffic's)."""
         if self._prefixes is not None:
-            self._prefixes.cache.clear()  # the warm-up's prefixes are no traffic's
-
-    def _warm_up_failure(self) -> str | None:
-        results = self.score_jobs(self._warm_up_jobs())
-        return next((r.error.message for r in results if r.error is not None), None)
-
-    def _warm_up_jobs(self) -> list[Job]:
-        """Token ids only (no tokenizer needed), valid for any model kind."""
-        limits = self._preparer.limits
-        vocab = self.loaded.input_vocab_size
-        labels = [0] if self.kind is ModelKind.CAUSAL_LM else None
-        query_len = max(1, min(64, limits.max_pair_tokens // 4))
-        packed_budget = min(self.max_batch_tokens, limits.max_pair_tokens - 8)
-        item_len = max(1, min(256, (packed_budget - query_len) // 4, limits.max_pair_tokens - query_len - 8))
-        ids = [(7 + 13 * i) % vocab for i in range(query_len + item_len)]
-
-        def job(job_id: str, count: int, multi_item: bool | None) -> Job:
-            count = max(1, min(count, limits.max_items_per_job))
-            query, item = ids[:query_len], ids[query_len:]
-            return Job(
-                id=job_id, query=query, items=[item] * count, label_token_ids=labels, multi_item=multi_item
-            )
-
-        return [
-            job("warm-up-packed", (packed_budget - query_len) // item_len, None),
-            job("warm-up-pairs", self.max_batch_tokens // (query_len + item_len), False),
-        ]
+            self._prefixes.cache.clear()
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """A `Result` comes back for a job that needs no forward pass: an error, or no items."""
@@ -302,7 +284,7 @@ class Scorer:
         pooled = torch.cat(hidden) if hidden else None
         chunks = []
         if job.chunks is not None:
-            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled)
+            rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled, job.rank_normalised)
         return self.stamp(
             Result(
                 id=job.job_id,
@@ -313,7 +295,7 @@ class Scorer:
                 pooled_hidden_states=to_wire(pooled) if pooled is not None else None,
                 warnings=job.warnings,
                 truncated_items=job.truncated_items,
-                ranking=None if job.job.top_n is None else rank(rows, job.rank_by, job.job.top_n),
+                ranking=rank(rows, job.rank_by, job.job.top_n, job.rank_normalised),
                 chunks=chunks,
             ),
             job.template,

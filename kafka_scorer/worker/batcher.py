@@ -15,7 +15,10 @@ ones between them). Should the estimate be long, the device's end wakes the batc
 Up to two batches are out at a time: one computing and the next one already closed, packed (on a CPU
 thread of its own, while the first computes) and queued behind it on the device thread, so the device
 goes from one forward to the next without waiting for the event loop or for packing. A third batch
-waits here, where it can keep growing until a slot frees.
+waits here, where it can keep growing until a slot frees. The batch queued behind may wait a whole
+forward, so deadlines are checked again when the device takes it: a job that expired meanwhile is
+handed to `on_expired` uncomputed (its batch-mates are packed again without it, on the device thread:
+rare, and cheaper than a forward nobody waits for).
 
 The batcher queues the tickets themselves (`Ticket.prepared` is what the engine packs) and writes each
 ticket's queue time and answer onto it. The engine answers a failed job `internal` itself (one job that
@@ -185,12 +188,12 @@ class Batcher(Generic[P, B]):
             start = max(time.monotonic(), self._device_free_at)
             self._device_free_at = start + tokens * self._s_per_token
 
-    def _learn(self, tokens: int, compute_s: float, pack_s: float) -> None:
+    def _learn(self, handed: int, computed: int, compute_s: float, pack_s: float) -> None:
         """After a forward: the device's pace, and when what is still handed to it should be done (the
         next batch starts now, as it was queued behind this one)."""
-        self._device_tokens -= tokens
-        if tokens > 0:
-            pace = compute_s / tokens
+        self._device_tokens -= handed
+        if computed > 0:
+            pace = compute_s / computed
             old = self._s_per_token
             self._s_per_token = pace if old is None else (1 - _EWMA) * old + _EWMA * pace
         self._pack_s = (1 - _EWMA) * self._pack_s + _EWMA * pack_s
@@ -199,25 +202,46 @@ class Batcher(Generic[P, B]):
 
     async def _pack_and_compute(
         self, loop: asyncio.AbstractEventLoop, batch: list[Ticket[P]]
-    ) -> tuple[list[Result], float, float, float]:
+    ) -> tuple[list[Result | None], float, float, float]:
         """Packing runs while the device still computes the previous batch; both threads are FIFO, so
         batches reach the device in the order they closed."""
         jobs = [t.prepared for t in batch]
+        # Deadlines are checked again where the forward starts (None: this batcher expires nothing)
+        deadlines = [t.deadline for t in batch] if self._on_expired is not None else None
         packed, pack_s = await loop.run_in_executor(self._packer, self._pack, jobs)
-        return (*await loop.run_in_executor(self._device, self._compute, packed, len(batch)), pack_s)
+        return (*await loop.run_in_executor(self._device, self._compute, packed, jobs, deadlines), pack_s)
 
     def _pack(self, jobs: list[Any]) -> tuple[B, float]:
         started = time.monotonic()
         packed = self._engine.pack(jobs)
         return packed, time.monotonic() - started
 
-    def _compute(self, packed: B, count: int) -> tuple[list[Result], float, float]:
-        """On the device thread: the engine's forwards for one packed batch."""
+    def _compute(
+        self, packed: B, jobs: list[Any], deadlines: list[float | None] | None
+    ) -> tuple[list[Result | None], float, float]:
+        """On the device thread: the engine's forwards for one packed batch. A batch waits behind the
+        one computing (up to a whole forward): its jobs whose deadline passed meanwhile are left out
+        (None: answered `deadline_exceeded`, uncomputed), the rest packed again here (rare)."""
         started = time.monotonic()
-        results = self._engine.run_packed(packed)
+        late = [d is not None and d <= started for d in deadlines or ()]
+        if not any(late):
+            return (
+                self._checked(self._engine.run_packed(packed), len(jobs)),
+                started,
+                time.monotonic() - started,
+            )
+        live = [job for job, gone in zip(jobs, late, strict=True) if not gone]
+        scored = iter(
+            self._checked(self._engine.run_packed(self._engine.pack(live)), len(live)) if live else []
+        )
+        results = [None if gone else next(scored) for gone in late]
+        return results, started, time.monotonic() - started
+
+    @staticmethod
+    def _checked(results: list[Result], count: int) -> list[Result]:
         if len(results) != count:
             raise RuntimeError(f"run_packed returned {len(results)} results for {count} jobs")
-        return results, started, time.monotonic() - started
+        return results
 
     def _finished(self, future: asyncio.Future[Any], batch: list[Ticket[P]]) -> None:
         self._running.discard(future)
@@ -239,11 +263,26 @@ class Batcher(Generic[P, B]):
             results, started, compute_s = failed_results([t.job_id for t in batch], exc), 0.0, 0.0
         else:
             results, started, compute_s, pack_s = future.result()
-            self._learn(tokens, compute_s, pack_s)
+            batch, results = self._late_out(batch, results)
+            computed = sum(t.num_tokens for t in batch)
+            self._learn(tokens, computed, compute_s, pack_s)
+            tokens = computed
         for ticket, result in zip(batch, results, strict=True):
             ticket.queue_s = max(0.0, started - ticket.enqueued_at) if started else 0.0
             ticket.answer(result)
-        self._on_done(BatchDone(batch, compute_s, tokens))
+        if batch:
+            self._on_done(BatchDone(batch, compute_s, tokens))
+
+    def _late_out(
+        self, batch: list[Ticket[P]], results: list[Result | None]
+    ) -> tuple[list[Ticket[P]], list[Result]]:
+        """The computed tickets and their results; those whose deadline passed before the device took
+        the batch (no result) go to `on_expired`."""
+        late = [t for t, r in zip(batch, results, strict=True) if r is None]
+        if late and self._on_expired is not None:  # only then are deadlines checked on the device
+            self._on_expired(late)
+        pairs = [(t, r) for t, r in zip(batch, results, strict=True) if r is not None]
+        return [t for t, _ in pairs], [r for _, r in pairs]
 
     async def idle(self) -> None:
         """Wait until nothing is queued or computing."""

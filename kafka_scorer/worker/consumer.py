@@ -18,10 +18,12 @@ reset, positions come from what the broker holds, never from the worker's memory
   then the broker's: its committed offsets, else `auto_offset_reset` (aiokafka's fresh assignment).
 - a partition whose position is beyond its log end, or whose log end moved backwards, in two fetch
   responses in a row (log_reset.py), is logged once and positioned from the broker: its committed
-  offset where that lies within the log, else `auto_offset_reset`. The end is the fetch response's high
-  watermark, never ListOffsets: tansu answers ListOffsets with a number far too small once a partition
-  holds multi-record batches (docs/worker.md, "The embedded brokers"); its fetch high watermark is right.
-- no commit goes past that watermark.
+  offset where that lies within the log, else `auto_offset_reset`. Once per event and at most
+  `MAX_REPOSITIONS` times in `WINDOW_S`; a log end that the records just fetched contradict is the
+  broker's error, not a reset (issue 26: the loop that re-scored the same records forever). The end
+  is the fetch response's high watermark, never ListOffsets: tansu answers ListOffsets with a number
+  far too small once a partition holds multi-record batches (docs/worker.md, "The embedded brokers").
+- no commit goes past that watermark (or past the records fetched, where they proved it too small).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.worker.connection import client_options
 from kafka_scorer.worker.fenced_commit import commit_within, membership_of
-from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
+from kafka_scorer.worker.log_reset import FetchState, LogResetWatch, Verdicts
 from kafka_scorer.worker.retry import UNREACHABLE, Backoff
 from kafka_scorer.worker.wire import Unreadable
 
@@ -85,6 +87,7 @@ class _Listener(ConsumerRebalanceListener):
     def __init__(self, listener: PartitionListener, resets: LogResetWatch[TopicPartition]) -> None:
         self._listener = listener
         self._resets = resets
+        self.joined = False  # an assignment (empty or not) has come: the member is in its group
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         await self._listener.on_revoked(set(revoked))
@@ -93,6 +96,7 @@ class _Listener(ConsumerRebalanceListener):
         partitions = set(assigned)
         self._resets.forget(partitions)  # a fresh assignment: aiokafka positions it from the broker
         await self._listener.on_assigned(partitions)
+        self.joined = True
 
 
 class JobConsumer:
@@ -120,11 +124,12 @@ class JobConsumer:
             partition_assignment_strategy=assignors,
         )
         self._resets: LogResetWatch[TopicPartition] = LogResetWatch()
+        self._listener: _Listener | None = None
 
     async def start(self, listener: PartitionListener) -> None:
         """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
         s = self._settings
-        forward = _Listener(listener, self._resets)
+        forward = self._listener = _Listener(listener, self._resets)
         if s.request_topic_pattern:
             self._consumer.subscribe(pattern=s.request_topic_pattern, listener=forward)
         else:
@@ -149,10 +154,11 @@ class JobConsumer:
         self, timeout_ms: int, max_records: int
     ) -> dict[TopicPartition, list[ConsumerRecord | Unreadable]]:
         """One poll. Broker trouble is logged and reads as an empty poll; the loop keeps going."""
+        got: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
         try:
-            return await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            got = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except UnicodeDecodeError:
-            return await self._skip_unreadable(timeout_ms, max_records)
+            got = await self._skip_unreadable(timeout_ms, max_records)
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
@@ -162,7 +168,10 @@ class JobConsumer:
             if self._coordination_dead():
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
-        return {}
+        for tp, records in got.items():  # what the records prove about each log end (log_reset.py)
+            if records:
+                self._resets.received(tp, records[-1].offset)
+        return got
 
     async def _skip_unreadable(
         self, timeout_ms: int, max_records: int
@@ -243,6 +252,11 @@ class JobConsumer:
         return set(self._consumer.paused())
 
     @property
+    def joined(self) -> bool:
+        """True once the group has given this member an assignment (possibly empty): it consumes."""
+        return self._listener is not None and self._listener.joined
+
+    @property
     def membership_lost(self) -> bool:
         """True while this member has no generation in the group (lost it, or not joined yet)."""
         return getattr(self._consumer._coordinator, "generation", -1) < 0
@@ -256,6 +270,8 @@ class JobConsumer:
         out = {}
         for tp, offset in offsets.items():
             log_end = self._consumer.highwater(tp) if tp in assigned else None
+            if log_end is not None:  # where records proved the broker's number too small, theirs
+                log_end = self._resets.log_end(tp, log_end)
             if tp in assigned and (log_end is None or offset <= log_end):
                 out[tp] = offset
         return out
@@ -271,13 +287,28 @@ class JobConsumer:
             await commit_within(self._consumer, mine, membership)
         return mine
 
-    async def reposition_reset_logs(self) -> set[TopicPartition]:
+    async def reposition_reset_logs(self) -> Verdicts[TopicPartition]:
         """Partitions whose log was reset under the worker (log_reset.py: beyond the log end, or a log
-        end that moved back, in two fetch responses), now positioned from the broker; the caller
-        restarts their watermarks."""
+        end that moved back, in two fetch responses; once per event, within a bound), now positioned
+        from the broker; the caller restarts their watermarks and counts every verdict."""
         states = self._fetch_states()
-        reset = self._resets.observe(states)
-        for tp, reason in reset.items():
+        verdicts = self._resets.observe(states)
+        for tp, reason in verdicts.contradicted.items():
+            log.warning(
+                "%s[%d]: %s; that log end is wrong, not a reset: the partition reads on from %d",
+                *tp,
+                reason,
+                states[tp].position,
+            )
+        for tp, reason in verdicts.refused.items():
+            log.error(
+                "%s[%d]: %s: not repositioned again, it reads on from %d; if the log really was reset, "
+                "restart the worker",
+                *tp,
+                reason,
+                states[tp].position,
+            )
+        for tp, reason in verdicts.reset.items():
             log.warning(
                 "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
                 "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
@@ -298,7 +329,7 @@ class JobConsumer:
                     self._settings.auto_offset_reset,
                 )
                 await self._seek_reset(tp)
-        return set(reset)
+        return verdicts
 
     def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
         """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the
@@ -306,7 +337,8 @@ class JobConsumer:
         out = {}
         for tp, state in self._fetch_states().items():
             done = committed.get(tp)
-            out[(tp.topic, tp.partition)] = max(0, state.log_end - (state.position if done is None else done))
+            end = self._resets.log_end(tp, state.log_end)
+            out[(tp.topic, tp.partition)] = max(0, end - (state.position if done is None else done))
         return out
 
     def _fetch_states(self) -> dict[TopicPartition, FetchState]:

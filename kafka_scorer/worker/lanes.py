@@ -6,12 +6,18 @@ fit `max_batch_tokens`, and a job larger than the whole budget still runs, alone
 
 - `priority` (the default): highest priority first, earliest deadline first within one (a job without
   a deadline last), then arrival. Starvation is bounded by a share, not by aging priorities: a job
-  below the highest queued priority that has waited `starve_s` is *starving*, and every batch first
-  takes the starving jobs, oldest first, up to `share` of its token budget (at least one job), then
-  fills the rest by priority. So while higher-priority jobs keep coming, lower ones still get that
-  share of every forward, and a fresh higher-priority job is never queued behind more than that share
-  of old work. (Aging priorities up instead would, after a while, put a whole queued backlog ahead of
-  every new interactive job: measured with `bench --workload backlog`, interactive p50 12.6 s.)
+  below the highest queued priority that has waited `starve_s` is *starving*. Every batch reserves
+  `share` of its token budget for the starving jobs: they go first, oldest first, as far as the
+  reservation covers them, and the rest fills by priority. A starving job larger than one reservation
+  saves up: the reservations of the batches that pass it over add up (a credit) until they cover it,
+  and then it goes first. Should the starving jobs that went first keep a higher-priority job out of a
+  batch it would have fitted alone (two jobs over half the budget each), the next batch is priority's:
+  no starving jobs first. So while higher-priority jobs keep coming, lower ones still get about `share`
+  of the tokens computed, and a fresh higher-priority job waits behind the starving jobs of at most one
+  batch: `share` of its budget, or one larger job that saved up for it. (Aging priorities up instead
+  would, after a while, put a whole queued backlog ahead of every new interactive job: measured with
+  `bench --workload backlog`, interactive p50 12.6 s. Taking at least one starving job in every batch,
+  as this queue once did, put every job over half the budget behind the whole starving backlog.)
 - `fifo`: arrival order (starve_s None).
 
 Sorting is stable and recomputed when a batch closes (the queue holds what backpressure lets in: a few
@@ -46,6 +52,8 @@ class LaneQueue(Generic[T]):
         self.share = share
         self._queue: list[T] = []  # arrival order
         self.queued_tokens = 0
+        self._credit = 0.0  # the starving share's saved-up reservations, in tokens
+        self._yield = False  # the next batch is priority's: the last one's starving jobs kept one out
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -64,27 +72,30 @@ class LaneQueue(Generic[T]):
         return self._queue[0]
 
     def next_batch(self, now: float) -> list[T]:
-        """The next batch: the starving share first, then lane order; the rest stay in arrival order."""
-        batch: list[T] = []
-        taken: set[int] = set()
-        tokens = 0
+        """The next batch: the starving share first (unless it is priority's turn), then lane order; the
+        rest stay in arrival order."""
+        picked = _Picked[T](self.max_batch_tokens)
+        starving = self._starving(now)
+        if starving:
+            self._starving_turn(picked, starving)
+        else:
+            self._credit, self._yield = 0.0, False
+        share = list(picked.jobs)
+        blocked = picked.take(self._ordered())
+        self._yield = _kept_out(picked, share, blocked)
+        self._queue = [job for job in self._queue if id(job) not in picked.ids]
+        self.queued_tokens -= picked.tokens
+        return picked.jobs
 
-        def take(jobs: list[T], limit: int) -> None:
-            nonlocal tokens
-            for job in jobs:
-                if id(job) in taken:
-                    continue
-                if batch and tokens + job.num_tokens > limit:
-                    return
-                batch.append(job)
-                taken.add(id(job))
-                tokens += job.num_tokens
-
-        take(self._starving(now), int(self.max_batch_tokens * self.share))
-        take(self._ordered(), self.max_batch_tokens)
-        self._queue = [job for job in self._queue if id(job) not in taken]
-        self.queued_tokens -= tokens
-        return batch
+    def _starving_turn(self, picked: _Picked[T], starving: list[T]) -> None:
+        """The batch's reservation joins the credit (no more than the oldest starving job needs), and
+        the starving jobs it covers go first, unless the last batch's kept a higher-priority job out."""
+        reserve = self.share * self.max_batch_tokens
+        self._credit = min(self._credit + reserve, max(reserve, starving[0].num_tokens))
+        if self._yield:
+            self._yield = False
+            return
+        self._credit -= picked.take_within(starving, self._credit)
 
     def remove_if(self, doomed: Callable[[T], bool]) -> list[T]:
         """Take out the jobs `doomed` picks, keeping the order of the rest; returned for settling."""
@@ -119,3 +130,51 @@ class LaneQueue(Generic[T]):
 
 def _never(deadline: float | None) -> float:
     return deadline if deadline is not None else math.inf
+
+
+def _kept_out(picked: _Picked[T], share: list[T], blocked: T | None) -> bool:
+    """Did the starving jobs that went first (`share`) keep `blocked`, of a higher priority than all of
+    them, out of a batch it would have fitted without them?"""
+    if not share or blocked is None or blocked.priority <= max(job.priority for job in share):
+        return False
+    others = picked.tokens - sum(job.num_tokens for job in share)
+    return others == 0 or others + blocked.num_tokens <= picked.budget
+
+
+class _Picked(Generic[T]):
+    """The jobs of one batch as it fills: in order while they fit the budget (a job larger than the whole
+    budget fits an empty batch, alone)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.jobs: list[T] = []
+        self.ids: set[int] = set()
+        self.tokens = 0
+
+    def fits(self, job: T) -> bool:
+        return not self.jobs or self.tokens + job.num_tokens <= self.budget
+
+    def add(self, job: T) -> None:
+        self.jobs.append(job)
+        self.ids.add(id(job))
+        self.tokens += job.num_tokens
+
+    def take(self, jobs: list[T]) -> T | None:
+        """Take `jobs` in order, skipping those already taken, until one does not fit: returned."""
+        for job in jobs:
+            if id(job) in self.ids:
+                continue
+            if not self.fits(job):
+                return job
+            self.add(job)
+        return None
+
+    def take_within(self, jobs: list[T], credit: float) -> int:
+        """Take `jobs` in order while each fits and the tokens taken stay within `credit`: their tokens."""
+        spent = 0
+        for job in jobs:
+            if spent + job.num_tokens > credit or not self.fits(job):
+                break
+            self.add(job)
+            spent += job.num_tokens
+        return spent

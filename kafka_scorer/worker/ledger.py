@@ -9,11 +9,14 @@ have one owner.
 - **Backpressure.** Two lanes of partitions: the top one (the request topics of the highest default
   priority, `topic_priorities`) and the lower one (the rest). The lower lane pauses when all in-flight
   work passes `max_inflight_tokens` (or four polls' worth of records, which bounds the answers not
-  counted in tokens); the top lane only when the work of its priority or above passes it on its own
-  (or all work passes twice the budget, or the record cap), so a bulk backlog never stops interactive
-  records from being read. Each lane resumes below half of what paused it: the hysteresis keeps it from
-  flapping. With one priority everywhere this is the plain rule. Paused partitions are still polled, so
-  the group membership stays alive.
+  counted in tokens); the top lane only when the work of its priority or above passes it on its own,
+  or all work passes twice the budget, or the record cap. So a bulk backlog never stops interactive
+  records from being read, and on one shared topic jobs sent below the topic's priority (bulk at
+  `priority` -1 beside interactive jobs at the default) may fill the second budget: the worker reads
+  twice as far ahead into a bulk backlog before it pauses, and the jobs it reads behind it get priority
+  over it. Each lane resumes below half of what paused it: the hysteresis keeps it from flapping. With
+  one priority everywhere this is the plain rule: pause above the budget, resume below half of it.
+  Paused partitions are still polled, so the group membership stays alive.
 - **Settling.** Metrics, the error-result log line and the job's trace end are written once per ticket,
   and waiters (a rebalance settling its partitions, a drain) are woken.
 """
@@ -156,8 +159,8 @@ class Ledger:
     def backpressure(self) -> None:
         """Pause a lane above its budget, resume it below half of that (see the module docstring)."""
         low, top = self.lanes(self.consumer.assignment())
-        # one priority everywhere: one lane, held to all the work in flight
-        top_tokens = self._tokens_at_or_above(self._top_priority(top)) if low else self.tokens
+        # one priority everywhere: all the work in flight is the top lane's
+        top_tokens = self._tokens_at_or_above(self._top_priority(top))
         jobs_under = self.jobs <= self.max_jobs // 2
         over = self.tokens > self.max_tokens or self.jobs > self.max_jobs
         under = self.tokens <= self.max_tokens // 2 and jobs_under

@@ -8,6 +8,18 @@ Either must be seen in two fetch responses in a row before it counts, so one odd
 leader's high watermark that lags for a moment) does not throw away a position. Then the position
 must come from the broker (consumer.py: its committed offset, else `auto_offset_reset`).
 
+A broker can also report a log end that is simply wrong. The embedded broker did after a restart
+(issue 26): a partition holding offsets 0-10 answered every fetch with a log end of 2, the watch
+believed it on every poll, and the worker read the same records again and again, forever. So what
+the worker acts on is bounded, whatever a broker says:
+- records the worker has just been handed contradict a smaller log end: a response that delivers
+  offset 10 while saying the log ends at 2 is wrong, never a reset. From then on the partition's log
+  end is at least what its records proved, until the broker's own number catches up;
+- a reset is acted on once per event: after one, the partition must be seen healthy (position
+  within the log end) before another reset counts;
+- at most `max_repositions` per partition within `window_s`; past that, a reset is refused (held
+  where it is) and said, so a broker that keeps contradicting itself cannot make a loop of it.
+
 What the numbers cannot show: a fresh log that producers filled past the old position before the
 worker's next fetch looks like the old one, grown. That case is caught by the group membership the
 same broker restart took away (fenced_commit.py); a topic recreated under a group that survives it
@@ -19,11 +31,17 @@ Pure Python, no Kafka client: unit-tested in tests/worker/test_log_reset_watch.p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 P = TypeVar("P")  # a partition key: aiokafka's TopicPartition in the worker, anything hashable in tests
+
+MAX_REPOSITIONS = 3
+"""Repositionings of one partition acted on within `WINDOW_S`; more are refused."""
+WINDOW_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,42 +53,115 @@ class FetchState:
     fetched_at: int  # aiokafka's timestamp of that response: two states with one are one response
 
 
+@dataclass(frozen=True, slots=True)
+class Verdicts(Generic[P]):
+    """What one look at the fetch states decided, each partition with its reason."""
+
+    reset: dict[P, str] = field(default_factory=dict)  # to position from the broker, now
+    contradicted: dict[P, str] = field(default_factory=dict)  # a wrong log end, newly seen: not a reset
+    refused: dict[P, str] = field(default_factory=dict)  # a reset past the bound: held where it is
+
+
+@dataclass(slots=True)
+class _Partition:
+    highest: int | None = None  # the highest log end seen in this log
+    suspect_at: int | None = None  # the fetch response that first showed an anomaly
+    proven_end: int | None = None  # one past the records proved beyond a smaller reported end
+    armed: bool = True  # False after a reset, until the partition is seen healthy again
+    acted_at: deque[float] = field(default_factory=deque)  # when resets were acted on, in the window
+
+
 class LogResetWatch(Generic[P]):
-    """The highest log end seen per partition, and partitions whose log looks reset, awaiting proof."""
+    """Per partition: the log end seen, what records proved, and resets awaiting proof."""
 
-    def __init__(self) -> None:
-        self._highest: dict[P, int] = {}
-        self._suspects: dict[P, int] = {}  # partition -> the fetch response that first showed it
+    def __init__(
+        self,
+        max_repositions: int = MAX_REPOSITIONS,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._parts: dict[P, _Partition] = {}
+        self._received: dict[P, int] = {}  # one past the highest offset handed out since the last look
+        self._max = max_repositions
+        self._window_s = window_s
+        self._clock = clock
 
-    def observe(self, states: Mapping[P, FetchState]) -> dict[P, str]:
-        """Partitions whose reset two fetch responses in a row confirm, each with why; their highest
-        log end restarts from the new log."""
-        confirmed: dict[P, str] = {}
+    def received(self, tp: P, offset: int) -> None:
+        """The consumer handed out the record at `offset` of `tp` (before the next `observe`)."""
+        self._received[tp] = max(self._received.get(tp, 0), offset + 1)
+
+    def observe(self, states: Mapping[P, FetchState]) -> Verdicts[P]:
+        """Judge each partition's latest fetch state against what came before and the records since."""
+        verdicts: Verdicts[P] = Verdicts()
+        received, self._received = self._received, {}
         for tp, state in states.items():
-            reason = self._anomaly(tp, state)
+            part = self._parts.setdefault(tp, _Partition())
+            reason = self._contradiction(part, state, received.get(tp))
+            if reason is not None:
+                verdicts.contradicted[tp] = reason
+            reason = self._anomaly(part, state)
             if reason is None:
-                self._suspects.pop(tp, None)
-                self._highest[tp] = max(self._highest.get(tp, state.log_end), state.log_end)
-                continue
-            first_seen_at = self._suspects.get(tp)
-            if first_seen_at is None or first_seen_at == state.fetched_at:
-                self._suspects[tp] = state.fetched_at
-                continue
-            del self._suspects[tp]
-            self._highest[tp] = state.log_end
-            confirmed[tp] = reason
-        return confirmed
+                part.suspect_at, part.armed = None, True
+                part.highest = max(part.highest if part.highest is not None else 0, self._end(part, state))
+            elif part.suspect_at is None or part.suspect_at == state.fetched_at:
+                part.suspect_at = state.fetched_at
+            else:
+                part.suspect_at = None
+                self._decide(tp, part, state, reason, verdicts)
+        return verdicts
 
     def forget(self, partitions: Iterable[P]) -> None:
         """A new assignment of these partitions: their positions come from the broker anyway."""
         for tp in partitions:
-            self._highest.pop(tp, None)
-            self._suspects.pop(tp, None)
+            self._parts.pop(tp, None)
+            self._received.pop(tp, None)
 
-    def _anomaly(self, tp: P, state: FetchState) -> str | None:
-        if state.position > state.log_end:
+    def log_end(self, tp: P, reported: int) -> int:
+        """The partition's log end: the broker's number, or more where records proved it wrong."""
+        part = self._parts.get(tp)
+        proven = part.proven_end if part is not None else None
+        return reported if proven is None else max(reported, proven)
+
+    def _contradiction(self, part: _Partition, state: FetchState, received: int | None) -> str | None:
+        """Records just handed out beyond the reported end prove it wrong: remember what they proved.
+        Said once per partition (None while it goes on), and forgotten once the broker catches up."""
+        if part.proven_end is not None and state.log_end >= part.proven_end:
+            part.proven_end = None
+        if received is None or received <= state.log_end:
+            return None
+        first = part.proven_end is None
+        part.proven_end = max(part.proven_end or 0, received)
+        part.suspect_at = None
+        if not first:
+            return None
+        last = received - 1
+        return f"the broker reports the log end {state.log_end} but delivered records up to offset {last}"
+
+    def _decide(self, tp: P, part: _Partition, state: FetchState, reason: str, verdicts: Verdicts[P]) -> None:
+        if not part.armed:  # the same event as the reset already acted on: not again
+            return
+        now = self._clock()
+        while part.acted_at and now - part.acted_at[0] > self._window_s:
+            part.acted_at.popleft()
+        if len(part.acted_at) >= self._max:
+            part.armed = False  # said once; asked again only after the partition looks healthy
+            verdicts.refused[tp] = (
+                f"{reason}, after {len(part.acted_at)} repositionings in {self._window_s:.0f}s (the bound)"
+            )
+            return
+        part.acted_at.append(now)
+        part.armed, part.proven_end = False, None
+        part.highest = state.log_end
+        verdicts.reset[tp] = reason
+
+    @staticmethod
+    def _end(part: _Partition, state: FetchState) -> int:
+        return state.log_end if part.proven_end is None else max(state.log_end, part.proven_end)
+
+    def _anomaly(self, part: _Partition, state: FetchState) -> str | None:
+        end = self._end(part, state)
+        if state.position > end:
             return f"position {state.position} is beyond the log end {state.log_end}"
-        highest = self._highest.get(tp)
-        if highest is not None and state.log_end < highest:
-            return f"the log end moved back from {highest} to {state.log_end}"
+        if part.highest is not None and end < part.highest:
+            return f"the log end moved back from {part.highest} to {state.log_end}"
         return None

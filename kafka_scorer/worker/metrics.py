@@ -1,8 +1,9 @@
 """Prometheus metrics plus `/healthz` and `/readyz`, served on one port from the event loop.
 
-`/healthz` is red once the worker can no longer score (a fatal device or delivery error; it is on its
-way out and, should the exit hang, the orchestrator restarts it); `/readyz` is red also before start-up
-and while draining.
+`/healthz` is green from process start (before the model loads and the broker answers) and red once
+the worker can no longer score (a fatal device or delivery error; it is on its way out and, should the
+exit hang, the orchestrator restarts it); `/readyz` is red, with its reason as the body, until the
+worker consumes, and while draining (`Readiness`).
 
 prometheus_client's own server serves metrics only and runs on a thread; probes need a second answer
 per path and should reflect the event loop itself (a loop that stops answering is not healthy), so a
@@ -63,6 +64,12 @@ class WorkerMetrics:
         self.partition_resets = counter(
             "partition_resets", "Partitions restarted uncommitted: group membership lost, or a log reset"
         )
+        # Every log-reset verdict (worker/log_reset.py): acted on, refused past the bound, or a log end
+        # that the records just fetched contradict. Anything but a rare `repositioned` means a broker
+        # reporting wrong log ends.
+        self.log_resets = counter(
+            "log_resets", "Log-reset verdicts: repositioned, contradicted (no reset), refused", ("outcome",)
+        )
         self.batch_jobs = histogram("batch_jobs", "Jobs per forward batch", _SIZE_BUCKETS)
         self.batch_items = histogram("batch_items", "Items (scored rows) per forward batch", _SIZE_BUCKETS)
         # Padding-free: the jobs' own tokens (the engine packs sequences end to end, nothing is padded),
@@ -102,20 +109,40 @@ class WorkerMetrics:
         return generate_latest(self.registry)
 
 
+class Readiness:
+    """What `/healthz` and `/readyz` answer, from process start to exit.
+
+    The probe server starts first thing (cli/worker.py), before the broker is asked anything and before
+    the model loads, which can take minutes: a liveness probe must see a live process meanwhile, not
+    a refused port that gets the pod killed in a loop. Until the worker runs, readiness is the start-up
+    phase, as text (`loading model ...`); then it follows the worker's own reason (service.py)."""
+
+    def __init__(self, phase: str = "starting") -> None:
+        self._phase = phase
+        self._not_ready: Callable[[], str | None] | None = None
+        self._healthy: Callable[[], bool] = lambda: True
+
+    def starting(self, phase: str) -> None:
+        """Where start-up is now: /readyz answers 503 with this text."""
+        self._phase = phase
+
+    def follow(self, not_ready: Callable[[], str | None], healthy: Callable[[], bool]) -> None:
+        """From now on the worker answers: its reason not to be ready (None: ready), and its health."""
+        self._not_ready, self._healthy = not_ready, healthy
+
+    def not_ready(self) -> str | None:
+        return self._phase if self._not_ready is None else self._not_ready()
+
+    def healthy(self) -> bool:
+        return self._healthy()
+
+
 class ProbeServer:
     """GET /metrics, /healthz, /readyz on one port; anything else is 404."""
 
-    def __init__(
-        self,
-        metrics: WorkerMetrics,
-        ready: Callable[[], bool],
-        host: str,
-        port: int,
-        healthy: Callable[[], bool] = lambda: True,
-    ) -> None:
+    def __init__(self, metrics: WorkerMetrics, readiness: Readiness, host: str, port: int) -> None:
         self._metrics = metrics
-        self._ready = ready
-        self._healthy = healthy
+        self._readiness = readiness
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -159,11 +186,12 @@ class ProbeServer:
         if path == "/metrics":
             return "200 OK", self._metrics.render(), CONTENT_TYPE_LATEST
         if path == "/healthz":
-            if self._healthy():
+            if self._readiness.healthy():
                 return "200 OK", b"ok\n", "text/plain"
             return "503 Service Unavailable", b"cannot score\n", "text/plain"
         if path == "/readyz":
-            if self._ready():
+            reason = self._readiness.not_ready()
+            if reason is None:
                 return "200 OK", b"ready\n", "text/plain"
-            return "503 Service Unavailable", b"not ready\n", "text/plain"
+            return "503 Service Unavailable", f"not ready: {reason}\n".encode(), "text/plain; charset=utf-8"
         return "404 Not Found", b"not found\n", "text/plain"

@@ -40,7 +40,8 @@ from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.group_model import OneModelAssignor
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
-from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
+from kafka_scorer.worker.log_reset import Verdicts
+from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
 from kafka_scorer.worker.outage import BrokerWatch
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.prefix_metrics import watch_prefix_cache
@@ -67,7 +68,10 @@ class Worker:
         engine: Engine[Any, Any],
         metrics: WorkerMetrics | None = None,
         tracing: Tracing | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
+        """`readiness`: the probes the caller already serves (cli/worker.py starts them before the model
+        loads); without it `run` serves its own on `metrics_port`."""
         self.settings = settings
         self.engine = engine
         self.served = engine.served
@@ -108,6 +112,10 @@ class Worker:
         time_policy = TimePolicy(settings.max_job_age_ms, settings.topic_priorities)
         self.intake = Intake(engine, self.ledger, self.batcher, self.outbox, rules, self.tracing, time_policy)
         self._fatal: BaseException | None = None
+        self._serves_probes = readiness is None
+        self.readiness = readiness or Readiness()
+        self.readiness.follow(self.not_ready, lambda: self.healthy)
+        self._said_ready = False
 
     @property
     def healthy(self) -> bool:
@@ -116,12 +124,36 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        watches = self.topic_watch.ready and self.group_model.ready and self.broker_watch.ready
-        return self.ledger.started and not self.ledger.draining and self.healthy and watches
+        return self.not_ready() is None
+
+    def not_ready(self) -> str | None:
+        """Why `/readyz` is 503 now (None: ready), from what the worker does: it is ready once it is a
+        member of its group and consumes. Partitions assigned are proof enough that there is something
+        to read; only a member with none asks the cluster's topic listing (topic_watch.py), so that an
+        idle member of a group larger than its topic stays ready but a typo in the topics does not."""
+        failure = self._failure()
+        if failure is not None:
+            return f"cannot score: {failure!r}"
+        if self.ledger.draining:
+            return "stopping: answering the jobs in flight"
+        if not self.ledger.started:
+            return f"connecting to the Kafka broker {self.settings.bootstrap_servers}"
+        if not self.broker_watch.ready:
+            return f"Kafka broker {self.settings.bootstrap_servers} unreachable"
+        if not self.group_model.ready:
+            return (
+                f"consumer group {self.settings.group_id!r} (group_id) serves another model "
+                f"({self.group_model.serving_elsewhere}); this worker takes no partitions"
+            )
+        if not self.consumer.joined:
+            return f"joining consumer group {self.settings.group_id!r}"
+        if not self.consumer.assignment() and not self.topic_watch.ready:
+            return "the request topics match no partition in the cluster (topic_grace_s)"
+        return None
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve until `stop` is set; 0 after a clean drain, 1 after a fatal error."""
-        probe = self._probe()
+        probe = self._probe() if self._serves_probes else None
         if probe is not None:
             await probe.start()
         background: list[asyncio.Task[None]] = []
@@ -163,21 +195,40 @@ class Worker:
             self.metrics.set_lag(self.consumer.lag(self.ledger.tracker.committed_offsets()))
             if records:
                 await self.intake.accept(records)
-            self.rebalance.restart(await self.consumer.reposition_reset_logs())
+            self._say_readiness()
+            verdicts = await self.consumer.reposition_reset_logs()
+            self._count_resets(verdicts)
+            self.rebalance.restart(set(verdicts.reset))
+
+    def _count_resets(self, verdicts: Verdicts[Any]) -> None:
+        for outcome, found in (
+            ("repositioned", verdicts.reset),
+            ("contradicted", verdicts.contradicted),
+            ("refused", verdicts.refused),
+        ):
+            if found:
+                self.metrics.log_resets.labels(outcome=outcome).inc(len(found))
 
     def _started(self) -> None:
         self.ledger.started = True
         served = dict(self.served.description) or {"model": self.served.name}
         self.metrics.describe(__version__, served)
         log.info("serving %s", " ".join(f"{key}={value}" for key, value in served.items()))
-        log.info(
-            "worker ready: model=%s topics=%s group=%s delivery=%s producer=%s",
-            self.served.name,
-            self.settings.request_topic_pattern or ",".join(self.settings.request_topics),
-            self.settings.group_id,
-            "exactly_once" if isinstance(self.outbox.delivery, ExactlyOnceDelivery) else "at_least_once",
-            self.producer.mode,
-        )
+
+    def _say_readiness(self) -> None:
+        """`worker ready` once, the first time `/readyz` would answer 200 (never while it is 503: a
+        worker kept out of its group says why in its own ERROR and stays quiet here). Later changes
+        are said by what causes them: the outage watch, the topic watch, the group's model, the stop."""
+        if not self._said_ready and self.ready:
+            self._said_ready = True
+            log.info(
+                "worker ready: model=%s topics=%s group=%s delivery=%s producer=%s",
+                self.served.name,
+                self.settings.request_topic_pattern or ",".join(self.settings.request_topics),
+                self.settings.group_id,
+                "exactly_once" if isinstance(self.outbox.delivery, ExactlyOnceDelivery) else "at_least_once",
+                self.producer.mode,
+            )
 
     def _batch_done(self, done: BatchDone[Any]) -> None:
         report_batch(done, self.metrics, self.tracing)
@@ -190,13 +241,8 @@ class Worker:
     def _probe(self) -> ProbeServer | None:
         if not self.settings.metrics_port:
             return None
-        return ProbeServer(
-            self.metrics,
-            lambda: self.ready,
-            self.settings.metrics_host,
-            self.settings.metrics_port,
-            healthy=lambda: self.healthy,
-        )
+        s = self.settings
+        return ProbeServer(self.metrics, self.readiness, s.metrics_host, s.metrics_port)
 
     def _delivery(self) -> Delivery:
         common = (self.producer, self.ledger.tracker, self.metrics, self.served, self.consumer)

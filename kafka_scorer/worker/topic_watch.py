@@ -10,7 +10,12 @@ What an operator of a Kubernetes Deployment expects (docs/operations.md): the wo
 topics created a minute later by another deployment must not cost a crash loop — but after
 `topic_grace_s` with nothing matched `/readyz` answers 503, so a rollout stalls visibly, and one
 WARNING names the setting and the fix (repeated every `_REPEAT_S`). When partitions appear, one INFO
-line and readiness comes back. During the grace period readiness is what it was before.
+line and readiness comes back. During the grace period readiness is what it was before; the grace
+counts from the last time topics matched, not from the start.
+
+The worker asks this watch only while it has no partition (service.py): an assigned partition is proof
+enough that there is something to read, whatever a listing says (after an embedded-broker restart a
+topic the consumer auto-created was missing from it, and a worker that was scoring answered 503).
 """
 
 from __future__ import annotations
@@ -73,11 +78,13 @@ class TopicWatch:
     _warned_at: float | None = field(default=None, init=False)
 
     async def run(self, stop: asyncio.Event) -> None:
-        started = self.clock()
+        since = self.clock()  # the grace counts from the start, or from the last time topics matched
         while not stop.is_set():
             matched = await self._matched()
             if matched is not None:
-                self._update(matched, self.clock() - started)
+                self._update(matched, self.clock() - since)
+                if matched:
+                    since = self.clock()
             grace = max(self.settings.topic_grace_s, 0.2)
             pause = _MATCHED_RECHECK_S if matched else min(_UNMATCHED_RECHECK_S, grace)
             with contextlib.suppress(TimeoutError):

@@ -42,15 +42,22 @@ def rule_windows(length: int, window: int, overlap: int) -> list[tuple[int, int]
         start += window - overlap
 
 
-def rule_aggregate(rows: list[list[float]], how: str, rank_by: int) -> tuple[list[float], int | None]:
-    """The item's row and the window it came from (None for mean)."""
+def rule_aggregate(
+    rows: list[list[float]], how: str, rank_by: int, normalised: bool = False
+) -> tuple[list[float], int | None]:
+    """The item's row and the window it came from (None for mean). `normalised`: `max` picks by the
+    label's share of the row, P(yes) / (P(yes) + P(no)), as a templated job's ranking does."""
     if how == "first":
         return rows[0], 0
     if how == "mean":
         return [sum(column) / len(rows) for column in zip(*rows)], None
+
+    def score(row: list[float]) -> float:
+        return row[rank_by] / sum(row) if normalised else row[rank_by]
+
     best = 0
     for index, row in enumerate(rows):
-        if row[rank_by] > rows[best][rank_by]:
+        if score(row) > score(rows[best]):
             best = index
     return rows[best], best
 
@@ -357,7 +364,7 @@ def test_templated_windows_are_the_whole_prompt_of_each_windows_text(templated, 
         spans = [(offsets[s][0], offsets[e - 1][1]) for s, e in ranges]
         inside_a_character |= any(offsets[s][0] < offsets[s - 1][1] for s, _ in ranges[1:])
         rows = [list(_card_row(path, card_prompt(query, item[a:b]))) for a, b in spans]
-        row, chosen = rule_aggregate(rows, how, 0)
+        row, chosen = rule_aggregate(rows, how, 0, normalised=True)  # the model card's score
         want_rows.append(row)
         if len(ranges) > 1:
             want_chunks[index] = (len(ranges), chosen, None if chosen is None else spans[chosen])

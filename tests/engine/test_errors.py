@@ -73,6 +73,7 @@ def test_too_many_items_and_too_long_pairs(scorer_for):
     assert many.error.code is ErrorCode.TOO_LONG and "max_items_per_job" in many.error.message
     long_pair = prepared_error(scorer, Job(query=[1] * 6, items=[[1] * 4, [2] * 5], label_token_ids=[1]))
     assert long_pair.error.code is ErrorCode.TOO_LONG and long_pair.error.item == 1
+    assert "`chunking: {}`" in long_pair.error.message and "`truncate: true`" in long_pair.error.message
     packed = prepared_error(
         scorer, Job(query=[1] * 6, items=[[1] * 3, [2] * 3], label_token_ids=[1], multi_item=True)
     )

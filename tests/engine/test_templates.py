@@ -207,3 +207,23 @@ def test_token_id_jobs_bypass_the_template(preset_scorer, reranker):
     assert any("template not applied" in w for w in result.warnings)
     plain = Scorer(str(reranker), dtype="float32", device="cpu")
     assert_close(result.scores, plain.score([5, 6, 7], [[8, 9], [10]], label_token_ids=yes_no).scores)
+
+
+@pytest.mark.parametrize("query", QUERIES[:2])
+def test_ranking_without_apply_softmax_follows_the_model_cards_score(preset_scorer, reranker, query):
+    """Issue 26: `scores` stay the full-vocabulary P(yes), P(no) the job asked for, but `ranking` orders
+    by the card's relevance, P(yes) / (P(yes) + P(no)), and reports it."""
+    card = reference_rows(reranker, [card_prompt(query, i) for i in ITEMS], ["yes", "no"], apply_softmax=True)
+    raw = reference_rows(reranker, [card_prompt(query, i) for i in ITEMS], ["yes", "no"], apply_softmax=False)
+    result = preset_scorer.score(query, ITEMS, top_n=len(ITEMS))
+    assert result.error is None, result.error
+    assert_close(result.scores, raw)
+    expected = sorted(range(len(ITEMS)), key=lambda i: (-card[i][0], i))
+    assert [r.index for r in result.ranking] == expected
+    assert [r.score for r in result.ranking] == pytest.approx([card[i][0] for i in expected], abs=1e-5)
+
+
+def test_token_id_jobs_and_apply_softmax_jobs_rank_by_their_rows(preset_scorer):
+    """No template applied (token ids): the row's own value ranks, as before."""
+    result = preset_scorer.score([5, 6, 7], [[8, 9], [10], [11, 12]], label_token_ids=[3, 4], top_n=3)
+    assert [r.score for r in result.ranking] == sorted((row[0] for row in result.scores), reverse=True)

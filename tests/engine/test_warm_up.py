@@ -11,6 +11,7 @@ import pytest
 
 from kafka_scorer.engine.attention import registry
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.warm_up import warm_up_jobs
 from kafka_scorer.wire.protocol import Job
 
 
@@ -62,7 +63,7 @@ def test_a_chosen_backend_is_kept_with_a_warning(flex_scorer, monkeypatch, caplo
 
 def test_warm_up_fills_the_budget_with_a_packed_sequence_and_pairs(tiny_models) -> None:
     scorer = Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu")
-    prepared = [scorer.prepare(job, job.id) for job in scorer._warm_up_jobs()]
+    prepared = [scorer.prepare(job, job.id) for job in warm_up_jobs(scorer)]
     assert [p.packed for p in prepared] == [True, False]
     assert prepared[1].num_tokens <= scorer.max_batch_tokens < prepared[1].num_tokens * 1.1
     scorer.warm_up()  # the served backend passes at these shapes: nothing changes

@@ -57,9 +57,10 @@ def parse_table(out: str) -> dict[str, Row]:
 
 
 def test_demo_short_shows_scored_results_for_both_kinds_and_the_error_row() -> None:
-    done = run_cli("demo", "--short", env=cli_env(COLUMNS="120"), timeout=240)
+    # Without the test extras, as `./dev demo` installs it (issue 26: they are 2.6 GB, triton included)
+    done = run_cli("demo", "--short", env=cli_env(COLUMNS="120"), timeout=240, product_only=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "leaked" not in done.stderr
     out = done.stdout
     rows = parse_table(out)
     assert len(rows) == 12, out

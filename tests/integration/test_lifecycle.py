@@ -62,6 +62,7 @@ async def test_sigterm_answers_and_commits_all_in_flight_work_before_exit(
     assert in_flight > 0, "the signal should have found work in flight"
     assert "grace period over" not in log
     assert "worker stopped cleanly" in log
+    assert "leaked" not in log and "nanobind" not in log, "a CPU worker's exit reports no native leaks"
 
     sent = stream.sent
     committed = await committed_offsets(kafka.bootstrap, stream.group, stream.requests, stream.partitions)

@@ -68,6 +68,7 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
         assert " ERROR " in error and "'kafka-scorer'" in error
         assert str(models["causal"]) in error and str(models["qwen3-reranker"]) in error
         assert probe(second_port) == 503 and probe(first_port) == 200
+        assert "worker ready" not in second_log.read_text()  # its log agrees with its /readyz
         wait_for(first_log, "also has members serving", first)  # the first worker's log says it too
 
         jobs = [

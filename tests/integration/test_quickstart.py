@@ -97,10 +97,11 @@ def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> No
 def _check_reranked(result: dict, job: dict, stderr: str) -> None:
     """The preset's yes/no labels, a ranking by the first one, and the template named on the result."""
     assert {len(row) for row in result["scores"]} == {2}, result  # labels from the template: yes, no
-    relevance = [row[0] for row in result["scores"]]
+    # ranked by the model card's score, P(yes) / (P(yes) + P(no)), though the rows are full-vocabulary
+    relevance = [row[0] / sum(row) for row in result["scores"]]
     order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))[: job["top_n"]]
     assert [r["index"] for r in result["ranking"]] == order, result
-    assert [r["score"] for r in result["ranking"]] == [relevance[i] for i in order]
+    assert [r["score"] for r in result["ranking"]] == pytest.approx([relevance[i] for i in order], rel=1e-12)
     assert result["template"]["name"] == "qwen3-reranker" and result["model_revision"].startswith("sha256:")
     assert f"ranking {job['id']} (line 1):" in stderr and "provenance: template qwen3-reranker" in stderr
 

@@ -187,6 +187,52 @@ async def test_submit_rejects_bad_lines_by_number_and_sends_nothing(kafka, tmp_p
     assert await read_topic(kafka.bootstrap, requests, lambda rs: False, timeout_s=1.0) == []
 
 
+async def test_submit_skip_invalid_sends_the_valid_lines_and_names_the_bad_ones(
+    kafka, causal_model, causal_scorer, causal_reference, tmp_path: Path
+) -> None:
+    topics = await fresh_topics(kafka, partitions=1)
+    good = [j for j in _jobs() if j.get("id", "").startswith("ids-")]
+    lines = [msgspec.json.encode(good[0]), b'{"query": [1], "items": [[2]], "label_tokens": [3]}']
+    lines += [msgspec.json.encode(good[1]), b"not json at all"]
+    jobs_file = tmp_path / "jobs.jsonl"
+    jobs_file.write_bytes(b"\n".join(lines) + b"\n")
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+        rc, stdout, stderr, _ = await _submit(
+            str(jobs_file), "--skip-invalid", "--bootstrap-servers", kafka.bootstrap,
+            "--request-topic", topics.requests, "--reply-topic", topics.replies, "--no-progress",
+        )  # fmt: skip
+    assert rc == 1, stderr
+    assert "line 2:" in stderr and "line 4:" in stderr and "line 1:" not in stderr
+    assert "2 invalid job line(s); skipped" in stderr and "2 jobs: 2 ok, 0 failed" in stderr
+    results = _results(stdout)
+    assert sorted(r.id for r in results) == sorted(j["id"] for j in good)
+    for result, job in ((r, next(j for j in good if j["id"] == r.id)) for r in results):
+        assert max_abs_diff(result.scores, causal_reference.scores(msgspec.convert(job, Job))) <= 1e-4
+
+
+async def test_submit_into_a_pipe_nobody_reads_ends_quietly(
+    kafka, causal_model, causal_scorer, tmp_path: Path
+) -> None:
+    """`kafka-scorer submit ... | head`: the reader has gone when the first result is written."""
+    topics = await fresh_topics(kafka, partitions=1)
+    jobs_file = tmp_path / "jobs.jsonl"
+    jobs_file.write_bytes(b"".join(msgspec.json.encode(j) + b"\n" for j in _jobs()[:4]))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # before the child starts: its first write meets a closed pipe
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kafka_scorer", "submit", str(jobs_file), "--no-progress",
+            "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
+            "--reply-topic", topics.replies,
+            cwd=ROOT, env=_env(), stdin=asyncio.subprocess.DEVNULL, stdout=write_end,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        os.close(write_end)
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 141, err.decode()
+    assert err.decode().strip() == "", "no traceback, no 'internal error', no summary"
+
+
 READABLE_RANK = re.compile(r"^    (\d+)\. #(\d+) (\d\.\d{4}) (.+)$")
 
 
@@ -255,7 +301,8 @@ async def test_submit_flags_make_plain_text_jobs_a_reranking_run_and_print_it_re
         if "label_token_ids" in spec:  # --label-tokens is not added to it: both would be invalid_request
             labels = load_reference(reranker)[1].convert_ids_to_tokens(spec["label_token_ids"])
         rows = reference_rows(reranker, prompts, labels, apply_softmax=False)
-        relevance = [row[0] for row in rows]
+        # every job here is text under the template: ranked by the card's score (labels normalised)
+        relevance = [r[0] for r in reference_rows(reranker, prompts, labels, apply_softmax=True)]
         assert max_abs_diff(result.scores, rows) <= 1e-5, spec["id"]
         order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))[: want_top_n[spec["id"]]]
         assert result.ranking is not None and [r.index for r in result.ranking] == order, spec["id"]

@@ -25,6 +25,7 @@ from tests.integration.kafka_helpers import (
     produce,
     read_topic,
     unique,
+    worker_settings,
 )
 
 pytestmark = pytest.mark.integration
@@ -65,6 +66,13 @@ class CountingEngine:
 def _job(job_id: str, rng: random.Random, **fields: Any) -> bytes:
     query = [rng.randrange(4, 380) for _ in range(24)]
     items = [[rng.randrange(4, 380) for _ in range(24)] for _ in range(6)]
+    return encode_job(Job(id=job_id, query=query, items=items, label_token_ids=[3, 77], **fields))
+
+
+def _large_job(job_id: str, rng: random.Random, **fields: Any) -> bytes:
+    """About 300 tokens: over half of a 512-token batch."""
+    query = [rng.randrange(4, 380) for _ in range(24)]
+    items = [[rng.randrange(4, 380) for _ in range(44)] for _ in range(6)]
     return encode_job(Job(id=job_id, query=query, items=items, label_token_ids=[3, 77], **fields))
 
 
@@ -117,6 +125,45 @@ async def test_interactive_jobs_overtake_a_bulk_backlog_and_expired_ones_are_not
     assert committed == {0: N_BULK + 5}, "every record answered and committed, none skipped"
 
 
+async def test_high_priority_jobs_over_half_the_budget_overtake_a_bulk_backlog_on_a_shared_topic(
+    kafka, causal_model, causal_scorer
+) -> None:
+    """Issue 26: every job over half the batch budget, bulk (priority -50) and interactive (100) on one
+    topic, the interactive ones behind the backlog in the log. The bulk jobs starve at once
+    (priority_starve_ms 0); before the fix each batch took one of them first and no interactive job
+    ever fitted beside it, so all three ran last."""
+    topic, replies = unique("shared"), unique("res")
+    await create_topics(kafka.bootstrap, [topic, replies], 1)
+    rng = random.Random(26)
+    bulk = [_large_job(f"bulk-{i}", rng, priority=-50) for i in range(12)]
+    high = [_large_job(f"high-{i}", rng, priority=100) for i in range(3)]
+    settings = worker_settings(
+        kafka,
+        causal_model,
+        request_topics=[topic],
+        reply_topic=replies,
+        group_id=unique("group"),
+        max_batch_tokens=512,
+        priority_starve_ms=0,
+    )
+    job = msgspec.json.decode(high[0], type=Job)
+    assert causal_scorer.prepare(job, job.id).num_tokens > settings.max_batch_tokens // 2, "precondition"
+    await produce(kafka.bootstrap, [Out(topic, value, key=b"k") for value in bulk + high])
+    engine = CountingEngine(causal_scorer, forward_s=0.05)
+    async with InProcessWorker(settings, engine) as worker:
+        records = await read_topic(kafka.bootstrap, replies, lambda rs: len(rs) >= 15, 120)
+        assert await worker.stop() == 0
+    results = decode_replies(records)
+    assert sorted(r.id for r in results) == sorted(f"bulk-{i}" for i in range(12)) + [
+        f"high-{i}" for i in range(3)
+    ] and all(r.error is None for r in results)
+    assert len(engine.ran) == 15, "one job per forward: no two fit the budget"
+    # Two forwards may close before the interactive jobs are read (two batch slots), and one starving
+    # bulk job may go ahead of one interactive job; the other bulk jobs wait.
+    high_at = sorted(engine.ran.index(f"high-{i}") for i in range(3))
+    assert high_at[-1] <= 5, f"interactive jobs ran as forwards {high_at} of 15: {engine.ran}"
+
+
 async def test_a_client_timeout_is_the_jobs_deadline_and_the_worker_skips_its_forward(
     kafka, causal_model, causal_scorer
 ) -> None:
@@ -146,8 +193,6 @@ def _id(record) -> str:
 
 
 def _settings(kafka, model, bulk: str, live: str, replies: str):
-    from tests.integration.kafka_helpers import worker_settings
-
     return worker_settings(
         kafka,
         model,

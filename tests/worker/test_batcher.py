@@ -279,3 +279,22 @@ async def test_a_queued_job_whose_deadline_passes_leaves_uncomputed(done) -> Non
     await _run(batcher, lambda: bool(expired))
     assert [t.job_id for t in expired] == ["doomed"]
     assert engine.calls == [] and done == [] and batcher.queued_tokens == 0
+
+
+async def test_a_job_whose_deadline_passes_while_its_batch_waits_for_the_device_is_not_computed(done) -> None:
+    """Issue 26: the batch closed in time but waits behind a whole forward (two batches are out at once);
+    the device takes it after the deadline, so that job is left out, uncomputed, and its batch-mate
+    still runs (message-schema.md: expired "before its forward pass starts")."""
+    engine = RecordingEngine(compute_s=0.4)
+    expired: list[Ticket] = []
+    batcher = Batcher(
+        engine, done.append, max_batch_tokens=20, max_batch_wait_ms=0, on_expired=expired.extend
+    )
+    batcher.add(job("first", 20))
+    batcher.add(job("doomed", 10, deadline=time.monotonic() + 0.15))
+    batcher.add(job("mate", 10, deadline=time.monotonic() + 60))
+    await _run(batcher, lambda: sum(len(d.tickets) for d in done) == 2 and bool(expired))
+    assert engine.calls == [["first"], ["mate"]], "the late job never reached a forward"
+    assert [t.job_id for t in expired] == ["doomed"] and expired[0].result is None
+    assert [[t.job_id for t in d.tickets] for d in done] == [["first"], ["mate"]]
+    assert done[1].tokens == 10 and results(done[1])[0].id == "mate"

@@ -6,6 +6,7 @@ Generated arrivals check the properties; a few named cases pin the documented nu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hypothesis import given
@@ -131,3 +132,76 @@ def test_generated_queues_lose_nothing_and_respect_the_budget(spec, now, budget,
         out += batch
     assert sorted(names(out + expired), key=int) == names(added), "every job exactly once"
     assert q.queued_tokens == 0
+
+
+def drain(q: LaneQueue[Job], now: float) -> list[list[str]]:
+    batches = []
+    while len(q):
+        batches.append(names(q.next_batch(now)))
+    return batches
+
+
+def test_high_priority_jobs_over_half_the_budget_do_not_wait_behind_a_starving_backlog() -> None:
+    """Issue 26: every job over half the budget. The starving share may not put the whole bulk backlog
+    ahead of them (one starving job per batch, each keeping the interactive job out): it saves up its
+    eighth of each batch until it covers one bulk job, so the interactive jobs go first."""
+    q: LaneQueue[Job] = LaneQueue(max_batch_tokens=100, starve_s=1.0, share=0.125)
+    for i in range(10):
+        q.add(Job(f"bulk-{i}", num_tokens=60, priority=-50, enqueued_at=0.0))
+    for i in range(3):
+        q.add(Job(f"high-{i}", num_tokens=60, priority=100, enqueued_at=5.0))
+    assert drain(q, now=5.0)[:4] == [["high-0"], ["high-1"], ["high-2"], ["bulk-0"]]
+
+
+def test_a_large_starving_job_saves_up_its_share_and_then_the_kept_out_job_goes_next() -> None:
+    """Interactive jobs fill every batch; a bulk job (60 of 100 tokens) goes once five reservations of
+    12.5 tokens cover it (one batch in five), and the interactive job it kept out leads the next one."""
+    q: LaneQueue[Job] = LaneQueue(max_batch_tokens=100, starve_s=1.0, share=0.125)
+    for i in range(3):
+        q.add(Job(f"bulk-{i}", num_tokens=60, priority=-1, enqueued_at=0.0))
+    batches = []
+    for n in range(15):
+        q.add(Job(f"high-{n}", num_tokens=60, priority=1, enqueued_at=10.0 + n))
+        batches.append(names(q.next_batch(now=10.0 + n)))
+    bulk_at = [n for n, batch in enumerate(batches) if batch[0].startswith("bulk")]
+    assert bulk_at == [4, 9, 14], batches
+    highs = [job for batch in batches for job in batch if job.startswith("high")]
+    assert highs == [f"high-{n}" for n in range(12)], "the job a bulk one kept out leads the next batch"
+
+
+def test_small_starving_jobs_alternate_with_interactive_jobs_too_large_to_share_a_batch() -> None:
+    """90-token interactive jobs cannot share a batch with a 12-token reservation: rather than the
+    share going first in every batch (and no interactive job ever fitting), the two take turns."""
+    q: LaneQueue[Job] = LaneQueue(max_batch_tokens=100, starve_s=1.0, share=0.125)
+    for i in range(20):
+        q.add(Job(f"bulk-{i}", num_tokens=12, priority=-1, enqueued_at=0.0))
+    for i in range(5):
+        q.add(Job(f"high-{i}", num_tokens=90, priority=1, enqueued_at=10.0))
+    batches = [names(q.next_batch(now=10.0)) for _ in range(10)]
+    assert batches == [[f"{lane}-{i}"] for i in range(5) for lane in ("bulk", "high")]
+
+
+@given(jobs, st.integers(1, 100), st.integers(1, 100), st.floats(0.05, 1.0), st.integers(0, 5))
+def test_a_fresh_top_priority_job_waits_behind_at_most_one_batch_of_starving_work(
+    spec, budget, size, share, before
+) -> None:
+    q: LaneQueue[Job] = LaneQueue(max_batch_tokens=budget, starve_s=1.5, share=share)
+    for i, (n, p, _, e) in enumerate(spec):
+        q.add(Job(str(i), n, p, None, e))
+    for _ in range(before):  # whatever credit and turn earlier batches left behind
+        q.next_batch(now=20.0)
+    q.add(Job("fresh", min(size, budget), priority=4, enqueued_at=20.0))
+    first, second = names(q.next_batch(now=20.0)), names(q.next_batch(now=20.0)) if len(q) else []
+    assert "fresh" in first + second
+
+
+@given(st.integers(1, 100), st.floats(0.05, 1.0), st.lists(st.integers(1, 100), min_size=40, max_size=40))
+def test_a_starving_job_goes_once_its_saved_up_reservations_cover_it(size, share, stream) -> None:
+    budget = 100
+    q: LaneQueue[Job] = LaneQueue(max_batch_tokens=budget, starve_s=1.0, share=share)
+    q.add(Job("bulk", size, priority=-1, enqueued_at=0.0))
+    for n, tokens in enumerate(stream):
+        q.add(Job(f"high-{n}", tokens, priority=1, enqueued_at=5.0))
+        if "bulk" in names(q.next_batch(now=5.0)):
+            break
+    assert n + 1 <= math.ceil(size / (share * budget)) + 1, f"bulk ran in batch {n + 1}"

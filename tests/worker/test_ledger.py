@@ -124,3 +124,29 @@ def test_a_bulk_backlog_pauses_only_the_bulk_topic_and_interactive_work_pauses_i
     assert consumer.paused() == {bulk}, "60 in flight: the top lane resumes, the bulk lane waits for half"
     backlog[1].settle(None)
     assert consumer.paused() == set() and ledger.metrics.pauses._value.get() == 1
+
+
+def test_on_one_shared_topic_jobs_below_its_priority_may_fill_a_second_budget() -> None:
+    """Issue 26: bulk jobs sent at priority -1 on the interactive jobs' topic. They count against the
+    twice-the-budget ceiling only, so the worker reads on past one budget of bulk and the interactive
+    jobs behind it get in; the interactive jobs are still held to the budget on their own."""
+    consumer = FakeConsumer()
+    ledger = _ledger(consumer, max_inflight_tokens=100)
+    ledger.started = True
+    bulk = [open_ticket(ledger, i) for i in range(4)]
+    for ticket in bulk[:3]:
+        ticket.priority = -1
+        ledger.queued(ticket, 60)
+    assert consumer.paused() == set(), "180 bulk tokens: within twice the budget"
+    live = open_ticket(ledger, 10)
+    ledger.queued(live, 30)
+    assert consumer.paused() == {TP}, "180 + 30 in all: over twice the budget"
+    live.settle(None)
+    bulk[0].settle(None)
+    assert consumer.paused() == {TP}, "120 in flight: over the budget, no resume yet"
+    bulk[1].settle(None)
+    assert consumer.paused() == set(), "60 in flight: resumed"
+    others = [open_ticket(ledger, 20 + i) for i in range(2)]
+    for ticket in others:
+        ledger.queued(ticket, 55)
+    assert consumer.paused() == {TP}, "110 tokens at the topic's priority: over the budget on their own"

@@ -1,6 +1,7 @@
 """LogResetWatch: a partition's log counts as reset only when two fetch responses in a row show it
 (a position beyond the log end, or a log end that moved back), never on one, and never on a log
-that only grows."""
+that only grows; a reset is acted on once per event and within a bound, and a log end that records
+just handed out contradict is never a reset (issue 26)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
 
 def _watch_through(*responses: dict[str, FetchState]) -> list[dict[str, str]]:
     watch: LogResetWatch[str] = LogResetWatch()
-    return [watch.observe(states) for states in responses]
+    return [watch.observe(states).reset for states in responses]
 
 
 def test_a_growing_log_is_never_reset() -> None:
@@ -50,8 +51,49 @@ def test_after_a_reset_the_new_log_is_the_baseline_and_a_new_assignment_forgets(
     watch: LogResetWatch[str] = LogResetWatch()
     watch.observe({"p": FetchState(position=0, log_end=40, fetched_at=1), "q": FetchState(0, 40, 1)})
     watch.observe({"p": FetchState(position=0, log_end=10, fetched_at=2)})
-    assert watch.observe({"p": FetchState(position=0, log_end=10, fetched_at=3)}) != {}
-    assert watch.observe({"p": FetchState(position=3, log_end=12, fetched_at=4)}) == {}
+    assert watch.observe({"p": FetchState(position=0, log_end=10, fetched_at=3)}).reset != {}
+    assert watch.observe({"p": FetchState(position=3, log_end=12, fetched_at=4)}).reset == {}
     watch.forget(["q"])  # reassigned: positioned from the broker, its old end no longer counts
     watch.observe({"q": FetchState(position=0, log_end=5, fetched_at=5)})
-    assert watch.observe({"q": FetchState(position=0, log_end=5, fetched_at=6)}) == {}
+    assert watch.observe({"q": FetchState(position=0, log_end=5, fetched_at=6)}).reset == {}
+
+
+def test_a_reset_is_acted_on_once_per_event() -> None:
+    """The position stays beyond the end after the reset (the broker's committed offset was no better):
+    the same event is not acted on again until the partition has been seen healthy."""
+    beyond = [{"p": FetchState(position=40, log_end=10, fetched_at=n)} for n in range(1, 20)]
+    got = _watch_through(*beyond)
+    assert sum(len(r) for r in got) == 1
+
+
+def test_a_log_end_that_records_just_handed_out_contradict_is_not_a_reset() -> None:
+    watch: LogResetWatch[str] = LogResetWatch()
+    watch.received("p", 10)  # offsets up to 10 handed out, in responses that say the log ends at 2
+    first = watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=1)})
+    said = "the broker reports the log end 2 but delivered records up to offset 10"
+    assert first.contradicted == {"p": said}
+    later = [watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=n)}) for n in range(2, 10)]
+    assert all(v.reset == {} and v.contradicted == {} for v in later)  # said once, never acted on
+    assert watch.log_end("p", 2) == 11
+    watch.observe({"p": FetchState(position=11, log_end=11, fetched_at=10)})  # the broker caught up
+    assert watch.log_end("p", 2) == 2
+
+
+def test_repositionings_are_bounded_per_partition_and_window() -> None:
+    """A log end that keeps moving back (healthy in between) is acted on `max_repositions` times in the
+    window, then refused; after the window it counts again."""
+    now = [0.0]
+    watch: LogResetWatch[str] = LogResetWatch(max_repositions=2, window_s=60.0, clock=lambda: now[0])
+    outcomes = []
+    for cycle in range(4):
+        base = 10 * cycle
+        watch.observe({"p": FetchState(position=0, log_end=40, fetched_at=base + 1)})
+        watch.observe({"p": FetchState(position=0, log_end=5, fetched_at=base + 2)})
+        verdicts = watch.observe({"p": FetchState(position=0, log_end=5, fetched_at=base + 3)})
+        outcomes.append(("reset" if verdicts.reset else "") + ("refused" if verdicts.refused else ""))
+        now[0] += 1.0
+    assert outcomes == ["reset", "reset", "refused", "refused"]
+    now[0] += 120.0
+    watch.observe({"p": FetchState(position=0, log_end=40, fetched_at=91)})
+    watch.observe({"p": FetchState(position=0, log_end=5, fetched_at=92)})
+    assert watch.observe({"p": FetchState(position=0, log_end=5, fetched_at=93)}).reset != {}

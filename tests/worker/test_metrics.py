@@ -7,7 +7,7 @@ import json
 import logging
 
 from kafka_scorer.worker.logs import JsonFormatter
-from kafka_scorer.worker.metrics import ProbeServer, WorkerMetrics
+from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:
@@ -22,15 +22,17 @@ async def _get(port: int, path: str) -> tuple[int, str]:
 
 async def test_probes_and_metrics_share_one_port() -> None:
     metrics = WorkerMetrics()
-    ready = False
-    server = ProbeServer(metrics, lambda: ready, "127.0.0.1", 0)
+    reason: str | None = "loading model m"
+    readiness = Readiness()
+    readiness.follow(lambda: reason, lambda: True)
+    server = ProbeServer(metrics, readiness, "127.0.0.1", 0)
     await server.start()
     try:
         metrics.jobs.inc(3)
         metrics.errors.labels(code="too_long").inc()
         assert await _get(server.port, "/healthz") == (200, "ok\n")
-        assert (await _get(server.port, "/readyz"))[0] == 503
-        ready = True
+        assert await _get(server.port, "/readyz") == (503, "not ready: loading model m\n")
+        reason = None
         assert (await _get(server.port, "/readyz"))[0] == 200
         status, body = await _get(server.port, "/metrics")
         assert status == 200

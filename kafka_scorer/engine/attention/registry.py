@@ -91,18 +91,31 @@ def scorer_attention(
         # Attention sinks would need their own maths; refusing beats a wrong score.
         raise NotImplementedError("attention with `s_aux` (attention sinks) is not supported")
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-    softcap = kwargs.get("softcap")
     # A layer that names its window (Gemma 2, Qwen 2/3: None on full-attention layers) is believed over
     # the model-wide one, which only serves layers that say nothing.
     window = kwargs.get("sliding_window", metadata.layout.sliding_window)
+    layer = int(getattr(module, "layer_idx", 0))
+    out = attend_layer(query[0], key[0], value[0], metadata, layer, scale, kwargs.get("softcap"), window)
+    return out.transpose(0, 1).unsqueeze(0), None
+
+
+def attend_layer(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    metadata: AttentionMetadata | PrefixedMetadata,
+    layer: int,
+    scale: float,
+    softcap: float | None,
+    window: int | None,
+) -> torch.Tensor:
+    """One decoder layer's attention, q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]: the entry both the
+    transformers layers (through `scorer_attention`) and the engine's own layers (`engine/models/`) call."""
     cap, window = float(softcap) if softcap else None, int(window) if window else None
     if isinstance(metadata, PrefixedMetadata):
         # A batch with cached prefixes (engine/prefix_cache.py): the layer picks the prefix's states.
-        layer = int(module.layer_idx)
-        out = prefixed_attention(query[0], key[0], value[0], metadata, layer, attend, scale, cap, window)
-    else:
-        out = attend(query[0], key[0], value[0], metadata, scale, cap, window)
-    return out.transpose(0, 1).unsqueeze(0), None
+        return prefixed_attention(q, k, v, metadata, layer, attend, scale, cap, window)
+    return attend(q, k, v, metadata, scale, cap, window)
 
 
 def register_attention() -> None:

@@ -1,0 +1,58 @@
+"""A CPU worker's process never imports triton (issue 26): transformers' model modules pull in
+torch._dynamo, which imported it just to see it is installed, and triton's nanobind bindings then
+reported ~30 leaked objects at every exit. Run in a child process: the mark is process-wide."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.cli.helpers import cli_env
+
+CHILD = """
+import sys
+from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+marked = {mark}
+if marked:
+    assert keep_triton_out_on_cpu("cpu")
+import transformers.models.qwen3.modeling_qwen3  # what loading a Qwen3 checkpoint imports
+print("triton" in sys.modules and sys.modules["triton"] is not None)
+"""
+
+
+def _child(mark: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CHILD.format(mark=mark)],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_cpu_process_loads_transformers_models_without_triton_and_exits_quietly() -> None:
+    pytest.importorskip("triton")  # where triton is not installed there is nothing to keep out
+    unmarked = _child(mark=False)
+    assert unmarked.stdout.strip() == "True", "torch._dynamo no longer imports triton: drop no_triton.py"
+    marked = _child(mark=True)
+    assert marked.returncode == 0, marked.stderr
+    assert marked.stdout.strip() == "False"
+    assert "leaked" not in marked.stderr and "nanobind" not in marked.stderr, marked.stderr
+
+
+def test_nothing_is_marked_for_a_gpu_or_a_bad_device(monkeypatch) -> None:
+    import kafka_scorer.engine.model as model
+    from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+    from kafka_scorer.errors import SettingError
+
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    monkeypatch.setattr(model, "resolve_device", lambda device: model.torch.device("cuda"))
+    assert keep_triton_out_on_cpu("auto") is False and "triton" not in sys.modules
+
+    def refuse(device: str):
+        raise SettingError("device", "no such device")
+
+    monkeypatch.setattr(model, "resolve_device", refuse)
+    assert keep_triton_out_on_cpu("tpu") is False and "triton" not in sys.modules
