@@ -7,8 +7,12 @@ read again from the log's start, never skipped to its end, since a waiting call'
 
 A broker restart must not leave it deaf (issue 26): positions are checked against the log, not kept
 from memory.
-- A log end below the position in two fetch responses is a reset (reply_positions.py): the partition
-  is read again from the beginning of its new log, once per reported log end.
+- A log end below the position (or moving back) in two fetch responses is a reset: the worker's test,
+  worker/log_reset.py, with its guards (once per event, never on a log end the records just fetched
+  contradict, a bound per partition), so the reader cannot loop over the same records. The partition
+  is read again from the *beginning* of its new log, not its end: every record there was written
+  after the reset, a reply to a waiting call may be among them, and replies nobody waits for are
+  skipped anyway.
 - After a broker outage (the client's broker watch, worker/outage.py, saw it go and come back), the
   record before each partition's position is looked up again: another record than the one read there,
   one written after the outage began, or none, and the log was replaced (by one that may have grown
@@ -28,7 +32,7 @@ from typing import Any
 
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
-from kafka_scorer.client.reply_positions import FetchState, ReplyResets
+from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +60,12 @@ class ReplyReader:
         self._listener = listener
         self._new_consumer = new_consumer
         self._broker_ready = broker_ready
-        self._resets: ReplyResets[Any] = ReplyResets()
+        self._resets: LogResetWatch[Any] = LogResetWatch()
+        self.resets = 0
+        """Partitions read again from the beginning of a new log since the client started."""
         self._last_read: dict[Any, tuple[int, int, bytes | None]] = {}  # tp -> offset, timestamp, id
         self._partitions_at = time.monotonic()
         self._before_outage: dict[Any, tuple[int, int]] | None = None  # tp -> position, fetched_at
-
-    @property
-    def resets(self) -> int:
-        """Partitions read again from the beginning of a new log since the client started."""
-        return self._resets.count
 
     async def listen_from_end(self, partitions: set[int]) -> None:
         """Assign every partition at its current end; call before the first job is produced."""
@@ -79,8 +80,8 @@ class ReplyReader:
         """Read until cancelled; a failure ends every waiting call with `ClientClosed`."""
         try:
             while True:
-                fetched_to = await self._poll()
-                await self._read_again(self._resets.observe(self._fetch_states(), fetched_to))
+                await self._poll()
+                await self._judge_log_ends()
                 await self._follow_outage(self._broker_ready())
                 if time.monotonic() - self._partitions_at >= _PARTITIONS_EVERY_S:
                     await self._look_for_partitions()
@@ -102,18 +103,30 @@ class ReplyReader:
             before, self._before_outage = self._before_outage, None
             await self._after_outage(before)
 
-    async def _poll(self) -> dict[Any, int]:
-        """Deliver one fetch's records; per partition, one past the highest offset fetched."""
+    async def _poll(self) -> None:
+        """Deliver one fetch's records; tell the reset watch how far each partition was read."""
         batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
-        fetched_to = {}
         for tp, records in batches.items():
             for record in records:
                 self._listener.deliver(record)
             if records:
                 last = records[-1]
-                fetched_to[tp] = last.offset + 1
+                self._resets.received(tp, last.offset)
                 self._last_read[tp] = (last.offset, last.timestamp, _correlation(last))
-        return fetched_to
+
+    async def _judge_log_ends(self) -> None:
+        """The worker's reset test (worker/log_reset.py) on the latest fetch responses."""
+        states = self._fetch_states()
+        verdicts = self._resets.observe(states)
+        for tp, reason in verdicts.contradicted.items():
+            log.warning("reply topic %s[%d]: %s; that log end is wrong, not a reset: read on", *tp, reason)
+        for tp, reason in verdicts.refused.items():
+            log.error(
+                "reply topic %s[%d]: %s: not read again; if the log really was reset, restart the client",
+                *tp,
+                reason,
+            )
+        await self._read_again(verdicts.reset)
 
     async def _read_again(self, partitions: dict[Any, str]) -> None:
         """Read these partitions from the beginning of their new log (`auto_offset_reset` earliest)."""
@@ -131,7 +144,7 @@ class ReplyReader:
             self._last_read.pop(tp, None)
             if self._before_outage is not None:
                 self._before_outage.pop(tp, None)  # read again already: nothing to check after the outage
-        self._resets.forget(list(partitions))
+        self.resets += len(partitions)
         await self._look_for_partitions()
 
     async def _after_outage(self, before: dict[Any, tuple[int, int]]) -> None:
@@ -140,7 +153,6 @@ class ReplyReader:
         for tp, (position, fetched_at) in before.items():
             if position > 0 and await self._replaced(tp, position - 1, fetched_at):
                 replaced[tp] = f"offset {position - 1}, the record before its position, was replaced"
-        self._resets.count += len(replaced)
         await self._read_again(replaced)
         if not replaced:
             await self._look_for_partitions()
