@@ -63,13 +63,13 @@ async def connect(
             probe_s = min(CHECK_TIMEOUT_S, max(_PROBE_AT_LEAST_S, left_s))
             if await check_connection(settings, probe_s, unreached=reasons):
                 return await attempt()
-        except SettingError as exc:
-            raise InvalidSetting(exc.setting, str(exc)) from exc
-        except Exception as exc:
-            if not is_retriable(exc):
+        except BaseException as exc:
+            await undo()  # also for a refusal or a cancellation: no client is left started
+            if isinstance(exc, SettingError) and not isinstance(exc, InvalidSetting):
+                raise InvalidSetting(exc.setting, str(exc)) from exc
+            if not isinstance(exc, Exception) or not is_retriable(exc):
                 raise
             reasons.append(f"{type(exc).__name__}: {exc}")
-            await undo()
         waited = time.monotonic() - started
         if waited + backoff.next_s > budget_s:
             raise BrokerUnreachable(settings.bootstrap_servers, waited, reasons)

@@ -142,26 +142,30 @@ class ScoringClient:
         SASL refusal raises `InvalidSetting` naming the setting; a missing topic `TopicMissing`."""
         if self._replies is not None:
             return
-        consumer = await connect(
-            self.settings, self._connect_budget_s, self._start_clients, self._stack.aclose
-        )
-        watch = self._broker_watch()
-        replies = ReplyListener()
-        reader = ReplyReader(
-            consumer,
-            self.reply_topic,
-            replies,
-            new_consumer=self._new_consumer,
-            broker_ready=lambda: watch.ready,
-        )
-        await reader.listen_from_end(await self._partitions(self.reply_topic))
-        self._replies, self._reader = replies, reader
-        stop = asyncio.Event()
-        self._stack.callback(stop.set)
-        self._tasks = [
-            asyncio.create_task(reader.run(), name="kafka-scorer-replies"),
-            asyncio.create_task(watch.run(stop), name="kafka-scorer-broker-watch"),
-        ]
+        try:
+            consumer = await connect(
+                self.settings, self._connect_budget_s, self._start_clients, self._stack.aclose
+            )
+            watch = self._broker_watch()
+            replies = ReplyListener()
+            reader = ReplyReader(
+                consumer,
+                self.reply_topic,
+                replies,
+                new_consumer=self._new_consumer,
+                broker_ready=lambda: watch.ready,
+            )
+            await reader.listen_from_end(await self._partitions(self.reply_topic))
+            self._replies, self._reader = replies, reader
+            stop = asyncio.Event()
+            self._stack.callback(stop.set)
+            self._tasks = [
+                asyncio.create_task(reader.run(), name="kafka-scorer-replies"),
+                asyncio.create_task(watch.run(stop), name="kafka-scorer-broker-watch"),
+            ]
+        except BaseException:
+            await self.close()  # nothing left started for a caller that does not close after a failure
+            raise
 
     async def _start_clients(self) -> Any:
         """The producer and the reply consumer, started; the request topic checked."""
