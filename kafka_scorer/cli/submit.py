@@ -206,8 +206,8 @@ async def submit_jobs(
     """
     from kafka_scorer.client import NotSent, ScoringClient, ScoringTimeout
 
-    client = ScoringClient(
-        settings=settings, request_topic=request_topic, reply_topic=reply_topic, format=fmt
+    client = ScoringClient(  # connect_timeout=0: a person is waiting, an unreachable broker is one line
+        settings=settings, request_topic=request_topic, reply_topic=reply_topic, format=fmt, connect_timeout=0
     )
     async with client:
         if on_sending is not None:

@@ -111,6 +111,13 @@ class BrokerWatch:
     noise: ClientNoise = field(default_factory=ClientNoise)
     clock: Callable[[], float] = time.monotonic
     ready: bool = True
+    while_down: str = (
+        "/readyz answers 503 while it lasts; the worker retries by itself and resumes when a broker "
+        "answers (no restart needed). Check the broker, and --bootstrap-servers "
+        "(KAFKA_SCORER_BOOTSTRAP_SERVERS)"
+    )
+    """What the outage line says happens meanwhile and what to check: the worker's words unless given
+    (the client, kafka_scorer/client, gives its own)."""
     _failures: int = field(default=0, init=False)
     _down_since: float | None = field(default=None, init=False)
     _said_at: float = field(default=0.0, init=False)
@@ -145,13 +152,7 @@ class BrokerWatch:
                 return
             self._down_since, self._said_at = now, now
             self.ready, self.noise.quiet = False, True
-            log.warning(
-                "Kafka broker %s unreachable (%s): /readyz answers 503 while it lasts; the worker retries "
-                "by itself and resumes when a broker answers (no restart needed). Check the broker, and "
-                "--bootstrap-servers (KAFKA_SCORER_BOOTSTRAP_SERVERS)",
-                self.bootstrap_servers,
-                exc,
-            )
+            log.warning("Kafka broker %s unreachable (%s): %s", self.bootstrap_servers, exc, self.while_down)
         elif now - self._said_at >= _REPEAT_S:
             self._said_at = now
             log.warning(

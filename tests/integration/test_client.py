@@ -10,7 +10,16 @@ import time
 import msgspec
 import pytest
 
-from kafka_scorer.client import JobFailed, ScoringClient, ScoringTimeout
+from kafka_scorer.client import (
+    ClientClosed,
+    JobFailed,
+    NotSent,
+    NotStarted,
+    ScoringClient,
+    ScoringTimeout,
+    TopicMissing,
+)
+from kafka_scorer.testing.broker import EmbeddedBroker, free_port
 from kafka_scorer.wire.protocol import ErrorCode, Job, decode_job
 from tests.integration.jobs import MODEL_VOCAB, Sent, assert_matches_reference, mixed_jobs
 from tests.integration.kafka_helpers import InProcessWorker, fresh_topics, read_topic
@@ -76,21 +85,21 @@ async def test_a_timeout_raises_and_the_job_carries_the_same_deadline(kafka) -> 
     async with _client(kafka, topics, timeout=30.0) as client:
         before_ms = time.time_ns() // 1_000_000
         with pytest.raises(ScoringTimeout) as timed_out:
-            await client.score([1, 2], [[3]], label_token_ids=[4], id="late", timeout=0.4)
+            await client.score([1, 2], [[3]], label_token_ids=[4], id="late", timeout=0.8)
         after_ms = time.time_ns() // 1_000_000
         with pytest.raises(ScoringTimeout):  # a job's own longer timeout_ms is cut to the call's
             await client.score(
-                [1], [[2]], label_token_ids=[3], id="own-longer", timeout_ms=90_000, timeout=0.2
+                [1], [[2]], label_token_ids=[3], id="own-longer", timeout_ms=90_000, timeout=0.5
             )
         with pytest.raises(ScoringTimeout):  # and its own shorter one is kept
-            await client.score([1], [[2]], label_token_ids=[3], id="own-shorter", timeout_ms=50, timeout=0.2)
+            await client.score([1], [[2]], label_token_ids=[3], id="own-shorter", timeout_ms=50, timeout=0.5)
     assert isinstance(timed_out.value, TimeoutError) and timed_out.value.job_id == "late"
     records = await read_topic(kafka.bootstrap, topics.requests, lambda rs: len(rs) >= 3, timeout_s=10)
     jobs = {job.id: (job, record) for record in records for job, _ in [decode_job(record.value)]}
     late, record = jobs["late"]
-    assert late.timeout_ms == 400
+    assert late.timeout_ms == 800
     assert before_ms <= record.timestamp <= after_ms  # the deadline counts from the call's start
-    assert jobs["own-longer"][0].timeout_ms == 200
+    assert jobs["own-longer"][0].timeout_ms == 500
     assert jobs["own-shorter"][0].timeout_ms == 50
 
 
@@ -118,3 +127,81 @@ async def test_a_rerank_shaped_job_crosses_the_worker(kafka, causal_model, causa
     ]
     assert failed.error is not None and failed.error.code is ErrorCode.INVALID_REQUEST
     assert failed.error.item == 1 and "'title'" in failed.error.message
+
+
+async def test_a_job_over_the_producers_size_limit_is_not_sent(kafka) -> None:
+    topics = await fresh_topics(kafka, partitions=1)
+    async with _client(kafka, topics) as client:
+        with pytest.raises(NotSent) as refused:
+            await client.score("x" * (2 << 20), [[1]], id="huge", timeout=5.0)  # 2 MiB > 1 MiB
+    assert refused.value.job_id == "huge" and "MessageSizeTooLarge" in refused.value.reason
+    assert refused.value.__cause__ is not None
+
+
+async def test_a_missing_topic_is_topic_missing_at_start(kafka, monkeypatch) -> None:
+    """The embedded broker creates every topic it is asked about, so the broker's refusal is played
+    by the producer's metadata call, the one `start` asks."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import UnknownTopicOrPartitionError
+
+    async def unknown(self, topic):
+        raise UnknownTopicOrPartitionError(topic)
+
+    monkeypatch.setattr(AIOKafkaProducer, "partitions_for", unknown)
+    topics = await fresh_topics(kafka, partitions=1)
+    with pytest.raises(TopicMissing) as missing:
+        async with _client(kafka, topics):
+            pass
+    assert missing.value.topic == topics.requests and "does not exist" in str(missing.value)
+
+
+async def test_closing_the_client_ends_waiting_calls_with_client_closed(kafka) -> None:
+    topics = await fresh_topics(kafka, partitions=1)  # no worker: the call waits
+    client = await _client(kafka, topics).__aenter__()
+    call = asyncio.create_task(client.score([1], [[2]], label_token_ids=[3], timeout=30.0))
+    await asyncio.sleep(0.5)
+    await client.close()
+    with pytest.raises(ClientClosed):
+        await call
+    with pytest.raises(NotStarted):
+        await client.score([1], [[2]], label_token_ids=[3])
+
+
+async def test_a_reply_reader_failure_reaches_waiting_calls_as_client_closed(kafka, monkeypatch) -> None:
+    """Before, the reader's own exception reached the calls raw (not a `ScoringError`)."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import TopicAuthorizationFailedError
+
+    topics = await fresh_topics(kafka, partitions=1)
+    async with _client(kafka, topics) as client:
+        call = asyncio.create_task(client.score([1], [[2]], label_token_ids=[3], timeout=30.0))
+        await asyncio.sleep(0.5)
+
+        async def refused(self, *partitions, timeout_ms=0, max_records=None):
+            raise TopicAuthorizationFailedError(topics.replies)
+
+        monkeypatch.setattr(AIOKafkaConsumer, "getmany", refused)
+        with pytest.raises(ClientClosed) as closed:
+            await call
+        with pytest.raises(ClientClosed):  # and every later call, at once
+            await client.score([1], [[2]], label_token_ids=[3])
+    assert isinstance(closed.value.__cause__, TopicAuthorizationFailedError)
+
+
+async def test_start_waits_for_a_broker_that_comes_up_within_the_connect_timeout(caplog) -> None:
+    port = free_port()
+    broker = EmbeddedBroker(port=port)
+
+    async def later() -> None:
+        await asyncio.sleep(1.5)
+        broker.start()  # on the loop's thread: its parent-death signal (testing/broker.py)
+
+    starting = asyncio.create_task(later())
+    try:
+        async with ScoringClient(f"127.0.0.1:{port}", "requests", "replies", connect_timeout=60) as client:
+            assert client.resets == 0
+        await starting
+    finally:
+        broker.stop(timeout_s=0.2)
+    said = [r.getMessage() for r in caplog.records if "the client retries for up to 60s" in r.getMessage()]
+    assert len(said) == 1
