@@ -47,6 +47,7 @@ class _TimedEngine:
     def __init__(self, scorer: Any) -> None:
         self.scorer = scorer
         self.served = scorer.served
+        self.max_batch_tokens = scorer.max_batch_tokens
         self.forward_s: list[float] = []
 
     def prepare(self, job: Job, job_id: str) -> Any:

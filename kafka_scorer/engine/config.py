@@ -19,7 +19,8 @@ class EngineConfig:
     trust_remote_code: bool = False
     attention_backend: str = "auto"
     decoder_forward: str = "auto"
-    max_batch_tokens: int = 8192
+    max_batch_tokens: int = 0
+    """0: `default_batch_tokens` of the device."""
     max_items_per_job: int = 1024
     max_pair_tokens: int = 0
     truncate: bool = False
@@ -30,3 +31,13 @@ class EngineConfig:
     """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
     max_chunks_per_job: int = 256
     prefix_cache_mb: int = -1
+
+
+DEFAULT_BATCH_TOKENS = {"cuda": 16384, "cpu": 8192}
+"""The token budget where the setting leaves it to the device. CUDA (H100, the 0.6B shape, SGLang's MIS
+request shape, engine alone): 8192 -> 288k tokens/s, 16384 -> 307k, 32768 -> 322k; 16384 keeps 95 % of
+the largest budget's throughput with half its time per forward, which a request's latency waits on."""
+
+
+def default_batch_tokens(device_type: str) -> int:
+    return DEFAULT_BATCH_TOKENS.get(device_type, DEFAULT_BATCH_TOKENS["cpu"])

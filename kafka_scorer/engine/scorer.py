@@ -20,7 +20,7 @@ import torch
 
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.chunking import aggregate
-from kafka_scorer.engine.config import EngineConfig
+from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
@@ -61,7 +61,7 @@ class Scorer:
         trust_remote_code: bool = False,
         attention_backend: str = "auto",
         decoder_forward: str = "auto",
-        max_batch_tokens: int = 8192,
+        max_batch_tokens: int = 0,
         max_items_per_job: int = 1024,
         max_pair_tokens: int = 0,
         truncate: bool = False,
@@ -89,7 +89,7 @@ class Scorer:
             chunking=parse_chunking(chunking) if isinstance(chunking, str) else chunking,
             max_chunks_per_job=max_chunks_per_job,
         )
-        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_tokens = max_batch_tokens or default_batch_tokens(self.loaded.device.type)
         self._auto_backend = attention_backend == "auto"
         self.attention_backend = (
             choose_attention_backend(self.loaded.device) if self._auto_backend else attention_backend

@@ -91,7 +91,7 @@ class Worker:
         self.batcher: Batcher[Any, Any] = Batcher(
             engine,
             self._batch_done,
-            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_tokens=settings.max_batch_tokens or engine.max_batch_tokens,
             max_batch_wait_ms=settings.max_batch_wait_ms,
             starve_ms=settings.priority_starve_ms if settings.scheduling == "priority" else None,
             share=settings.priority_share,

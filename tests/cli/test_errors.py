@@ -106,10 +106,10 @@ def test_explain_settings_error_names_every_bad_field() -> None:
     from kafka_scorer.config import Settings
 
     with pytest.raises(ValidationError) as caught:
-        Settings(_env_file=None, max_batch_tokens=0, heartbeat_interval_ms=20000)  # type: ignore[call-arg]
+        Settings(_env_file=None, max_batch_tokens=-1, heartbeat_interval_ms=20000)  # type: ignore[call-arg]
     line = errors.explain(caught.value)
     assert line is not None and "\n" not in line
-    assert "setting max_batch_tokens=0" in line and "--max-batch-tokens" in line
+    assert "setting max_batch_tokens=-1" in line and "--max-batch-tokens" in line
 
 
 def test_unknown_errors_keep_their_traceback(capsys) -> None:

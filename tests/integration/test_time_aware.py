@@ -46,6 +46,7 @@ class CountingEngine:
         self.ran: list[str] = []
         self.first_live_read: int | None = None  # forwards run when the first live job was read
         self.served = scorer.served
+        self.max_batch_tokens = scorer.max_batch_tokens
 
     def prepare(self, job: Job, job_id: str) -> Any:
         if job_id.startswith("live-") and self.first_live_read is None:

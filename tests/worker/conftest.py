@@ -54,6 +54,7 @@ class FakeEngine:
 
     def __init__(self, compute_s: float = 0.0, fail: bool = False, fail_pack: bool = False) -> None:
         self.served = ServedModel("fake")
+        self.max_batch_tokens = 8192
         self.gate = threading.Event()
         self.calls: list[list[str]] = []
         self.prepared: list[str] = []

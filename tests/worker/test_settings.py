@@ -51,7 +51,7 @@ def test_boolean_flags() -> None:
 @pytest.mark.parametrize(
     ("argv", "name"),
     [
-        (("--max-batch-tokens", "0"), "max_batch_tokens"),
+        (("--max-batch-tokens", "-1"), "max_batch_tokens"),
         (("--delivery", "at_most_once"), "delivery"),
         (("--security-protocol", "SASL_SSL"), "sasl_mechanism"),
         (("--heartbeat-interval-ms", "20000"), "heartbeat_interval_ms"),
