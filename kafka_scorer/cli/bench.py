@@ -20,13 +20,16 @@ WORKLOAD_CHOICES = (
     "backlog",
     "long-docs",
     "judge",
+    "late-interaction",
     "all",
 )
 """`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
 against sentence-transformers on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a
 bulk backlog, priority lanes on and off, `bench/backlog.py`), `long-docs` (documents longer than a pair,
 scored with `chunking`, `bench/long_docs.py`) and `judge` (the prefix cache on and off: a judge's rubric,
-the rerank template, no shared prefix; `bench/prefix.py`)."""
+the rerank template, no shared prefix; `bench/prefix.py`) and `late-interaction` (a ColBERT reranker
+against sentence-transformers' MultiVectorEncoder, and its embedding cache on and off;
+`bench/late_interaction.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 
@@ -231,6 +234,20 @@ def _run_prefix(args: argparse.Namespace) -> int:
     return _finish(args, "judge", report, format_prefix_report(report))
 
 
+def _run_late_interaction(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.late_interaction import format_late_interaction_report, run_late_interaction_bench
+
+    report = run_late_interaction_bench(
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+        max_batch_tokens=args.max_batch_tokens,
+    )
+    failed = "late-interaction scores disagree with MultiVectorEncoder's"
+    return _finish(args, "late-interaction", report, format_late_interaction_report(report), failed)
+
+
 def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
     """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
     print()
@@ -249,6 +266,7 @@ _NAMED_ONLY = {
     "backlog": _run_backlog,
     "judge": _run_prefix,
     "cross-encoder": _run_cross_encoder,
+    "late-interaction": _run_late_interaction,
 }
 """The workloads that run only when named, in the order they run, each with its own report."""
 

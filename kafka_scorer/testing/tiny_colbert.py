@@ -30,7 +30,6 @@ def build_tiny_colbert(
 ) -> Path:
     """Write a tiny random ColBERT (2-layer BERT, hidden 64, Dense 64 -> `embedding_size`) to `directory`."""
     import torch
-    from safetensors.torch import save_file
     from transformers import BertModel
 
     from kafka_scorer.testing.tiny_models import build_encoder_tokenizer, encoder_config
@@ -45,12 +44,43 @@ def build_tiny_colbert(
     torch.manual_seed(seed)
     model = BertModel(config, add_pooling_layer=False).eval()
     model.save_pretrained(path)
+    save_colbert_modules(
+        path,
+        config.hidden_size,
+        embedding_size=embedding_size,
+        markers=(QUERY_MARKER, DOCUMENT_MARKER),
+        lengths=(query_length, document_length),
+        do_query_expansion=do_query_expansion,
+        attend_to_expansion_tokens=attend_to_expansion_tokens,
+        projection_bias=projection_bias,
+        seed=seed,
+    )
+    return path
+
+
+def save_colbert_modules(
+    path: Path,
+    hidden: int,
+    *,
+    embedding_size: int,
+    markers: tuple[str, str],
+    lengths: tuple[int, int],
+    do_query_expansion: bool = True,
+    attend_to_expansion_tokens: bool = False,
+    projection_bias: bool = False,
+    seed: int = 0,
+) -> None:
+    """Beside an encoder saved at `path`: a seeded Dense projection (`1_Dense/`), `modules.json` and the
+    ColBERT settings, as PyLate writes them."""
+    import torch
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
     dense = path / "1_Dense"
     dense.mkdir(exist_ok=True)
-    hidden = config.hidden_size
-    weights = {"linear.weight": torch.randn(embedding_size, hidden) * hidden**-0.5}
+    weights = {"linear.weight": torch.randn(embedding_size, hidden, generator=generator) * hidden**-0.5}
     if projection_bias:
-        weights["linear.bias"] = torch.randn(embedding_size) * 0.1
+        weights["linear.bias"] = torch.randn(embedding_size, generator=generator) * 0.1
     save_file(weights, str(dense / "model.safetensors"))
     _write(
         dense / "config.json",
@@ -69,6 +99,7 @@ def build_tiny_colbert(
             {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
         ],
     )
+    query_length, document_length = lengths
     _write(
         path / "sentence_bert_config.json", {"max_seq_length": document_length - 1, "do_lower_case": False}
     )
@@ -78,8 +109,8 @@ def build_tiny_colbert(
             "prompts": {},
             "default_prompt_name": None,
             "similarity_fn_name": "MaxSim",
-            "query_prefix": QUERY_MARKER,
-            "document_prefix": DOCUMENT_MARKER,
+            "query_prefix": markers[0],
+            "document_prefix": markers[1],
             "query_length": query_length,
             "document_length": document_length,
             "attend_to_expansion_tokens": attend_to_expansion_tokens,
@@ -87,7 +118,6 @@ def build_tiny_colbert(
             "do_query_expansion": do_query_expansion,
         },
     )
-    return path
 
 
 def _write(path: Path, value: object) -> None:
