@@ -93,3 +93,27 @@ def test_maxsim_is_the_plain_loop():
     documents = [torch.randn(n, 8, generator=generator) for n in (1, 7, 3)]
     expected = [sum(max(float(q @ t) for t in doc) for q in query) for doc in documents]
     assert maxsim(query, documents).tolist() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.fixture(scope="session")
+def minilm_colbert(tmp_path_factory):
+    """MiniLM's real weights under a seeded projection, in PyLate's layout (testing/real_models.py)."""
+    from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_colbert
+
+    try:
+        return build_minilm_colbert(tmp_path_factory.mktemp("minilm-colbert"))
+    except MissingCheckpoint as exc:
+        pytest.fail(f"real-weight ColBERT tests cannot run: {exc}")
+
+
+def test_real_weights_score_as_the_reference(minilm_colbert):
+    from sentence_transformers import MultiVectorEncoder
+
+    from kafka_scorer.engine.scorer import Scorer
+
+    scorer = Scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
+    encoder = MultiVectorEncoder(str(minilm_colbert), device="cpu")
+    results = scorer.score_jobs([Job(query=q, items=PASSAGES) for q in QUERIES[:2]])
+    for query, result in zip(QUERIES[:2], results):
+        got = [row[0] for row in result.scores]
+        assert got == pytest.approx(reference_scores(encoder, query, PASSAGES), abs=TOLERANCE)
