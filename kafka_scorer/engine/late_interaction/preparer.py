@@ -17,9 +17,10 @@ from array import array
 from dataclasses import dataclass, field, replace
 
 from kafka_scorer.engine.late_interaction.loading import LateSpec
+from kafka_scorer.engine.late_interaction.windows import split_documents
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
-from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef, error_result
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 QUERY_CUT_WARNING = "query cut to the checkpoint's query_length={} tokens"
 INSTRUCTION_IGNORED_WARNING = "instruction ignored: a late-interaction model has no template"
@@ -90,6 +91,12 @@ class LatePreparer:
         if settings.query_expansion:
             query = query + [spec.expansion_id] * (settings.query_length - len(query))
             visible = len(query) if settings.attend_to_expansion else visible
+        plan = None
+        chunking = self._chunking(job)
+        if chunking is not None:
+            room = settings.document_length - len(spec.lead) - len(spec.document_marker) - len(spec.tail)
+            offsets = self._offsets(job) if isinstance(job.query, str) else None
+            doc_ids, plan = split_documents(doc_ids, offsets, chunking, room, self.limits.max_chunks_per_job)
         docs, truncated = [], []
         for index, ids in enumerate(doc_ids):
             doc, cut = self._wrap(ids, spec.document_marker, settings.document_length)
@@ -107,6 +114,7 @@ class LatePreparer:
             num_tokens=len(query) + sum(map(len, docs)),
             warnings=warnings,
             truncated_items=truncated,
+            chunks=plan,
             doc_keys=[content_key(doc) for doc in docs],
             # a skiplist that names every token of a document (its special tokens too) keeps them all
             doc_keep=[
@@ -141,19 +149,48 @@ class LatePreparer:
             ("return_pooled_hidden_states: true", job.return_pooled_hidden_states),
             ("apply_softmax: true", job.apply_softmax),
             (f"activation: {job.activation!r}", job.activation not in (None, "none")),
-            ("chunking", job.chunking is not None),
         ]
         for what, sent in refused:
             if sent:
                 raise InputError(
                     ErrorCode.UNSUPPORTED,
                     f"{what}: not for a late-interaction (ColBERT) model, whose result is one MaxSim score "
-                    "per item (documents over the checkpoint's document_length are cut, as it defines)",
+                    "per item",
                 )
         if job.rank_by not in (None, 0):
             raise InputError(
                 ErrorCode.INVALID_REQUEST, f"rank_by: {job.rank_by} but the job's scores have 1 column"
             )
+
+    def _chunking(self, job: Job) -> Chunking | None:
+        """SPEC §9 as for every kind: the job's `chunking` wins, a job that sends `truncate` is not
+        chunked by the worker's default; without chunking a long document is cut as the checkpoint
+        defines (`truncate` changes nothing there)."""
+        if job.chunking is not None:
+            if job.truncate:
+                raise InputError(
+                    ErrorCode.INVALID_REQUEST,
+                    "truncate: true and chunking: send one of them (truncate cuts a long item, chunking "
+                    "scores all of it)",
+                )
+            return job.chunking
+        return None if job.truncate is not None else self.limits.chunking
+
+    def _offsets(self, job: Job) -> list[list[tuple[int, int]] | None]:
+        """Each text item's token offsets in the item as sent (before stripping), for `chunks` spans."""
+        tokenizer = self.model.tokenizer
+        texts = [str(item) for item in job.items]
+        try:
+            encoded = tokenizer(
+                [t.strip() for t in texts], add_special_tokens=False, return_offsets_mapping=True
+            )
+        except (NotImplementedError, ValueError):  # a slow tokenizer gives no offsets: no spans
+            return [None] * len(texts)
+        out = []
+        for text, pairs in zip(texts, encoded["offset_mapping"]):
+            lead = len(text) - len(text.lstrip())
+            out.append([(start + lead, end + lead) for start, end in pairs])
+        return out
 
     def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
         text = isinstance(job.query, str)

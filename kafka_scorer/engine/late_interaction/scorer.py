@@ -31,13 +31,12 @@ log = logging.getLogger(__name__)
 
 class LateInteractionScorer(Scorer):
     def __init__(self, model: str, *, embedding_cache_mb: int = -1, **options) -> None:
-        for setting in ("template", "chunking"):
-            if options.get(setting):
-                raise SettingError(
-                    setting,
-                    f"{setting}={options[setting]!r} but {model!r} is a late-interaction (ColBERT) model, "
-                    f"which encodes as it defines: unset --{setting} (KAFKA_SCORER_{setting.upper()}) for it",
-                )
+        if options.get("template"):
+            raise SettingError(
+                "template",
+                f"template={options['template']!r} but {model!r} is a late-interaction (ColBERT) model, "
+                "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
+            )
         super().__init__(model, **options)
         self._preparer = LatePreparer(self.loaded, self._preparer.limits)  # type: ignore[assignment]
         capacity = embedding_capacity_bytes(embedding_cache_mb)

@@ -26,7 +26,6 @@ from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
         {"return_pooled_hidden_states": True},
         {"apply_softmax": True},
         {"activation": "sigmoid"},
-        {"chunking": Chunking(window=16)},
     ],
 )
 def test_fields_without_meaning_here_are_unsupported(colbert_scorer, fields):
@@ -56,6 +55,16 @@ _ids = st.lists(st.integers(min_value=-5, max_value=600), max_size=60)
     top_n=st.one_of(st.none(), st.integers(0, 8)),
     rank_by=st.one_of(st.none(), st.integers(0, 2)),
     instruction=st.one_of(st.none(), _text),
+    truncate=st.sampled_from([None, False, True]),
+    chunking=st.one_of(
+        st.none(),
+        st.builds(
+            Chunking,
+            window=st.one_of(st.none(), st.integers(1, 50)),
+            overlap=st.integers(0, 20),
+            aggregate=st.sampled_from(["max", "mean", "first"]),
+        ),
+    ),
 )
 def test_any_job_is_prepared_or_answered_with_a_typed_error(colbert_scorer, query, items, **fields):
     scorer = colbert_scorer()
@@ -69,11 +78,19 @@ def test_any_job_is_prepared_or_answered_with_a_typed_error(colbert_scorer, quer
     assert all(len(row) == 1 and row[0] == row[0] for row in result.scores)  # one finite column
 
 
-def test_settings_this_kind_cannot_use_are_refused(tiny_colbert):
-    path = str(tiny_colbert())
-    for setting, value in (("template", "qwen3-reranker"), ("chunking", '{"window": 32}')):
-        with pytest.raises(SettingError, match=setting):
-            Scorer(path, device="cpu", dtype="float32", **{setting: value})
+def test_a_template_setting_is_refused(tiny_colbert):
+    with pytest.raises(SettingError, match="template"):
+        Scorer(str(tiny_colbert()), device="cpu", dtype="float32", template="qwen3-reranker")
+
+
+def test_chunking_with_truncate_or_a_bad_overlap_is_invalid(colbert_scorer):
+    scorer = colbert_scorer()
+    both = scorer.score("q", ["d"], chunking=Chunking(window=8), truncate=True)
+    assert both.error.code == ErrorCode.INVALID_REQUEST
+    overlap = scorer.score("q", ["a long document " * 20], chunking=Chunking(window=8, overlap=8))
+    assert overlap.error.code == ErrorCode.INVALID_REQUEST
+    many = colbert_scorer(max_chunks_per_job=2).score("q", ["word " * 200], chunking=Chunking(window=8))
+    assert many.error.code == ErrorCode.TOO_LONG
 
 
 def test_a_projection_it_cannot_reproduce_is_refused(tiny_colbert, tmp_path):

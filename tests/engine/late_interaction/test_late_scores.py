@@ -62,7 +62,7 @@ def test_a_batch_of_jobs_scores_as_each_job_alone(colbert_scorer):
     batched = colbert_scorer(max_batch_tokens=96)
     alone = colbert_scorer()
     jobs = [
-        Job(id=str(i), query=QUERIES[i % len(QUERIES)], items=PASSAGES[i : i + 4] + PASSAGES[:2], top_n=3)
+        Job(id=str(i), query=QUERIES[i % len(QUERIES)], items=PASSAGES[i : i + 4] + PASSAGES[8:10], top_n=3)
         for i in range(5)
     ]
     results = batched.score_jobs(jobs)
