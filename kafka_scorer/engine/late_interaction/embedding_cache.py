@@ -28,7 +28,7 @@ class EmbeddingCacheStats:
     misses: int
     evictions: int
     entries: int
-    size_bytes: int
+    bytes: int
     capacity_bytes: int
 
 

@@ -52,7 +52,7 @@ def test_the_cache_is_bounded_least_recently_used_first():
     cache.put(b"d", torch.zeros(1, 4))
     assert cache.get(b"b") is None and cache.get(b"a") is not None and cache.get(b"d") is not None
     stats = cache.stats()
-    assert stats.evictions == 1 and stats.size_bytes <= stats.capacity_bytes and stats.entries == 3
+    assert stats.evictions == 1 and stats.bytes <= stats.capacity_bytes and stats.entries == 3
 
 
 def test_entries_of_another_revision_are_never_read():
