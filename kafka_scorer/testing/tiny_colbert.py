@@ -26,23 +26,25 @@ def build_tiny_colbert(
     do_query_expansion: bool = True,
     attend_to_expansion_tokens: bool = False,
     projection_bias: bool = False,
+    arch: str = "bert",
     seed: int = 0,
 ) -> Path:
-    """Write a tiny random ColBERT (2-layer BERT, hidden 64, Dense 64 -> `embedding_size`) to `directory`."""
+    """Write a tiny random ColBERT (a 2-layer BERT or RoBERTa, hidden 64, Dense 64 -> `embedding_size`)
+    to `directory`."""
     import torch
-    from transformers import BertModel
+    from transformers import AutoModel
 
     from kafka_scorer.testing.tiny_models import build_encoder_tokenizer, encoder_config
 
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_encoder_tokenizer(path, "bert")
+    tokenizer = build_encoder_tokenizer(path, arch)  # type: ignore[arg-type]
     tokenizer.add_tokens([QUERY_MARKER, DOCUMENT_MARKER])
     tokenizer.save_pretrained(path)
-    config = encoder_config("bert", tokenizer=tokenizer, num_labels=1)
-    config.architectures = ["BertModel"]
+    config = encoder_config(arch, tokenizer=tokenizer, num_labels=1)  # type: ignore[arg-type]
+    config.architectures = [type(config).__name__.removesuffix("Config") + "Model"]
     torch.manual_seed(seed)
-    model = BertModel(config, add_pooling_layer=False).eval()
+    model = AutoModel.from_config(config, add_pooling_layer=False).eval()
     model.save_pretrained(path)
     save_colbert_modules(
         path,

@@ -18,6 +18,7 @@ VARIANTS = [
     {},
     {"attend_to_expansion_tokens": True},
     {"do_query_expansion": False, "projection_bias": True},
+    {"arch": "roberta"},
 ]
 
 
@@ -31,7 +32,7 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    "checkpoint", VARIANTS, ids=["hidden-expansion", "attended-expansion", "no-expansion"]
+    "checkpoint", VARIANTS, ids=["hidden-expansion", "attended-expansion", "no-expansion", "roberta"]
 )
 def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint):
     scorer = colbert_scorer(checkpoint)
