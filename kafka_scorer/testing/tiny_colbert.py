@@ -44,7 +44,8 @@ def build_tiny_colbert(
     config = encoder_config(arch, tokenizer=tokenizer, num_labels=1)  # type: ignore[arg-type]
     config.architectures = [type(config).__name__.removesuffix("Config") + "Model"]
     torch.manual_seed(seed)
-    model = AutoModel.from_config(config, add_pooling_layer=False).eval()
+    options = {"add_pooling_layer": False} if arch in ("bert", "roberta", "xlm-roberta") else {}
+    model = AutoModel.from_config(config, **options).eval()
     model.save_pretrained(path)
     save_colbert_modules(
         path,

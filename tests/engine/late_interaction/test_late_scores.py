@@ -19,6 +19,7 @@ VARIANTS = [
     {"attend_to_expansion_tokens": True},
     {"do_query_expansion": False, "projection_bias": True},
     {"arch": "roberta"},
+    {"arch": "modernbert", "attend_to_expansion_tokens": True},
 ]
 
 
@@ -32,7 +33,9 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    "checkpoint", VARIANTS, ids=["hidden-expansion", "attended-expansion", "no-expansion", "roberta"]
+    "checkpoint",
+    VARIANTS,
+    ids=["hidden-expansion", "attended-expansion", "no-expansion", "roberta", "modernbert"],
 )
 def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint):
     scorer = colbert_scorer(checkpoint)
