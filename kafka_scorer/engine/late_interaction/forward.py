@@ -113,7 +113,11 @@ def _metadata(stream: _Stream, pin: bool) -> PairMetadata:
     for queries whose expansion tokens are hidden, with a key mask."""
     starts = [start for start, _ in stream.spans]
     lens = [length for _, length in stream.spans]
-    layout = AttentionLayout(starts, lens, lens, [()] * len(lens), causal=False)
+    # a hidden query's expansion tokens are an "item" of its sequence: the dense path (windowed
+    # layers) then hides them as keys too (`attention/dense.py`, `sequence_mask`)
+    prefixes = list(stream.hidden_keys)
+    items = [(n - k,) if k < n else () for n, k in zip(lens, prefixes)]
+    layout = AttentionLayout(starts, lens, prefixes, items, causal=False)
     plain = [(s, n) for (s, n), k in zip(stream.spans, stream.hidden_keys) if k == n]
     masked: dict[tuple[int, int], list[int]] = {}
     for (s, n), k in zip(stream.spans, stream.hidden_keys):

@@ -75,7 +75,6 @@ def load_late_interaction(
             f"model: the ColBERT encoder of {model_path!r} is a {family!r}; served encoder families are "
             f"{sorted(ENCODER_FAMILIES)}"
         )
-    _check_window(config, settings)
     try:
         model = AutoModel.from_pretrained(
             model_path,
@@ -128,17 +127,6 @@ def load_late_interaction(
         revision=checkpoint_revision(model_path),
         late=spec,
     )
-
-
-def _check_window(config, settings: ColbertSettings) -> None:
-    """A windowed encoder (ModernBERT's local layers) falls back to the dense attention path, which
-    cannot hide the query's expansion tokens from the others: refused rather than scored wrong."""
-    window = getattr(config, "local_attention", None) or getattr(config, "sliding_window", None)
-    if window and settings.query_expansion and not settings.attend_to_expansion:
-        raise ModelLoadError(
-            f"model: a windowed encoder ({config.model_type}, window {window}) with query expansion tokens "
-            "hidden from attention (attend_to_expansion_tokens: false) is not served yet"
-        )
 
 
 def _late_spec(settings: ColbertSettings, projection: Projection, tokenizer, model) -> LateSpec:

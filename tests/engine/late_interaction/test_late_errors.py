@@ -103,10 +103,3 @@ def test_a_projection_it_cannot_reproduce_is_refused(tiny_colbert, tmp_path):
     (path / "1_Dense" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="activation"):
         Scorer(str(path), device="cpu", dtype="float32")
-
-
-def test_a_windowed_encoder_hiding_expansion_tokens_is_refused(tiny_colbert):
-    """ModernBERT's local layers take the dense path, which cannot hide the query's expansion tokens."""
-    path = tiny_colbert(arch="modernbert", attend_to_expansion_tokens=False)
-    with pytest.raises(ModelLoadError, match="attend_to_expansion_tokens"):
-        Scorer(str(path), device="cpu", dtype="float32")

@@ -20,6 +20,7 @@ VARIANTS = [
     {"do_query_expansion": False, "projection_bias": True},
     {"arch": "roberta"},
     {"arch": "modernbert", "attend_to_expansion_tokens": True},
+    {"arch": "modernbert"},
 ]
 
 
@@ -35,7 +36,14 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
 @pytest.mark.parametrize(
     "checkpoint",
     VARIANTS,
-    ids=["hidden-expansion", "attended-expansion", "no-expansion", "roberta", "modernbert"],
+    ids=[
+        "hidden-expansion",
+        "attended-expansion",
+        "no-expansion",
+        "roberta",
+        "modernbert",
+        "modernbert-hidden",
+    ],
 )
 def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint):
     scorer = colbert_scorer(checkpoint)
