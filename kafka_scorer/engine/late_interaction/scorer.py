@@ -48,7 +48,8 @@ class LateInteractionScorer(Scorer):
     def description(self) -> dict[str, str]:
         cache = self._embeddings
         mb = f"{cache.capacity_bytes / 2**20:g}" if cache is not None else "0"
-        return {**super().description, "embedding_cache_mb": mb}
+        # its forwards always use the pair groups (`forward.py`), whatever backend was configured
+        return {**super().description, "attention_backend": "cascade", "embedding_cache_mb": mb}
 
     @property
     def embedding_cache_stats(self) -> EmbeddingCacheStats | None:
