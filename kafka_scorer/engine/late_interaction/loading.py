@@ -124,7 +124,7 @@ def load_late_interaction(
         sliding_window=None,
         encoder=encoder,
         num_classes=1,
-        revision=checkpoint_revision(model_path),
+        revision=_revision(model_path),
         late=spec,
     )
 
@@ -172,3 +172,19 @@ def _late_spec(settings: ColbertSettings, projection: Projection, tokenizer, mod
         skiplist_ids=frozenset(skip),
         takes_token_types=takes_types,
     )
+
+
+def _revision(model_path: str) -> str:
+    """The encoder's revision (`engine/revision.py`) extended over what else decides a ColBERT score:
+    the Dense folders' config and weights, `modules.json` and the ColBERT settings."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    root = Path(model_path)
+    parts = [checkpoint_revision(model_path)]
+    for name in ("modules.json", "config_sentence_transformers.json"):
+        parts.append(hashlib.sha256((root / name).read_bytes()).hexdigest())
+    for module in json.loads((root / "modules.json").read_text())[1:]:
+        parts.append(checkpoint_revision(str(root / str(module.get("path", "")))))
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -103,3 +103,17 @@ def test_a_projection_it_cannot_reproduce_is_refused(tiny_colbert, tmp_path):
     (path / "1_Dense" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="activation"):
         Scorer(str(path), device="cpu", dtype="float32")
+
+
+def test_the_revision_covers_the_projection(tiny_colbert, tmp_path):
+    """Two checkpoints alike but for their Dense weights report different `model_revision`s."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "colbert"
+    shutil.copytree(tiny_colbert(), path)
+    before = Scorer(str(path), device="cpu", dtype="float32").revision
+    weights = load_file(str(path / "1_Dense" / "model.safetensors"))
+    save_file({k: v * 2 for k, v in weights.items()}, str(path / "1_Dense" / "model.safetensors"))
+    assert Scorer(str(path), device="cpu", dtype="float32").revision != before
