@@ -52,11 +52,11 @@ class PackedBatch:
 
 
 class Scorer:
-    def __new__(cls, model: str, **options: object) -> Scorer:
+    def __new__(cls, model: str = "", **options: object) -> Scorer:
         """A ColBERT checkpoint directory gets the late-interaction scorer (`engine/late_interaction/`)."""
         from kafka_scorer.engine.late_interaction.checkpoint import late_scorer_class
 
-        return super().__new__(late_scorer_class(model) if cls is Scorer else cls)
+        return super().__new__(late_scorer_class(model) if cls is Scorer and model else cls)
 
     def __init__(
         self,
