@@ -132,6 +132,13 @@ class EngineSettings(BaseSettings):
         "every job that starts with them (docs/engine.md). -1: sized for the model (8192 tokens' states, "
         "at most 512 MiB); 0: off. Never used for encoders or sliding-window models.",
     )
+    embedding_cache_mb: int = Field(
+        -1,
+        ge=-1,
+        description="Device memory (MiB) for the document embedding cache of a late-interaction (ColBERT) "
+        "model: a document's token vectors, kept by the hash of its token ids, so a document re-ranked "
+        "against many queries is encoded once (docs/engine.md). -1: 256 MiB; 0: off. Other kinds ignore it.",
+    )
 
     @field_validator("chunking")
     @classmethod

@@ -251,6 +251,9 @@ def test_operations_lists_exactly_the_metrics_the_worker_exports() -> None:
     from kafka_scorer.worker.prefix_metrics import EXPORTED  # read from the engine at each scrape
 
     exported.update({name: (kind, set()) for name, kind in EXPORTED.items()})
+    from kafka_scorer.worker.embedding_metrics import EXPORTED as EMBEDDING_EXPORTED
+
+    exported.update({name: (kind, set()) for name, kind in EMBEDDING_EXPORTED.items()})
     table = (DOCS / "operations.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(kafka_scorer_\w+)(?:\{([\w,]+)\})?` \| (\w+) \|", table, re.MULTILINE)
     documented = {name: (kind, set(labels.split(",")) if labels else set()) for name, labels, kind in rows}

@@ -21,14 +21,17 @@ WORKLOAD_CHOICES = (
     "long-docs",
     "judge",
     "open-loop",
+    "late-interaction",
     "all",
 )
 """`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
 against sentence-transformers on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a
 bulk backlog, priority lanes on and off, `bench/backlog.py`), `long-docs` (documents longer than a pair,
 scored with `chunking`, `bench/long_docs.py`) and `judge` (the prefix cache on and off: a judge's rubric,
-the rerank template, no shared prefix; `bench/prefix.py`) and `open-loop` (Poisson arrivals at a list of
-rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `bench/open_loop.py`)."""
+the rerank template, no shared prefix; `bench/prefix.py`), `open-loop` (Poisson arrivals at a list of
+rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `bench/open_loop.py`) and
+`late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
+cache on and off; `bench/late_interaction.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
 DEFAULT_BUDGET = 8192
@@ -307,6 +310,20 @@ def _run_open_loop(args: argparse.Namespace) -> int:
     return _finish(args, "open-loop", report, format_open_loop_report(report))
 
 
+def _run_late_interaction(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.late_interaction import format_late_interaction_report, run_late_interaction_bench
+
+    report = run_late_interaction_bench(
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+        max_batch_tokens=_budget(args),
+    )
+    failed = "late-interaction scores disagree with MultiVectorEncoder's"
+    return _finish(args, "late-interaction", report, format_late_interaction_report(report), failed)
+
+
 def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
     """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
     print()
@@ -326,6 +343,7 @@ _NAMED_ONLY = {
     "backlog": _run_backlog,
     "judge": _run_prefix,
     "cross-encoder": _run_cross_encoder,
+    "late-interaction": _run_late_interaction,
 }
 """The workloads that run only when named, in the order they run, each with its own report."""
 

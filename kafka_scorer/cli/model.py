@@ -18,6 +18,10 @@ from kafka_scorer.errors import EXIT_USER_ERROR
 MODELS = {
     "causal": ("causal", "a tiny Qwen3-shaped CausalLM (jobs ask for label-token probabilities)"),
     "classification": ("classification", "a tiny Qwen3-shaped classifier with 3 classes"),
+    "colbert": (
+        "colbert",
+        "a tiny late-interaction (ColBERT) reranker in PyLate's layout: one MaxSim score per item",
+    ),
     "qwen3-reranker": (
         "reranker",
         "a tiny Qwen3-shaped yes/no reranker with a Qwen-style chat tokenizer (--template qwen3-reranker)",
@@ -48,13 +52,15 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.worker.logs import quiet_progress_bars
 
     quiet_progress_bars()  # before transformers loads: no `Writing model shards` bar into a pipe or file
-    from kafka_scorer.testing.tiny_models import build_tiny_model, build_tiny_reranker
+    from kafka_scorer.testing.tiny_models import build_tiny_colbert, build_tiny_model, build_tiny_reranker
 
     kind = MODELS[args.name][0]
     serve = f"kafka-scorer worker --model {directory}"
     if kind == "reranker":  # text jobs get the preset's prompt and yes/no labels from the worker
         build_tiny_reranker(directory, seed=args.seed)
         serve += " --template qwen3-reranker"
+    elif kind == "colbert":
+        build_tiny_colbert(directory, seed=args.seed)
     else:
         build_tiny_model(directory, "qwen3", kind, num_labels=3, seed=args.seed)  # type: ignore[arg-type]
     print(f"wrote {directory}: {MODELS[args.name][1]}")
@@ -70,8 +76,8 @@ def sample_job(directory: Path, kind: str) -> dict[str, object]:
         "query": "Is this review positive?",
         "items": ["The food was great.", "Cold and late."],
     }
-    if kind == "reranker":
-        job["top_n"] = 2  # labels and prompt come from the worker's template
+    if kind in ("reranker", "colbert"):
+        job["top_n"] = 2  # labels and prompt come from the worker's template, or need none
     if kind == "causal":
         from transformers import AutoTokenizer
 

@@ -31,6 +31,7 @@ class EngineConfig:
     """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
     max_chunks_per_job: int = 256
     prefix_cache_mb: int = -1
+    embedding_cache_mb: int = -1
 
 
 DEFAULT_BATCH_TOKENS = {"cuda": 16384, "cpu": 8192}

@@ -14,6 +14,7 @@ import enum
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -28,6 +29,9 @@ from kafka_scorer.engine.encoders import (
 )
 from kafka_scorer.engine.revision import checkpoint_revision
 
+if TYPE_CHECKING:
+    from kafka_scorer.engine.late_interaction.loading import LateSpec
+
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -38,6 +42,8 @@ _ENCODER_MIS_REASON = "bidirectional attention would let the query and every ite
 class ModelKind(str, enum.Enum):
     CAUSAL_LM = "causal_lm"
     CLASSIFICATION = "classification"
+    LATE_INTERACTION = "late_interaction"
+    """A ColBERT checkpoint: per-token vectors scored by MaxSim (`engine/late_interaction/`)."""
 
 
 class ModelLoadError(RuntimeError):
@@ -71,6 +77,8 @@ class LoadedModel:
     """Columns of a classification head's output (0 for CausalLM: its columns are the job's labels)."""
     revision: str = ""
     """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/revision.py`)."""
+    late: LateSpec | None = None
+    """Set for late-interaction (ColBERT) checkpoints: markers, lengths, projection, skiplist."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -218,6 +226,18 @@ def load_model(
         AutoTokenizer,
     )
 
+    from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
+
+    if is_late_interaction(model_path):
+        from kafka_scorer.engine.late_interaction.loading import load_late_interaction
+
+        return load_late_interaction(
+            model_path,
+            served_name=served_name,
+            dtype=dtype,
+            device=device,
+            trust_remote_code=trust_remote_code,
+        )
     register_attention()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 import msgspec
 import torch
 
+from kafka_scorer.engine.attention.registry import choose_attention_backend
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.chunking import aggregate
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
@@ -51,6 +52,12 @@ class PackedBatch:
 
 
 class Scorer:
+    def __new__(cls, model: str = "", **options: object) -> Scorer:
+        """A ColBERT checkpoint directory gets the late-interaction scorer (`engine/late_interaction/`)."""
+        from kafka_scorer.engine.late_interaction.checkpoint import late_scorer_class
+
+        return super().__new__(late_scorer_class(model) if cls is Scorer and model else cls)
+
     def __init__(
         self,
         model: str,
@@ -71,7 +78,9 @@ class Scorer:
         chunking: Chunking | str | None = None,
         max_chunks_per_job: int = 256,
         prefix_cache_mb: int = -1,
+        embedding_cache_mb: int = -1,
     ) -> None:
+        """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`)."""
         self.loaded: LoadedModel = load_model(
             model,
             served_name=served_model_name,
@@ -412,21 +421,3 @@ def release_device_memory(device: torch.device) -> None:
     """Give cached blocks back after an out-of-memory error, so a smaller retry can fit."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-def choose_attention_backend(device: torch.device) -> str:
-    """FlexAttention's fused kernel needs CUDA and a working compiler; prove both once, else cascade."""
-    if device.type != "cuda":
-        return "cascade"
-    from kafka_scorer.engine.attention.flex import FlexMetadata, flex_attention
-    from kafka_scorer.engine.attention.layout import AttentionLayout
-
-    try:
-        q = torch.randn(2, 160, 64, device=device, dtype=torch.bfloat16)
-        metadata = FlexMetadata.build(AttentionLayout([0], [160], [32], [(64, 64)]), pin=True).to(device)
-        flex_attention(q, q[:1], q[:1], metadata, 0.125)
-        torch.cuda.synchronize(device)
-    except Exception as exc:  # compiler missing, old GPU, ...: the portable path still serves
-        log.warning("FlexAttention unavailable on %s (%s); using the cascade attention backend", device, exc)
-        return "cascade"
-    return "flex"

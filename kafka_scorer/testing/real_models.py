@@ -51,3 +51,29 @@ def build_minilm_cross_encoder(directory: str | Path, *, num_labels: int = 1, se
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(source).save_pretrained(path)
     return path
+
+
+def build_minilm_colbert(directory: str | Path, *, seed: int = 0) -> Path:
+    """MiniLM's real encoder and tokenizer under a seeded 384 -> 128 Dense projection, in PyLate's
+    layout with ColBERT's usual settings (Stanford's `[unused0]` / `[unused1]` markers, queries of 32
+    tokens expanded with [MASK], documents up to 180 tokens): the shape of answerai-colbert-small."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    from kafka_scorer.testing.tiny_colbert import save_colbert_modules
+
+    path = Path(directory)
+    source = minilm_source()
+    model = BertModel.from_pretrained(source, add_pooling_layer=False, dtype=torch.float32)
+    model.config.architectures = ["BertModel"]
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(source).save_pretrained(path)
+    save_colbert_modules(
+        path,
+        model.config.hidden_size,
+        embedding_size=128,
+        markers=("[unused0]", "[unused1]"),
+        lengths=(32, 180),
+        seed=seed,
+    )
+    return path

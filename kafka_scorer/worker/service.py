@@ -36,6 +36,7 @@ from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.consumer import JobConsumer
 from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
+from kafka_scorer.worker.embedding_metrics import watch_embedding_cache
 from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.group_model import OneModelAssignor
 from kafka_scorer.worker.intake import Intake
@@ -77,6 +78,7 @@ class Worker:
         self.served = engine.served
         self.metrics = metrics or WorkerMetrics()
         watch_prefix_cache(self.metrics.registry, engine)
+        watch_embedding_cache(self.metrics.registry, engine)
         self.tracing = tracing if tracing is not None else from_environment()
         self.group_model = OneModelAssignor.serving(
             settings.group_id, self.served.description or {"model": self.served.name}

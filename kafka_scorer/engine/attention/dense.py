@@ -61,7 +61,9 @@ def sequence_mask(segments: torch.Tensor, window: int | None = None, causal: boo
         allowed = distance >= 0
         allowed &= (segments[None, :] == 0) | (segments[None, :] == segments[:, None])
     else:
-        allowed = torch.ones(length, length, dtype=torch.bool, device=segments.device)
+        # Every token sees the sequence's segment-0 keys: all of an encoder pair; a late-interaction
+        # query's tokens but not its hidden expansion tokens (segment 1, `engine/late_interaction/`).
+        allowed = (segments[None, :] == 0).expand(length, length).clone()
         distance = distance.abs()
     if window is not None:
         allowed &= distance < window
@@ -88,7 +90,7 @@ def dense_attention(
     outputs = []
     for start, length, items in zip(layout.seq_starts, layout.seq_lens, layout.item_lens):
         end = start + length
-        windowed = window is not None and not items and length > window
+        windowed = window is not None and (not items or not layout.causal) and length > window
         mask = None
         if items or windowed or softcap is not None:
             mask = sequence_mask(metadata.segments[start:end], window if windowed else None, layout.causal)

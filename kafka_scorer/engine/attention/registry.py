@@ -12,6 +12,7 @@ code; with one, the steps that use a fused kernel which cannot cap form their sc
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from kafka_scorer.engine.attention.pairs import PairMetadata
 
 ATTENTION_IMPLEMENTATION = "kafka_scorer"
 METADATA_KWARG = "scorer_attention_metadata"
+
+log = logging.getLogger(__name__)
 
 AttentionMetadata = DenseMetadata | CascadeMetadata | PairMetadata | FlexMetadata
 """One batch's attention metadata; its `backend` names the registry entry that reads it."""
@@ -122,3 +125,18 @@ def register_attention() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_IMPLEMENTATION, scorer_attention)
+
+
+def choose_attention_backend(device: torch.device) -> str:
+    """FlexAttention's fused kernel needs CUDA and a working compiler; prove both once, else cascade."""
+    if device.type != "cuda":
+        return "cascade"
+    try:
+        q = torch.randn(2, 160, 64, device=device, dtype=torch.bfloat16)
+        metadata = FlexMetadata.build(AttentionLayout([0], [160], [32], [(64, 64)]), pin=True).to(device)
+        flex_attention(q, q[:1], q[:1], metadata, 0.125)
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # compiler missing, old GPU, ...: the portable path still serves
+        log.warning("FlexAttention unavailable on %s (%s); using the cascade attention backend", device, exc)
+        return "cascade"
+    return "flex"

@@ -1,0 +1,90 @@
+"""The `Scorer` of a late-interaction (ColBERT) checkpoint.
+
+`Scorer(path)` builds this class when `path` is a ColBERT directory (`Scorer.__new__`), so the worker,
+the CLI and the bench serve it like any other kind. Preparing, the device-thread failure handling and
+result stamping are `Scorer`'s; what differs is the preparer (`preparer.py`), the forward
+(`forward.py`: queries and uncached documents in one pass, MaxSim per job) and the embedding cache.
+Results carry one column, the MaxSim score of each item, and `cached_tokens` counts the document
+tokens whose vectors came from the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from kafka_scorer.engine.late_interaction.embedding_cache import (
+    EmbeddingCache,
+    EmbeddingCacheStats,
+    embedding_capacity_bytes,
+)
+from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
+from kafka_scorer.engine.late_interaction.preparer import LatePreparer
+from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.scheduler import plan_forwards
+from kafka_scorer.engine.scorer import PackedBatch, Scorer
+from kafka_scorer.errors import SettingError
+from kafka_scorer.wire.protocol import Result
+
+log = logging.getLogger(__name__)
+
+
+class LateInteractionScorer(Scorer):
+    def __init__(self, model: str, *, embedding_cache_mb: int = -1, **options) -> None:
+        if options.get("template"):
+            raise SettingError(
+                "template",
+                f"template={options['template']!r} but {model!r} is a late-interaction (ColBERT) model, "
+                "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
+            )
+        super().__init__(model, **options)
+        self._preparer = LatePreparer(self.loaded, self._preparer.limits)  # type: ignore[assignment]
+        capacity = embedding_capacity_bytes(embedding_cache_mb)
+        self._embeddings = (
+            EmbeddingCache(capacity, (self.revision, self.dtype_name)) if capacity > 0 else None
+        )
+
+    @property
+    def description(self) -> dict[str, str]:
+        cache = self._embeddings
+        mb = f"{cache.capacity_bytes / 2**20:g}" if cache is not None else "0"
+        # its forwards always use the pair groups (`forward.py`), whatever backend was configured
+        return {**super().description, "attention_backend": "cascade", "embedding_cache_mb": mb}
+
+    @property
+    def embedding_cache_stats(self) -> EmbeddingCacheStats | None:
+        return self._embeddings.stats() if self._embeddings is not None else None
+
+    def clear_embedding_cache(self) -> None:
+        if self._embeddings is not None:
+            self._embeddings.clear()
+
+    def warm_up(self) -> None:
+        super().warm_up()
+        self.clear_embedding_cache()  # the warm-up's documents are no traffic's
+
+    def pack(self, jobs: Sequence[PreparedJob]) -> PackedBatch:
+        jobs = list(jobs)
+        try:
+            plan = plan_forwards(jobs, self.max_batch_tokens)
+            forwards = [(group, build_late_forward(group, self.loaded, self._embeddings)) for group in plan]
+        except Exception as exc:  # answered per job by run_packed, like Scorer.pack
+            log.exception("packing failed for %d jobs", len(jobs))
+            return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
+        return PackedBatch(jobs, forwards)  # type: ignore[arg-type]
+
+    def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
+        jobs = packed.jobs
+        if not jobs:
+            return []
+        if packed.failure is not None:
+            raise RuntimeError(packed.failure)
+        rows: list[list[list[float]]] = [[] for _ in jobs]
+        cached = [0] * len(jobs)
+        for _, forward in packed.forwards:
+            assert isinstance(forward, LateForward)
+            scores = run_late_forward(forward, self.loaded, self._embeddings)
+            for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens):
+                rows[index].extend([score] for score in piece_scores)
+                cached[index] += piece_cached
+        return [self._result(job, job_rows, [], hit) for job, job_rows, hit in zip(jobs, rows, cached)]

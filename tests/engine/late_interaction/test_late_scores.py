@@ -1,0 +1,131 @@
+"""MaxSim scores of the late-interaction kind against sentence-transformers' own ColBERT encoder.
+
+The reference encodes with `MultiVectorEncoder` (the library that reads PyLate checkpoints) and scores
+with a plain-torch MaxSim, one (query, document) pair at a time, and with the library's own
+`similarity`; the engine packs queries and documents of many jobs into one unpadded forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kafka_scorer.engine.late_interaction.scorer import LateInteractionScorer
+from kafka_scorer.wire.protocol import Job
+from tests.engine.passages import PASSAGES, QUERIES
+
+TOLERANCE = 1e-4
+VARIANTS = [
+    {},
+    {"attend_to_expansion_tokens": True},
+    {"do_query_expansion": False, "projection_bias": True},
+    {"arch": "roberta"},
+    {"arch": "modernbert", "attend_to_expansion_tokens": True},
+    {"arch": "modernbert"},
+]
+
+
+def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
+    query_vectors = encoder.encode_query([query])[0]
+    out = []
+    for document in documents:
+        doc_vectors = encoder.encode_document([document])[0]
+        out.append(float((query_vectors @ doc_vectors.T).max(dim=1).values.sum()))
+    return out
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    VARIANTS,
+    ids=[
+        "hidden-expansion",
+        "attended-expansion",
+        "no-expansion",
+        "roberta",
+        "modernbert",
+        "modernbert-hidden",
+    ],
+)
+def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint):
+    scorer = colbert_scorer(checkpoint)
+    assert isinstance(scorer, LateInteractionScorer)
+    encoder = reference_encoder(**checkpoint)
+    for query in QUERIES[:2]:
+        result = scorer.score(query, PASSAGES)
+        assert result.error is None
+        got = [row[0] for row in result.scores]
+        assert got == pytest.approx(reference_scores(encoder, query, PASSAGES), abs=TOLERANCE)
+        library = encoder.similarity(encoder.encode_query([query]), encoder.encode_document(PASSAGES))
+        assert got == pytest.approx(library[0].tolist(), abs=TOLERANCE)
+
+
+def test_long_documents_are_cut_like_the_checkpoint(colbert_scorer, reference_encoder):
+    scorer = colbert_scorer()
+    long = " ".join(PASSAGES)
+    short = "Sacramento is the capital."
+    result = scorer.score(QUERIES[0], [short, long])
+    assert result.truncated_items == [1]
+    expected = reference_scores(reference_encoder(), QUERIES[0], [short, long])
+    assert [row[0] for row in result.scores] == pytest.approx(expected, abs=TOLERANCE)
+
+
+def test_a_batch_of_jobs_scores_as_each_job_alone(colbert_scorer):
+    """Jobs of different queries sharing documents, in one batch cut into several forwards by a small
+    token budget, against each job scored alone."""
+    batched = colbert_scorer(max_batch_tokens=96)
+    alone = colbert_scorer()
+    jobs = [
+        Job(id=str(i), query=QUERIES[i % len(QUERIES)], items=PASSAGES[i : i + 4] + PASSAGES[8:10], top_n=3)
+        for i in range(5)
+    ]
+    results = batched.score_jobs(jobs)
+    for job, result in zip(jobs, results):
+        single = alone.score_jobs([job])[0]
+        assert result.id == job.id and result.error is None
+        assert [r[0] for r in result.scores] == pytest.approx([r[0] for r in single.scores], abs=1e-5)
+        assert [entry.index for entry in result.ranking] == [entry.index for entry in single.ranking]
+
+
+def test_token_id_jobs_get_the_same_markers_as_text(colbert_scorer):
+    scorer = colbert_scorer()
+    tokenizer = scorer.loaded.tokenizer
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    text = scorer.score(QUERIES[1], PASSAGES[:3])
+    tokens = scorer.score(ids(QUERIES[1]), [ids(p) for p in PASSAGES[:3]])
+    assert [r[0] for r in tokens.scores] == pytest.approx([r[0] for r in text.scores], abs=1e-6)
+
+
+def test_maxsim_is_the_plain_loop():
+    from kafka_scorer.engine.late_interaction.maxsim import maxsim
+
+    generator = torch.Generator().manual_seed(3)
+    query = torch.randn(5, 8, generator=generator)
+    documents = [torch.randn(n, 8, generator=generator) for n in (1, 7, 3)]
+    expected = [sum(max(float(q @ t) for t in doc) for q in query) for doc in documents]
+    assert maxsim(query, documents).tolist() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.fixture(scope="session")
+def minilm_colbert(tmp_path_factory):
+    """MiniLM's real weights under a seeded projection, in PyLate's layout (testing/real_models.py)."""
+    from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_colbert
+
+    try:
+        return build_minilm_colbert(tmp_path_factory.mktemp("minilm-colbert"))
+    except MissingCheckpoint as exc:
+        pytest.fail(f"real-weight ColBERT tests cannot run: {exc}")
+
+
+def test_real_weights_score_as_the_reference(minilm_colbert):
+    from sentence_transformers import MultiVectorEncoder
+
+    from kafka_scorer.engine.scorer import Scorer
+
+    scorer = Scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
+    encoder = MultiVectorEncoder(str(minilm_colbert), device="cpu")
+    results = scorer.score_jobs([Job(query=q, items=PASSAGES) for q in QUERIES[:2]])
+    for query, result in zip(QUERIES[:2], results):
+        got = [row[0] for row in result.scores]
+        assert got == pytest.approx(reference_scores(encoder, query, PASSAGES), abs=TOLERANCE)
