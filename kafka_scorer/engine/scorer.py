@@ -20,9 +20,11 @@ import torch
 
 from kafka_scorer.engine.attention.registry import choose_attention_backend
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.bisection import Bisection
 from kafka_scorer.engine.chunking import aggregate
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
-from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
+from kafka_scorer.engine.description import describe
+from kafka_scorer.engine.failures import failed_results
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.prefix_batch import cached_tokens, prefix_planner
@@ -136,19 +138,11 @@ class Scorer:
     @property
     def description(self) -> dict[str, str]:
         """What is served and how, as plain strings: the worker's start-up line and info metric."""
-        return {
-            "model": self.model_name,
-            "kind": self.kind.value,
-            "device": str(self.loaded.device),
-            "dtype": self.dtype_name,
-            "attention_backend": self.attention_backend,
-            "decoder_forward": type(self.loaded.body).__name__,
-            "max_batch_tokens": str(self.max_batch_tokens),
-            "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),
-            "revision": self.revision,
-            "template": self.template.name if self.template else "",
-            "prefix_cache_mb": f"{self._prefixes.cache.capacity_bytes / 2**20:g}" if self._prefixes else "0",
-        }
+        return describe(self)
+
+    @property
+    def prefix_cache_capacity_mb(self) -> float:
+        return self._prefixes.cache.capacity_bytes / 2**20 if self._prefixes else 0.0
 
     @property
     def dtype_name(self) -> str:
@@ -230,41 +224,15 @@ class Scorer:
 
         A batch that fails is run again in halves until the job that breaks it stands alone; that job
         alone is answered `internal` and its batch-mates are scored. An error that poisons the device
-        is raised instead (engine/failures.py): the worker must stop.
+        is raised instead (engine/bisection.py, engine/failures.py): the worker must stop.
         """
-        try:
-            return self._run_packed_once(packed)
-        except Exception as exc:  # the engine's one guard around forwards: isolates the job that breaks it
-            return self._after_failure(packed.jobs, exc)
+        bisection = Bisection(self.pack, self._run_packed_once, self._free_memory, self._answer_failed)
+        return bisection.run(packed.jobs, packed)
 
-    def _after_failure(self, jobs: list[PreparedJob], exc: Exception) -> list[Result]:
-        if is_fatal(exc):
-            raise exc
-        if is_out_of_memory(exc):
-            release_device_memory(self.loaded.device)
-        if len(jobs) > 1:
-            log.warning(
-                "forward pass failed for %d jobs (%s: %s); retrying in halves",
-                len(jobs),
-                type(exc).__name__,
-                exc,
-            )
-            half = len(jobs) // 2
-            return self.run_packed(self.pack(jobs[:half])) + self.run_packed(self.pack(jobs[half:]))
-        job = jobs[0]
-        if is_out_of_memory(exc):  # alone, with the cache freed: one more try, then the device is too small
-            try:
-                return self._run_packed_once(self.pack(jobs))
-            except Exception as again:  # the retry alone, classified like the first failure
-                if is_out_of_memory(again):
-                    raise FatalDeviceError(
-                        f"out of memory on one job of {job.num_tokens} tokens after freeing the cache: "
-                        "lower max_batch_tokens or max_pair_tokens, or use a larger device"
-                    ) from again
-                return self._after_failure(jobs, again)
-        log.error(
-            "job %s breaks the forward pass (%s: %s); answered internal", job.job_id, type(exc).__name__, exc
-        )
+    def _free_memory(self) -> None:
+        release_device_memory(self.loaded.device)
+
+    def _answer_failed(self, job: PreparedJob, exc: Exception) -> list[Result]:
         return [self.stamp(r, job.template) for r in failed_results([job.job_id], exc, self.model_name)]
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:

@@ -1,0 +1,143 @@
+"""The `kafka-scorer bench` workloads that run only when named, each with a report of its own.
+
+Kept light at import (no torch), as cli/bench.py is: each runner imports its workload when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_BUDGET = 8192
+"""The engine workloads' token budget unless `--max-batch-tokens` names one (fixed, so runs compare)."""
+
+
+def budget(args: argparse.Namespace) -> int:
+    return args.max_batch_tokens or DEFAULT_BUDGET
+
+
+def _run_cross_encoder(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.cross_encoder import format_cross_encoder_report, run_cross_encoder_bench
+
+    report = run_cross_encoder_bench(
+        num_queries=args.jobs or (1 if args.quick else 2),
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        skip_worker=args.skip_worker,
+        repeats=max(1, args.repeats),
+        repeat_budget_s=args.repeat_budget,
+        max_batch_tokens=budget(args),
+    )
+    failed = "a contender's scores disagree with CrossEncoder.predict"
+    return _finish(args, "cross-encoder", report, format_cross_encoder_report(report), failed)
+
+
+def _run_long_docs(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.long_docs import format_long_docs_report, run_long_docs_bench
+
+    report = run_long_docs_bench(
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+        repeat_budget_s=args.repeat_budget,
+        max_batch_tokens=budget(args),
+    )
+    failed = "chunked scores disagree with the hand-chunked reference"
+    return _finish(args, "long-docs", report, format_long_docs_report(report), failed)
+
+
+def _run_backlog(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.backlog import format_backlog_report, run_backlog_bench
+    from kafka_scorer.engine.model import resolve_device
+
+    report = run_backlog_bench(
+        device=str(resolve_device(args.device)),
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
+    return _finish(args, "backlog", report, format_backlog_report(report))
+
+
+def _run_prefix(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.prefix import format_prefix_report, run_prefix_bench
+    from kafka_scorer.engine.model import resolve_device
+
+    report = run_prefix_bench(
+        device=str(resolve_device(args.device)),
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+    )
+    return _finish(args, "judge", report, format_prefix_report(report))
+
+
+def _run_open_loop(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.open_loop import OpenLoopConfig, run_open_loop_bench
+    from kafka_scorer.bench.open_loop_report import format_open_loop_report
+
+    backends = [b for b in (args.backend or []) if b != "all"]
+    if len(backends) > 1:
+        print("kafka-scorer bench: open-loop runs one worker: give at most one --backend", file=sys.stderr)
+        return 2
+    config = OpenLoopConfig(
+        device=args.device,
+        dtype=args.dtype,
+        model_shape=args.model_shape,
+        quick=args.quick,
+        rates=args.rates,
+        seconds=args.rate_seconds,
+        p99_bound_ms=args.p99_bound_ms,
+        max_batch_tokens=args.max_batch_tokens,
+        backend=backends[0] if backends else None,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
+    report = run_open_loop_bench(config)
+    return _finish(args, "open-loop", report, format_open_loop_report(report))
+
+
+def _run_late_interaction(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.late_interaction import format_late_interaction_report, run_late_interaction_bench
+
+    report = run_late_interaction_bench(
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+        max_batch_tokens=budget(args),
+    )
+    failed = "late-interaction scores disagree with MultiVectorEncoder's"
+    return _finish(args, "late-interaction", report, format_late_interaction_report(report), failed)
+
+
+def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
+    """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
+    print()
+    print(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({name: report}, fh, indent=2)
+    if failed and not report["ok"]:
+        print(f"cross-check FAILED: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+NAMED_ONLY = {
+    "open-loop": _run_open_loop,
+    "long-docs": _run_long_docs,
+    "backlog": _run_backlog,
+    "judge": _run_prefix,
+    "cross-encoder": _run_cross_encoder,
+    "late-interaction": _run_late_interaction,
+}
+"""The workloads that run only when named, in the order they run, each with its own report."""
