@@ -41,13 +41,17 @@ class Contender:
 
 
 class EngineContender(Contender):
-    """`Scorer.prepare` on submission (as the worker does), then one `run_batch` per token budget."""
+    """`Scorer.prepare` on submission (as the worker does), then one `run_batch` per token budget.
 
-    def __init__(self, scorer, backend: str | None) -> None:
+    `body` swaps the decoder body for the run: transformers' own layers (`loaded.model.base_model`,
+    which share the fused layers' weights) against the engine's fused ones, on the same Scorer."""
+
+    def __init__(self, scorer, backend: str | None, body=None) -> None:
         from kafka_scorer.engine.scheduler import TokenBudgetScheduler
 
         self.scorer = scorer
         self.backend = backend
+        self.body = body
         self.scheduler = TokenBudgetScheduler(scorer.max_batch_tokens)
         self.index_of: dict[str, int] = {}
         self.ready: list[Answer] = []
@@ -67,13 +71,15 @@ class EngineContender(Contender):
         batch = self.scheduler.next_batch()
         if not batch:
             return done
-        previous = self.scorer.attention_backend
+        previous, body = self.scorer.attention_backend, self.scorer.loaded.body
         if self.backend is not None:
             self.scorer.attention_backend = self.backend
+        if self.body is not None:
+            self.scorer.loaded.body = self.body
         try:
             results = self.scorer.run_batch(batch)
         finally:
-            self.scorer.attention_backend = previous
+            self.scorer.attention_backend, self.scorer.loaded.body = previous, body
         for prepared, result in zip(batch, results):
             self.forward_tokens += result.prompt_tokens
             if self.causal and not prepared.job.apply_softmax:

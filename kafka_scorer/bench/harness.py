@@ -47,6 +47,7 @@ from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, repeated
 from kafka_scorer.bench.steady import MAX_JOBS, QUICK_MAX_JOBS, ROUNDS, steadiest, steady_stream
 from kafka_scorer.bench.summary import (
+    LAYERS,
     STEADY_ENGINE,
     cross_check,
     max_abs_diff,
@@ -144,6 +145,12 @@ def run_workload(
             f"engine, MIS on [{backend}]",
             timed(lambda backend=backend: EngineContender(scorer, backend), mis),
         )
+    if _fused(scorer):  # the fused layers against transformers' own, same Scorer, weights and backend
+        log(f"  (b) engine, MIS on, transformers' layers [{default_backend}] ...")
+        runs[LAYERS] = (
+            f"MIS on, HF layers [{default_backend}]",
+            timed(lambda: EngineContender(scorer, None, scorer.loaded.model.base_model), mis),
+        )
     stream = None
     if not config.skip_worker:
         measured = runs.get(f"b:{default_backend}", runs[f"b:{backends[0]}"])[1]
@@ -209,6 +216,12 @@ def run_workload(
         "ratios": ratios(contenders, backends, default_backend),
         "cross_check": cross_check(contenders, env.dtype),
     }
+
+
+def _fused(scorer) -> bool:
+    from kafka_scorer.engine.models.decoder import FusedDecoder
+
+    return isinstance(scorer.loaded.body, FusedDecoder)
 
 
 def _template_tokens(workload: Workload, scorer) -> dict | None:

@@ -48,6 +48,8 @@ class ContenderSummary:
 
 
 STEADY_ENGINE = "b:steady"
+LAYERS = "b:layers"
+"""(b) on transformers' own decoder layers instead of the engine's fused ones (same Scorer)."""
 """The engine (default backend, MIS on) on (d)'s steady stream: what (d) is divided by."""
 
 
@@ -191,6 +193,8 @@ def ratios(contenders: dict[str, dict], backends: Sequence[str], default_backend
     }
     default_key = f"b:{default_backend}" if f"b:{default_backend}" in contenders else f"b:{backends[0]}"
     out["b_over_a_vs_token_ratio"] = {b: (out["b_over_a"][b] or 0.0) / token_ratio for b in backends}
+    if LAYERS in contenders:  # the engine's fused layers against transformers' own, same backend
+        out["fused_over_layers"] = ratio(default_key, LAYERS)
     if "d" in contenders:  # the worker against the engine on the same steady stream, when it ran
         out["d_over_b"] = ratio("d", STEADY_ENGINE if STEADY_ENGINE in contenders else default_key)
     return out

@@ -304,6 +304,8 @@ def format_report(report: dict) -> str:
             parts.append(f"b:{b}/a {v:.2f} ({r['b_over_a_vs_token_ratio'][b]:.2f} of token ratio)")
         for b, v in r["b_over_c"].items():
             parts.append(f"b:{b}/c {v:.2f}")
+        if r.get("fused_over_layers") is not None:
+            parts.append(f"fused/HF layers {r['fused_over_layers']:.2f}")
         if r.get("d_over_b") is not None:
             parts.append(f"d/b {r['d_over_b']:.2f}")
         lines.append("ratios (items/s): " + "; ".join(parts))

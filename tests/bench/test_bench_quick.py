@@ -61,7 +61,9 @@ def test_every_contender_reports_every_metric(quick_report, workload: str) -> No
     w = report["workloads"][workload]
     backends = report["meta"]["backends"]
     assert {"dense", "cascade"} <= set(backends)
-    assert set(w["contenders"]) == {"a", "c", *(f"b:{b}" for b in backends)}
+    # b:layers: the same MIS run on transformers' own layers (the fused forward's before/after)
+    assert set(w["contenders"]) == {"a", "c", "b:layers", *(f"b:{b}" for b in backends)}
+    assert w["ratios"]["fused_over_layers"] > 0
     for key, c in w["contenders"].items():
         assert c["errors"] == 0, (key, c["first_error"])
         assert c["jobs"] == w["jobs"] and c["items"] == w["items"]
