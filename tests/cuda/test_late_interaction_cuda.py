@@ -11,18 +11,17 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer.wire.protocol import Job
+from tests.cuda.devices import DEVICES
 from tests.engine.passages import PASSAGES, QUERIES
 
-pytestmark = pytest.mark.cuda
-
-
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("attend", [False, True])
-def test_colbert_scores_on_cuda_equal_the_cpu(tmp_path, attend):
+def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.testing.tiny_models import build_tiny_colbert
 
     path = str(build_tiny_colbert(tmp_path / "colbert", attend_to_expansion_tokens=attend))
-    gpu = Scorer(path, dtype="float32", device="cuda", embedding_cache_mb=16)
+    gpu = Scorer(path, dtype="float32", device=device, embedding_cache_mb=16)
     cpu = Scorer(path, dtype="float32", device="cpu", embedding_cache_mb=0)
     jobs = [Job(id=str(i), query=q, items=PASSAGES[i : i + 6]) for i, q in enumerate(QUERIES[:4])]
     for _ in range(2):  # the second round reads the cache on the GPU
