@@ -14,6 +14,7 @@ from kafka_scorer.wire.protocol import Job
 from tests.cuda.devices import DEVICES
 from tests.engine.passages import PASSAGES, QUERIES
 
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("attend", [False, True])
 def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
