@@ -435,7 +435,7 @@ def _models_and_jobs(
 
 def _quiet_libraries() -> None:
     """Worker INFO lines and library chatter would bury the table; -v brings them back."""
-    for name in ("kafka_scorer.worker", "transformers", "torch"):
+    for name in ("kafka_scorer.kafka", "kafka_scorer.worker", "transformers", "torch"):
         logging.getLogger(name).setLevel(logging.ERROR)
     with contextlib.suppress(Exception):
         from transformers.utils import logging as hf_logging

@@ -8,12 +8,12 @@ read again from the log's start, never skipped to its end, since a waiting call'
 A broker restart must not leave it deaf (issue 26): positions are checked against the log, not kept
 from memory.
 - A log end below the position (or moving back) in two fetch responses is a reset: the worker's test,
-  worker/log_reset.py, with its guards (once per event, never on a log end the records just fetched
+  kafka/log_reset.py, with its guards (once per event, never on a log end the records just fetched
   contradict, a bound per partition), so the reader cannot loop over the same records. The partition
   is read again from the *beginning* of its new log, not its end: every record there was written
   after the reset, a reply to a waiting call may be among them, and replies nobody waits for are
   skipped anyway.
-- After a broker outage (the client's broker watch, worker/outage.py, saw it go and come back), the
+- After a broker outage (the client's broker watch, kafka/outage.py, saw it go and come back), the
   record before each partition's position is looked up again: another record than the one read there,
   one written after the outage began, or none, and the log was replaced (by one that may have grown
   past the old position meanwhile, which the log end cannot show): read from its beginning.
@@ -32,7 +32,7 @@ from typing import Any
 
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
-from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
+from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class ReplyReader:
 
     async def listen_from_end(self, partitions: set[int]) -> None:
         """Assign every partition at its current end; call before the first job is produced."""
-        from aiokafka import TopicPartition
+        from kafka_scorer.kafka.records import TopicPartition
 
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         self._consumer.assign(tps)
@@ -115,7 +115,7 @@ class ReplyReader:
                 self._last_read[tp] = (last.offset, last.timestamp, _correlation(last))
 
     async def _judge_log_ends(self) -> None:
-        """The worker's reset test (worker/log_reset.py) on the latest fetch responses."""
+        """The worker's reset test (kafka/log_reset.py) on the latest fetch responses."""
         states = self._fetch_states()
         verdicts = self._resets.observe(states)
         for tp, reason in verdicts.contradicted.items():
@@ -186,7 +186,7 @@ class ReplyReader:
 
     async def _look_for_partitions(self) -> None:
         """Assign partitions the topic gained (a topic recreated with more), read from their start."""
-        from aiokafka import TopicPartition
+        from kafka_scorer.kafka.records import TopicPartition
 
         self._partitions_at = time.monotonic()
         try:

@@ -46,11 +46,11 @@ from aiokafka.errors import (
 
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
-from kafka_scorer.worker.connection import client_options
-from kafka_scorer.worker.fenced_commit import commit_within, membership_of
-from kafka_scorer.worker.log_reset import FetchState, LogResetWatch, Verdicts
-from kafka_scorer.worker.retry import UNREACHABLE, Backoff
-from kafka_scorer.worker.wire import Unreadable
+from kafka_scorer.kafka.connection import client_options
+from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
+from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch, Verdicts
+from kafka_scorer.kafka.records import Unreadable
+from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class JobConsumer:
 
     async def cluster_partitions(self) -> dict[str, int]:
         """Every topic of the cluster with its partition count (one Metadata request for all topics;
-        creates none). For the readiness check of worker/topic_watch.py."""
+        creates none). For the readiness check of kafka/topic_watch.py."""
         cluster = await self._consumer._client.fetch_all_metadata()
         return {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
 
