@@ -32,7 +32,8 @@ from typing import Any
 
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
-from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch
+from kafka_scorer.kafka.log_reset import LogResetWatch
+from kafka_scorer.kafka.subscription import fetch_states, positions
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ class ReplyReader:
     async def _follow_outage(self, ready: bool) -> None:
         """At an outage's start, note where each partition stood; at its end, check those places."""
         if not ready and self._before_outage is None:
-            self._before_outage = {tp: (s.position, s.fetched_at) for tp, s in self._fetch_states().items()}
+            self._before_outage = {
+                tp: (s.position, s.fetched_at) for tp, s in fetch_states(self._consumer).items()
+            }
         elif ready and self._before_outage is not None:
             before, self._before_outage = self._before_outage, None
             await self._after_outage(before)
@@ -116,7 +119,7 @@ class ReplyReader:
 
     async def _judge_log_ends(self) -> None:
         """The worker's reset test (kafka/log_reset.py) on the latest fetch responses."""
-        states = self._fetch_states()
+        states = fetch_states(self._consumer)
         verdicts = self._resets.observe(states)
         for tp, reason in verdicts.contradicted.items():
             log.warning("reply topic %s[%d]: %s; that log end is wrong, not a reset: read on", *tp, reason)
@@ -198,38 +201,11 @@ class ReplyReader:
         now = {TopicPartition(self.topic, p) for p in cluster.partitions_for_topic(self.topic) or ()}
         if now <= known:
             return
-        positions = self._positions()
+        at = positions(self._consumer)
         self._consumer.assign(sorted(known | now))
         for tp in known | now:
-            self._consumer.seek(tp, positions.get(tp, 0))
+            self._consumer.seek(tp, at.get(tp, 0))
         log.info("reply topic %s: now reading %d partitions", self.topic, len(known | now))
-
-    def _positions(self) -> dict[Any, int]:
-        assignment = self._assignment()
-        if assignment is None:
-            return {}
-        return {
-            tp: assignment.state_value(tp).position
-            for tp in assignment.tps
-            if assignment.state_value(tp).has_valid_position
-        }
-
-    def _fetch_states(self) -> dict[Any, FetchState]:
-        """Position, high watermark and fetch timestamp of each partition that has all three (read from
-        aiokafka's subscription state, as the worker's consumer does: `position()` can block)."""
-        assignment = self._assignment()
-        if assignment is None:
-            return {}
-        out = {}
-        for tp in assignment.tps:
-            state = assignment.state_value(tp)
-            if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
-                out[tp] = FetchState(state.position, state.highwater, state.timestamp)
-        return out
-
-    def _assignment(self) -> Any:
-        subscription = self._consumer._subscription.subscription
-        return None if subscription is None else subscription.assignment
 
 
 def _correlation(record: Any) -> bytes | None:

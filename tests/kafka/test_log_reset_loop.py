@@ -25,7 +25,7 @@ POLLS = 60
 
 @dataclass
 class _State:
-    """aiokafka's per-partition fetch state, as `JobConsumer._fetch_states` reads it."""
+    """aiokafka's per-partition fetch state, as `kafka/subscription.py` reads it."""
 
     position: int
     highwater: int | None = None
