@@ -70,9 +70,9 @@ _ITEMS = [
 
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
+    from kafka_scorer.cli.model_source import check_model_source
     from kafka_scorer.engine.model import ModelKind
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.worker.model_source import check_model_source
 
     if model:
         try:
