@@ -6,8 +6,8 @@ names the culprit and the fix. Every command (`worker`, `demo`, `submit`) ends i
 wording is the same everywhere. Exceptions this module does not recognise are bugs: they keep their
 traceback. At DEBUG log level recognised ones do too, for whoever needs to dig.
 
-Imports of pydantic, aiokafka and the engine happen inside the functions: this module is imported by
-commands that must start fast and by ones that never touch a model.
+Imports of pydantic and the engine happen inside the functions, and Kafka errors are matched by class name:
+this module is imported by commands that must start fast and by ones that never touch a model.
 """
 
 from __future__ import annotations
@@ -95,33 +95,38 @@ def _is_secret(field: str) -> bool:
     return field in SECRET_SETTINGS
 
 
+def _kafka_error_names(exc: BaseException) -> set[str]:
+    """The names of the Kafka client's error classes `exc` is an instance of (none: no Kafka error).
+
+    Matched by name, like the model and broker errors below: this module sits under every other one
+    (kafka/ included), so it cannot import the Kafka package, and aiokafka stays behind that package."""
+    return {cls.__name__ for cls in type(exc).__mro__ if cls.__module__.split(".")[0] == "aiokafka"}
+
+
 def _explain_kafka(exc: BaseException, bootstrap_servers: str | None) -> str | None:
-    try:
-        from aiokafka import errors as kafka_errors
-    except ImportError:  # pragma: no cover - aiokafka is a dependency
-        return None
+    names = _kafka_error_names(exc)
     where = f" at {bootstrap_servers}" if bootstrap_servers else ""
     fix_bootstrap = f"check that it is running and set {setting_hint('bootstrap_servers')}"
-    if isinstance(exc, kafka_errors.KafkaConnectionError | kafka_errors.NodeNotReadyError):
+    if names & {"KafkaConnectionError", "NodeNotReadyError"}:
         return f"cannot reach the Kafka broker{where}: {fix_bootstrap}"
-    if isinstance(exc, kafka_errors.RequestTimedOutError | kafka_errors.KafkaTimeoutError):
+    if names & {"RequestTimedOutError", "KafkaTimeoutError"}:
         return f"the Kafka broker{where} did not answer in time: {fix_bootstrap}"
-    if isinstance(exc, kafka_errors.SaslAuthenticationFailed | kafka_errors.AuthenticationFailedError):
+    if names & {"SaslAuthenticationFailed", "AuthenticationFailedError"}:
         return (
             f"authentication with the Kafka broker{where} failed: check {setting_hint('sasl_username')}, "
             f"{setting_hint('sasl_password')} and {setting_hint('sasl_mechanism')}"
         )
-    if isinstance(exc, kafka_errors.UnsupportedSaslMechanismError):
+    if "UnsupportedSaslMechanismError" in names:
         hint = setting_hint("sasl_mechanism")
         return f"the Kafka broker{where} does not offer this SASL mechanism: set {hint}"
-    if isinstance(exc, kafka_errors.TopicAuthorizationFailedError):
+    if "TopicAuthorizationFailedError" in names:
         return f"not authorised for a topic on the Kafka broker{where}: ask for ACLs or use another topic"
-    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+    if "UnknownTopicOrPartitionError" in names:
         return (
             f"a topic does not exist on the Kafka broker{where} and the broker does not create topics on "
             "demand: create it (kafka-topics.sh --create) or name an existing one"
         )
-    if isinstance(exc, kafka_errors.KafkaError):
+    if "KafkaError" in names:
         return f"Kafka broker{where}: {exc}"
     import ssl
 

@@ -86,7 +86,7 @@ def test_a_quoted_line_is_printed_by_the_code(doc: str, line: str) -> None:
 
 def test_a_reworded_line_would_be_caught() -> None:
     line = (
-        "WARNING kafka_scorer.worker.outage: Kafka broker k:9092 still unreachable after 60s "
+        "WARNING kafka_scorer.kafka.outage: Kafka broker k:9092 still unreachable after 60s "
         "(5 Kafka client lines held back)"
     )
     assert _printed(line)

@@ -114,17 +114,17 @@ async def _both(scorer: Any, spec: BacklogSpec, bulk: list[Job], live: list[Job]
 async def _run(
     bootstrap: str, scorer: Any, spec: BacklogSpec, bulk: list[Job], live: list[Job], lanes: bool, tag: str
 ) -> dict:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
     from kafka_scorer.config import Settings
-    from kafka_scorer.testing.broker import create_topics
+    from kafka_scorer.kafka.admin import create_topics
+    from kafka_scorer.kafka.connection import new_consumer, new_producer
+    from kafka_scorer.kafka.records import TopicPartition
     from kafka_scorer.worker.service import Worker
 
     suffix = "on" if lanes else "off"
     bulk_t, live_t, replies = f"backlog.bulk.{suffix}", f"backlog.live.{suffix}", f"backlog.results.{suffix}"
     await create_topics(bootstrap, [bulk_t, live_t, replies], 1)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=16 << 20)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20)
+    producer = new_producer(None, bootstrap_servers=bootstrap, acks="all", max_request_size=16 << 20)
+    consumer = new_consumer(None, bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20)
     await producer.start()
     await consumer.start()
     engine = _TimedEngine(scorer)

@@ -236,18 +236,20 @@ def worker_flags(
 
 
 async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMaker, log) -> dict:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    from kafka_scorer.testing.broker import EmbeddedBroker, create_topics
+    from kafka_scorer.kafka.admin import create_topics
+    from kafka_scorer.kafka.connection import new_consumer, new_producer
+    from kafka_scorer.kafka.records import TopicPartition
+    from kafka_scorer.testing.broker import EmbeddedBroker
 
     topics, partitions = ("bench.open-loop.requests", "bench.open-loop.results"), 4
     async with EmbeddedBroker() as broker:
         await create_topics(broker.bootstrap_servers, list(topics), partitions)
         worker = WorkerProcess(worker_flags(config, plan, model, broker.bootstrap_servers, topics)).start()
-        producer = AIOKafkaProducer(
-            bootstrap_servers=broker.bootstrap_servers, acks="all", max_request_size=16 << 20
+        producer = new_producer(
+            None, bootstrap_servers=broker.bootstrap_servers, acks="all", max_request_size=16 << 20
         )
-        consumer = AIOKafkaConsumer(
+        consumer = new_consumer(
+            None,
             bootstrap_servers=broker.bootstrap_servers,
             enable_auto_commit=False,
             fetch_max_wait_ms=config.fetch_max_wait_ms,

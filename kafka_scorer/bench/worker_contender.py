@@ -26,7 +26,7 @@ def run_worker_contender(
 ) -> RunRecord:
     """(d): an embedded tansu broker, the real `Worker` in this process on the same `Scorer`, and a
     closed-loop aiokafka client with the same window as the in-process contenders."""
-    with _quiet_loggers("aiokafka", "kafka_scorer.worker"):
+    with _quiet_loggers("aiokafka", "kafka_scorer.kafka", "kafka_scorer.worker"):
         return asyncio.run(_worker_run(scorer, list(jobs), window, probe, repeats, budget_s))
 
 
@@ -47,22 +47,17 @@ def _quiet_loggers(*names: str) -> Iterator[None]:
 async def _worker_run(
     scorer, jobs: list[Job], window: int, probe: RunProbe, repeats: int, budget_s: float
 ) -> RunRecord:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
     from kafka_scorer.config import Settings
+    from kafka_scorer.kafka.admin import create_topics
+    from kafka_scorer.kafka.connection import new_consumer, new_producer
+    from kafka_scorer.kafka.records import TopicPartition
     from kafka_scorer.testing.broker import EmbeddedBroker
     from kafka_scorer.worker.service import Worker
 
     requests, replies, partitions = "bench.requests", "bench.results", 4
     async with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(t, partitions, 1) for t in (requests, replies)])
-        finally:
-            await admin.close()
+        await create_topics(bootstrap, [requests, replies], partitions)
         settings = Settings(
             model=scorer.model_name,
             bootstrap_servers=bootstrap,
@@ -84,8 +79,9 @@ async def _worker_run(
         worker = Worker(settings, scorer)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=16 << 20)
-        consumer = AIOKafkaConsumer(
+        producer = new_producer(None, bootstrap_servers=bootstrap, acks="all", max_request_size=16 << 20)
+        consumer = new_consumer(
+            None,
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
             fetch_max_wait_ms=100,

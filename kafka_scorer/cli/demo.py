@@ -70,9 +70,9 @@ _ITEMS = [
 
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
+    from kafka_scorer.cli.model_source import check_model_source
     from kafka_scorer.engine.model import ModelKind
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.worker.model_source import check_model_source
 
     if model:
         try:
@@ -435,7 +435,7 @@ def _models_and_jobs(
 
 def _quiet_libraries() -> None:
     """Worker INFO lines and library chatter would bury the table; -v brings them back."""
-    for name in ("kafka_scorer.worker", "transformers", "torch"):
+    for name in ("kafka_scorer.kafka", "kafka_scorer.worker", "transformers", "torch"):
         logging.getLogger(name).setLevel(logging.ERROR)
     with contextlib.suppress(Exception):
         from transformers.utils import logging as hf_logging

@@ -54,9 +54,9 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     """The user's model served with `template`, or the tiny random reranker when none is named (or it
     cannot be loaded: the same fallback as the plain demo)."""
     from kafka_scorer.cli.demo_parts import DemoModel, say
+    from kafka_scorer.cli.model_source import check_model_source
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.engine.templates import TemplateError, load_template
-    from kafka_scorer.worker.model_source import check_model_source
 
     try:
         load_template(template)

@@ -139,9 +139,9 @@ async def _start_and_run(
     settings: Settings, stop: asyncio.Event, metrics: WorkerMetrics, readiness: Readiness
 ) -> int:
     """The start-up checks, the model, then the worker; `readiness` says which step it is in."""
+    from kafka_scorer.cli.model_source import check_model_source
     from kafka_scorer.errors import report
-    from kafka_scorer.worker.model_source import check_model_source
-    from kafka_scorer.worker.preflight import check_connection, unreachable_at_start, wait_until_accepted
+    from kafka_scorer.kafka.preflight import check_connection, unreachable_at_start, wait_until_accepted
 
     try:
         check_model_source(settings.model)  # a misspelt directory: one line now, not after hub retries

@@ -4,7 +4,7 @@ allows (`connect_timeout`), then give up with one typed error.
 A web service often starts beside its Kafka (a compose file, a pod restarted with the cluster): a
 client that fails in a third of a second on the first refused connection makes the service crash-loop
 for nothing. A refused TLS certificate or SASL password never fixes itself, so it is not retried:
-the worker's start-up check (worker/preflight.py) tells the two apart and names the setting.
+the worker's start-up check (kafka/preflight.py) tells the two apart and names the setting.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ async def connect(
     """`attempt()` (start the Kafka clients) once a bootstrap server accepts the settings, retried with
     backoff while the broker cannot be reached and `budget_s` lasts; `undo()` cleans up a failed
     attempt. Raises `BrokerUnreachable` when the budget is spent, `InvalidSetting` for a refusal."""
-    from kafka_scorer.worker.preflight import CHECK_TIMEOUT_S, check_connection
-    from kafka_scorer.worker.retry import Backoff, is_retriable
+    from kafka_scorer.kafka.preflight import CHECK_TIMEOUT_S, check_connection
+    from kafka_scorer.kafka.retry import Backoff, is_retriable
 
     started = time.monotonic()
     backoff = Backoff(_FIRST_RETRY_S, _LAST_RETRY_S)

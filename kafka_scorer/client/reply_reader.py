@@ -8,12 +8,12 @@ read again from the log's start, never skipped to its end, since a waiting call'
 A broker restart must not leave it deaf (issue 26): positions are checked against the log, not kept
 from memory.
 - A log end below the position (or moving back) in two fetch responses is a reset: the worker's test,
-  worker/log_reset.py, with its guards (once per event, never on a log end the records just fetched
+  kafka/log_reset.py, with its guards (once per event, never on a log end the records just fetched
   contradict, a bound per partition), so the reader cannot loop over the same records. The partition
   is read again from the *beginning* of its new log, not its end: every record there was written
   after the reset, a reply to a waiting call may be among them, and replies nobody waits for are
   skipped anyway.
-- After a broker outage (the client's broker watch, worker/outage.py, saw it go and come back), the
+- After a broker outage (the client's broker watch, kafka/outage.py, saw it go and come back), the
   record before each partition's position is looked up again: another record than the one read there,
   one written after the outage began, or none, and the log was replaced (by one that may have grown
   past the old position meanwhile, which the log end cannot show): read from its beginning.
@@ -32,7 +32,8 @@ from typing import Any
 
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
-from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
+from kafka_scorer.kafka.log_reset import LogResetWatch
+from kafka_scorer.kafka.subscription import fetch_states, positions
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class ReplyReader:
 
     async def listen_from_end(self, partitions: set[int]) -> None:
         """Assign every partition at its current end; call before the first job is produced."""
-        from aiokafka import TopicPartition
+        from kafka_scorer.kafka.records import TopicPartition
 
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         self._consumer.assign(tps)
@@ -98,7 +99,9 @@ class ReplyReader:
     async def _follow_outage(self, ready: bool) -> None:
         """At an outage's start, note where each partition stood; at its end, check those places."""
         if not ready and self._before_outage is None:
-            self._before_outage = {tp: (s.position, s.fetched_at) for tp, s in self._fetch_states().items()}
+            self._before_outage = {
+                tp: (s.position, s.fetched_at) for tp, s in fetch_states(self._consumer).items()
+            }
         elif ready and self._before_outage is not None:
             before, self._before_outage = self._before_outage, None
             await self._after_outage(before)
@@ -115,8 +118,8 @@ class ReplyReader:
                 self._last_read[tp] = (last.offset, last.timestamp, _correlation(last))
 
     async def _judge_log_ends(self) -> None:
-        """The worker's reset test (worker/log_reset.py) on the latest fetch responses."""
-        states = self._fetch_states()
+        """The worker's reset test (kafka/log_reset.py) on the latest fetch responses."""
+        states = fetch_states(self._consumer)
         verdicts = self._resets.observe(states)
         for tp, reason in verdicts.contradicted.items():
             log.warning("reply topic %s[%d]: %s; that log end is wrong, not a reset: read on", *tp, reason)
@@ -186,7 +189,7 @@ class ReplyReader:
 
     async def _look_for_partitions(self) -> None:
         """Assign partitions the topic gained (a topic recreated with more), read from their start."""
-        from aiokafka import TopicPartition
+        from kafka_scorer.kafka.records import TopicPartition
 
         self._partitions_at = time.monotonic()
         try:
@@ -198,38 +201,11 @@ class ReplyReader:
         now = {TopicPartition(self.topic, p) for p in cluster.partitions_for_topic(self.topic) or ()}
         if now <= known:
             return
-        positions = self._positions()
+        at = positions(self._consumer)
         self._consumer.assign(sorted(known | now))
         for tp in known | now:
-            self._consumer.seek(tp, positions.get(tp, 0))
+            self._consumer.seek(tp, at.get(tp, 0))
         log.info("reply topic %s: now reading %d partitions", self.topic, len(known | now))
-
-    def _positions(self) -> dict[Any, int]:
-        assignment = self._assignment()
-        if assignment is None:
-            return {}
-        return {
-            tp: assignment.state_value(tp).position
-            for tp in assignment.tps
-            if assignment.state_value(tp).has_valid_position
-        }
-
-    def _fetch_states(self) -> dict[Any, FetchState]:
-        """Position, high watermark and fetch timestamp of each partition that has all three (read from
-        aiokafka's subscription state, as the worker's consumer does: `position()` can block)."""
-        assignment = self._assignment()
-        if assignment is None:
-            return {}
-        out = {}
-        for tp in assignment.tps:
-            state = assignment.state_value(tp)
-            if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
-                out[tp] = FetchState(state.position, state.highwater, state.timestamp)
-        return out
-
-    def _assignment(self) -> Any:
-        subscription = self._consumer._subscription.subscription
-        return None if subscription is None else subscription.assignment
 
 
 def _correlation(record: Any) -> bytes | None:

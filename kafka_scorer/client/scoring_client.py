@@ -14,11 +14,11 @@ Choices where the contract is silent (also in docs/client.md):
   `reply_topic` header names the topic this client reads, whatever the worker's default is.
 - Settings are the worker's (`Settings`: flags' keywords over `KAFKA_SCORER_*` over `.env`), so a
   client next to a worker needs no configuration and reaches the cluster through the same TLS and
-  SASL code (worker/connection.py, worker/preflight.py).
+  SASL code (kafka/connection.py, kafka/preflight.py).
 - A broker outage is waited out, not reported call by call: `start` retries for `connect_timeout`
   (connect.py), a send for the call's own timeout (sending.py), the reply reader re-reads a log the
   broker lost (reply_reader.py), and aiokafka's hundreds of reconnect lines become the worker's two
-  (worker/outage.py).
+  (kafka/outage.py).
 - Every error is a `ScoringError` (errors.py); a bad argument is `InvalidJob` before anything is sent.
 
 Light at import (no torch, no aiokafka until `start`): a web service imports it at start-up.
@@ -64,7 +64,7 @@ WHILE_DOWN = (
     "answers (no restart needed). Check the broker, and the client's bootstrap_servers "
     "(KAFKA_SCORER_BOOTSTRAP_SERVERS)"
 )
-"""What the client's outage line says (worker/outage.py's BrokerWatch speaks it)."""
+"""What the client's outage line says (kafka/outage.py's BrokerWatch speaks it)."""
 
 
 class _Default:
@@ -169,26 +169,21 @@ class ScoringClient:
 
     async def _start_clients(self) -> Any:
         """The producer and the reply consumer, started; the request topic checked."""
-        from aiokafka import AIOKafkaProducer
-
-        from kafka_scorer.worker.connection import client_options
+        from kafka_scorer.kafka.connection import new_producer
 
         # Each client is built only once the previous one started: aiokafka complains at exit about
         # a client that was created and never closed, noise on top of the one-line error.
-        options = client_options(self.settings)
-        self._producer = await self._started(AIOKafkaProducer(**options, acks="all", linger_ms=5))
+        self._producer = await self._started(new_producer(self.settings, acks="all", linger_ms=5))
         consumer = await self._started(self._new_consumer())
         await self._partitions(self.request_topic)
         return consumer
 
     def _new_consumer(self) -> Any:
         """A consumer of the reply topic, unstarted: no group, positions set by the reply reader."""
-        from aiokafka import AIOKafkaConsumer
+        from kafka_scorer.kafka.connection import new_consumer
 
-        from kafka_scorer.worker.connection import client_options
-
-        return AIOKafkaConsumer(
-            **client_options(self.settings),
+        return new_consumer(
+            self.settings,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",  # a position the log lost: read it again, never skip it
@@ -196,8 +191,8 @@ class ScoringClient:
         )
 
     def _broker_watch(self) -> Any:
-        """The worker's outage summary (worker/outage.py), in the client's words."""
-        from kafka_scorer.worker.outage import BrokerWatch
+        """The worker's outage summary (kafka/outage.py), in the client's words."""
+        from kafka_scorer.kafka.outage import BrokerWatch
 
         return BrokerWatch(
             self.settings.bootstrap_servers, self._producer.client.fetch_all_metadata, while_down=WHILE_DOWN
@@ -308,7 +303,7 @@ class ScoringClient:
 
     async def _partitions(self, topic: str) -> set[int]:
         """The topic's partitions; on a broker that creates topics on demand this creates it."""
-        from aiokafka.errors import UnknownTopicOrPartitionError
+        from kafka_scorer.kafka.errors import UnknownTopicOrPartitionError
 
         try:
             return await asyncio.wait_for(self._producer.partitions_for(topic), METADATA_WAIT_S)

@@ -28,15 +28,14 @@ _FIRST_RETRY_S, _LAST_RETRY_S = 0.1, 1.0
 
 
 def retriable(exc: BaseException) -> bool:
-    from aiokafka.errors import UnknownError
-
-    from kafka_scorer.worker.retry import is_retriable
+    from kafka_scorer.kafka.errors import UnknownError
+    from kafka_scorer.kafka.retry import is_retriable
 
     return is_retriable(exc) or isinstance(exc, UnknownError)
 
 
 def _backoff() -> Any:
-    from kafka_scorer.worker.retry import Backoff
+    from kafka_scorer.kafka.retry import Backoff
 
     return Backoff(_FIRST_RETRY_S, _LAST_RETRY_S)
 

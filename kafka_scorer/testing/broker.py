@@ -53,18 +53,6 @@ def check_can_listen(host: str, port: int) -> None:
         probe.bind((host, port))
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    """Create `names` with `partitions` each and replication 1 (the local brokers have one node)."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
-    finally:
-        await admin.close()
-
-
 def kafka_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when the listener completes an ApiVersions v0 round trip.
 

@@ -1,6 +1,6 @@
 """The asyncio side of micro-batching: when a batch closes, and where the forward pass runs.
 
-The lane queue (lanes.py) decides *what* goes together; this class decides *when*: a batch
+The lane queue (priority_lanes.py) decides *what* goes together; this class decides *when*: a batch
 closes as soon as the queue holds `max_batch_tokens`, or when its oldest job has waited
 `max_batch_wait_ms`, or at once while draining. The forward pass runs on one executor thread that owns
 the device, so the event loop keeps fetching, heartbeating and producing while the model computes.
@@ -40,7 +40,7 @@ from typing import Any, Generic
 from kafka_scorer.engine.failures import failed_results, is_fatal
 from kafka_scorer.wire.protocol import Result
 from kafka_scorer.worker.engine import B, Engine, P
-from kafka_scorer.worker.lanes import LaneQueue
+from kafka_scorer.worker.priority_lanes import LaneQueue
 from kafka_scorer.worker.ticket import Ticket
 
 log = logging.getLogger(__name__)

@@ -26,18 +26,17 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
-
+from kafka_scorer.kafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
+from kafka_scorer.kafka.offsets import OffsetTracker
+from kafka_scorer.kafka.producer import FatalProducerError, Refused, ResultProducer
+from kafka_scorer.kafka.records import OutRecord, TopicPartition
+from kafka_scorer.kafka.retry import Backoff, is_retriable
 from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 from kafka_scorer.wire.provenance import ServedModel
+from kafka_scorer.worker.envelope import Origin, result_record
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import WorkerMetrics
-from kafka_scorer.worker.offsets import OffsetTracker
-from kafka_scorer.worker.producer import FatalProducerError, Refused, ResultProducer
-from kafka_scorer.worker.retry import Backoff, is_retriable
 from kafka_scorer.worker.ticket import Ticket
-from kafka_scorer.worker.wire import Origin, OutRecord, result_record
 
 log = logging.getLogger(__name__)
 

@@ -26,17 +26,16 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aiokafka import TopicPartition
-
+from kafka_scorer.kafka.records import RecordLike, TopicPartition
 from kafka_scorer.wire.protocol import Result
 from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.deadline import TimePolicy, born_at
 from kafka_scorer.worker.engine import Engine
+from kafka_scorer.worker.envelope import Inbound, WireRules, bare_origin, read_record
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.tracing import Tracing
-from kafka_scorer.worker.wire import Inbound, RecordLike, WireRules, bare_origin, read_record
 
 log = logging.getLogger(__name__)
 

@@ -1,20 +1,20 @@
 """The in-flight ledger: every ticket opens and settles here, so counts, watermarks and backpressure
 have one owner.
 
-- **Watermarks.** Opening a ticket registers its offset in its partition's watermark (offsets.py);
+- **Watermarks.** Opening a ticket registers its offset in its partition's watermark (kafka/offsets.py);
   answering it lets the watermark pass, and the committer commits only what lies below the oldest
   unanswered record.
 - **Counts.** Records and tokens in flight (fetched and not yet settled), with their high-water marks:
   what backpressure actually allowed.
-- **Backpressure.** Two lanes of partitions: the top one (the request topics of the highest default
-  priority, `topic_priorities`) and the lower one (the rest). The lower lane pauses when all in-flight
+- **Backpressure.** Two tiers of partitions: the top one (the request topics of the highest default
+  priority, `topic_priorities`) and the lower one (the rest). The lower tier pauses when all in-flight
   work passes `max_inflight_tokens` (or four polls' worth of records, which bounds the answers not
-  counted in tokens); the top lane only when the work of its priority or above passes it on its own,
+  counted in tokens); the top tier only when the work of its priority or above passes it on its own,
   or all work passes twice the budget, or the record cap. So a bulk backlog never stops interactive
   records from being read, and on one shared topic jobs sent below the topic's priority (bulk at
   `priority` -1 beside interactive jobs at the default) may fill the second budget: the worker reads
   twice as far ahead into a bulk backlog before it pauses, and the jobs it reads behind it get priority
-  over it. Each lane resumes below half of what paused it: the hysteresis keeps it from flapping. With
+  over it. Each tier resumes below half of what paused it: the hysteresis keeps it from flapping. With
   one priority everywhere this is the plain rule: pause above the budget, resume below half of it.
   Paused partitions are still polled, so the group membership stays alive.
 - **Settling.** Metrics, the error-result log line and the job's trace end are written once per ticket,
@@ -29,16 +29,15 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from aiokafka import TopicPartition
-
 from kafka_scorer.config import Settings
+from kafka_scorer.kafka.offsets import OffsetTracker
+from kafka_scorer.kafka.records import TopicPartition
 from kafka_scorer.wire.protocol import ErrorCode, Result
+from kafka_scorer.worker.envelope import Origin
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import WorkerMetrics
-from kafka_scorer.worker.offsets import OffsetTracker
 from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.tracing import NO_SPANS, JobTrace
-from kafka_scorer.worker.wire import Origin
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +81,8 @@ class Ledger:
         self.peak_jobs = 0
         self.peak_tokens = 0
         self.resumes = 0
-        self.paused_low = False  # the lower lane's partitions are paused by backpressure
-        self.paused_top = False  # ... and the top lane's
+        self.paused_low = False  # the lower tier's partitions are paused by backpressure
+        self.paused_top = False  # ... and the top tier's
         self._tokens_by_priority: dict[int, int] = {}  # in-flight tokens of queued jobs, by their priority
         self.started = False  # the consumer has started (before that it has no partitions to count)
         self.draining = False  # shutting down: backpressure may still pause, but never resumes
@@ -157,9 +156,9 @@ class Ledger:
         return self.paused_low or self.paused_top
 
     def backpressure(self) -> None:
-        """Pause a lane above its budget, resume it below half of that (see the module docstring)."""
-        low, top = self.lanes(self.consumer.assignment())
-        # one priority everywhere: all the work in flight is the top lane's
+        """Pause a tier above its budget, resume it below half of that (see the module docstring)."""
+        low, top = self.tiers(self.consumer.assignment())
+        # one priority everywhere: all the work in flight is the top tier's
         top_tokens = self._tokens_at_or_above(self._top_priority(top))
         jobs_under = self.jobs <= self.max_jobs // 2
         over = self.tokens > self.max_tokens or self.jobs > self.max_jobs
@@ -184,7 +183,7 @@ class Ledger:
         self.metrics.paused_partitions.set(len(self.consumer.paused()) if self.started else 0)
 
     def _resume(self, low: set[TopicPartition] | None, top: set[TopicPartition] | None) -> None:
-        """Resume each paused lane whose work is under half of what paused it (None: it is not)."""
+        """Resume each paused tier whose work is under half of what paused it (None: it is not)."""
         resumed: set[TopicPartition] = set()
         flipped = False
         if self.paused_low and low is not None:
@@ -199,7 +198,7 @@ class Ledger:
                 self.consumer.resume(resumed)
             log.info("backpressure: resumed (%d tokens in flight)", self.tokens)
 
-    def lanes(self, partitions: Iterable[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
+    def tiers(self, partitions: Iterable[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
         """(lower, top): the partitions whose topic's default priority is below the highest among
         `partitions`, and the rest."""
         partitions = set(partitions)
@@ -211,7 +210,7 @@ class Ledger:
         """Of newly assigned partitions, those backpressure (or a drain) keeps paused right away."""
         if self.draining:
             return assigned
-        low, top = self.lanes(self.consumer.assignment() | assigned)
+        low, top = self.tiers(self.consumer.assignment() | assigned)
         return ((low if self.paused_low else set()) | (top if self.paused_top else set())) & assigned
 
     def _top_priority(self, partitions: Iterable[TopicPartition]) -> int:

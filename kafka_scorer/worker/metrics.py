@@ -64,7 +64,7 @@ class WorkerMetrics:
         self.partition_resets = counter(
             "partition_resets", "Partitions restarted uncommitted: group membership lost, or a log reset"
         )
-        # Every log-reset verdict (worker/log_reset.py): acted on, refused past the bound, or a log end
+        # Every log-reset verdict (kafka/log_reset.py): acted on, refused past the bound, or a log end
         # that the records just fetched contradict. Anything but a rare `repositioned` means a broker
         # reporting wrong log ends.
         self.log_resets = counter(

@@ -5,7 +5,7 @@
   nobody answers a job twice after the handover; queued jobs of those partitions are taken out of the
   batcher uncomputed.
 - **Lost** with the group membership (the broker restarted, the session expired): dropped at once,
-  uncommitted (consumer.py explains why no commit may follow).
+  uncommitted (kafka/consumer.py explains why no commit may follow).
 - **Reset** (the partition's log was reset under the worker) and **rewound** (exactly-once: an
   aborted transaction): the watermark restarts, so late answers to earlier records move no commit.
 
@@ -20,10 +20,9 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
-
 from kafka_scorer.config import Settings
+from kafka_scorer.kafka.errors import KafkaError
+from kafka_scorer.kafka.records import TopicPartition
 from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics

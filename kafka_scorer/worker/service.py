@@ -1,8 +1,8 @@
 """The worker: wiring, and the loop that serves until told to stop.
 
 A record's path, one file each:
-1. `consumer.py` fetches; `intake.py` opens a `Ticket` per record in the `ledger.py` (its offset joins
-   the partition's watermark), decodes it at the edge (`wire.py`) and has the engine prepare it on a
+1. `kafka/consumer.py` fetches; `intake.py` opens a `Ticket` per record in the `ledger.py` (its offset joins
+   the partition's watermark), decodes it at the edge (`envelope.py`) and has the engine prepare it on a
    CPU thread; a record answered without the engine goes straight out.
 2. `batcher.py` queues prepared tickets, closes batches by the token budget and runs them on the device
    thread, writing each ticket's answer onto it; `batch_report.py` records the batch.
@@ -27,31 +27,30 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from aiokafka.errors import KafkaError
-
 from kafka_scorer import __version__
 from kafka_scorer.config import Settings
+from kafka_scorer.kafka.consumer import JobConsumer
+from kafka_scorer.kafka.errors import KafkaError
+from kafka_scorer.kafka.group_model import OneModelAssignor
+from kafka_scorer.kafka.log_reset import Verdicts
+from kafka_scorer.kafka.outage import BrokerWatch
+from kafka_scorer.kafka.producer import ResultProducer
+from kafka_scorer.kafka.topic_watch import TopicWatch
 from kafka_scorer.worker.batch_report import report_batch
 from kafka_scorer.worker.batcher import BatchDone, Batcher
-from kafka_scorer.worker.consumer import JobConsumer
 from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
 from kafka_scorer.worker.embedding_metrics import watch_embedding_cache
 from kafka_scorer.worker.engine import Engine
-from kafka_scorer.worker.group_model import OneModelAssignor
+from kafka_scorer.worker.envelope import WireRules
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
-from kafka_scorer.worker.log_reset import Verdicts
 from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
-from kafka_scorer.worker.outage import BrokerWatch
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.prefix_metrics import watch_prefix_cache
-from kafka_scorer.worker.producer import ResultProducer
 from kafka_scorer.worker.rebalance import Rebalance
 from kafka_scorer.worker.ticket import Ticket
-from kafka_scorer.worker.topic_watch import TopicWatch
 from kafka_scorer.worker.tracing import Tracing, from_environment
-from kafka_scorer.worker.wire import WireRules
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +130,7 @@ class Worker:
     def not_ready(self) -> str | None:
         """Why `/readyz` is 503 now (None: ready), from what the worker does: it is ready once it is a
         member of its group and consumes. Partitions assigned are proof enough that there is something
-        to read; only a member with none asks the cluster's topic listing (topic_watch.py), so that an
+        to read; only a member with none asks the cluster's topic listing (kafka/topic_watch.py), so that an
         idle member of a group larger than its topic stays ready but a typo in the topics does not."""
         failure = self._failure()
         if failure is not None:

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic
 
-from aiokafka import TopicPartition
-
+from kafka_scorer.kafka.offsets import Watermark
+from kafka_scorer.kafka.records import OutRecord, TopicPartition
 from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 from kafka_scorer.worker.engine import P
-from kafka_scorer.worker.offsets import Watermark
+from kafka_scorer.worker.envelope import Origin
 from kafka_scorer.worker.tracing import NO_SPANS, JobTrace
-from kafka_scorer.worker.wire import Origin, OutRecord
 
 if TYPE_CHECKING:
     from kafka_scorer.worker.ledger import Ledger

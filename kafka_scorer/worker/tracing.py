@@ -34,7 +34,7 @@ from kafka_scorer import __version__
 
 if TYPE_CHECKING:
     from kafka_scorer.wire.protocol import Result
-    from kafka_scorer.worker.wire import Origin
+    from kafka_scorer.worker.envelope import Origin
 
 try:
     from opentelemetry import trace as otel

@@ -80,9 +80,9 @@ def _ticket(scorer, job: Job):
     """A ticket as the worker's intake queues it: prepared, its tokens counted, enqueued now."""
     from aiokafka import TopicPartition
 
-    from kafka_scorer.worker.offsets import Watermark
+    from kafka_scorer.kafka.offsets import Watermark
+    from kafka_scorer.worker.envelope import Origin
     from kafka_scorer.worker.ticket import Ticket
-    from kafka_scorer.worker.wire import Origin
 
     origin = Origin("jobs", 0, int(job.id), None, "results", "json", None)
     ticket = Ticket(TopicPartition("jobs", 0), origin, job.id, Watermark(), time.monotonic(), None)

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from pydantic import SecretStr
 
 from kafka_scorer.config import Settings
-from kafka_scorer.testing.broker import create_topics
+from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.wire.protocol import Result, decode_result
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from kafka_scorer.config import Settings
-from kafka_scorer.testing.broker import create_topics
+from kafka_scorer.kafka.admin import create_topics
+from kafka_scorer.kafka.producer import ResultProducer
 from kafka_scorer.wire.protocol import Result, decode_result
-from kafka_scorer.worker.producer import ResultProducer
 from tests.integration.kafka_helpers import BrokerInfo, read_topic, unique
 from tests.worker.test_delivery import DEFAULT, DeliveryContract, Harness
 

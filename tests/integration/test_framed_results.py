@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from kafka_scorer.testing.broker import create_topics
+from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.wire.protocol import CONTENT_TYPE_MSGPACK, Job, decode_result, encode_job, unframe
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import InProcessWorker, Out, fresh_topics, produce, read_topic, unique

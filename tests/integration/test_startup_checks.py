@@ -17,7 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from kafka_scorer.testing.broker import create_topics, free_port
+from kafka_scorer.kafka.admin import create_topics
+from kafka_scorer.testing.broker import free_port
 from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
@@ -98,11 +99,11 @@ async def test_a_pattern_matching_nothing_turns_unready_until_a_topic_appears(
     settings = topics.settings(
         causal_model, request_topic_pattern=f"{prefix}-.*", topic_grace_s=1.0, metrics_port=port
     )
-    caplog.set_level(logging.INFO, logger="kafka_scorer.worker.topic_watch")
+    caplog.set_level(logging.INFO, logger="kafka_scorer.kafka.topic_watch")
     async with InProcessWorker(settings, causal_scorer) as worker:
         await _wait_readyz(port, 503, timeout_s=30)
         assert worker.running, "an unmatched pattern must not stop the worker"
-        watch = [r for r in caplog.records if r.name == "kafka_scorer.worker.topic_watch"]
+        watch = [r for r in caplog.records if r.name == "kafka_scorer.kafka.topic_watch"]
         warnings = [r.getMessage() for r in watch if r.levelno == logging.WARNING]
         assert len(warnings) == 1, warnings  # once, not once per check
         assert f"request_topic_pattern='{prefix}-.*' matches no partition" in warnings[0]

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from kafka_scorer.client import ScoringClient, ScoringTimeout
-from kafka_scorer.testing.broker import create_topics
+from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, encode_job
 from tests.integration.kafka_helpers import (
     InProcessWorker,

@@ -14,13 +14,14 @@ import pytest
 from aiokafka import TopicPartition
 
 from kafka_scorer.config import Settings
+from kafka_scorer.kafka.producer import Refused
+from kafka_scorer.kafka.records import OutRecord
 from kafka_scorer.wire.protocol import Job, Result
 from kafka_scorer.wire.provenance import ServedModel
+from kafka_scorer.worker.envelope import Origin
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics
-from kafka_scorer.worker.producer import Refused
 from kafka_scorer.worker.ticket import Ticket
-from kafka_scorer.worker.wire import Origin, OutRecord
 
 TP = TopicPartition("requests", 0)
 DEFAULT_REPLY_TOPIC = "replies"

@@ -14,11 +14,11 @@ import time
 import pytest
 from aiokafka import TopicPartition
 
+from kafka_scorer.kafka.offsets import Watermark
 from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import BatchDone, Batcher
-from kafka_scorer.worker.offsets import Watermark
+from kafka_scorer.worker.envelope import Origin
 from kafka_scorer.worker.ticket import Ticket
-from kafka_scorer.worker.wire import Origin
 from tests.worker.conftest import FakeEngine, FakePrepared
 
 RecordingEngine = FakeEngine

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, ProducerFenced, TopicAuthorizationFailedError
 
+from kafka_scorer.kafka.producer import FatalProducerError
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result, error_result
 from kafka_scorer.wire.provenance import ServedModel
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, ExactlyOnceDelivery, Undeliverable
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics
-from kafka_scorer.worker.producer import FatalProducerError
 from kafka_scorer.worker.ticket import Ticket
 from tests.worker.conftest import (
     DEFAULT_REPLY_TOPIC,

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.deadline import TimePolicy
+from kafka_scorer.worker.envelope import WireRules
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.tracing import Tracing
-from kafka_scorer.worker.wire import WireRules
 from tests.worker.conftest import FakeEngine, Rec, until
 
 TP0, TP1 = TopicPartition("jobs", 0), TopicPartition("jobs", 1)

@@ -1,6 +1,6 @@
 """Fuzzed intake: whatever a record holds, the real edge and the real engine give a job or a typed error.
 
-Drives `read_record` (wire.py) and then `Scorer.prepare` on a tiny real model with generated JSON,
+Drives `read_record` (envelope.py) and then `Scorer.prepare` on a tiny real model with generated JSON,
 MessagePack and raw bytes, and random headers, and checks the only outcomes SPEC §3 allows: a job
 (prepared for the device, or answered without a forward), `invalid_message` with an untouched
 dead-letter copy for bytes that do not decode, `invalid_request` (or a size code) without one for a
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result
-from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
+from kafka_scorer.worker.envelope import Inbound, Rejected, WireRules, read_record, result_record
 from tests.worker.conftest import Rec
 
 MAX_PAIR_TOKENS = 64
@@ -90,7 +90,7 @@ def _scalars(fmt: str) -> st.SearchStrategy:
     if fmt == "json":
         return st.one_of(*common, st.integers(2**64, 2**300), st.integers(-(2**300), -(2**63) - 1))
     # Application ext types (0..127); the reserved -1 is the timestamp, whose payload must be valid
-    # to decode at all (test_wire covers an invalid one).
+    # to decode at all (test_envelope covers an invalid one).
     ext = st.builds(msgspec.msgpack.Ext, st.integers(0, 127), st.binary(max_size=12))
     return st.one_of(*common, ext)
 

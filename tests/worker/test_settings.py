@@ -159,7 +159,7 @@ def test_sasl_password_never_shows_in_repr_errors_or_help(monkeypatch: pytest.Mo
 
 def test_sasl_password_reaches_the_client_unmasked() -> None:
     from kafka_scorer.config import Settings
-    from kafka_scorer.worker.connection import client_options
+    from kafka_scorer.kafka.connection import client_options
 
     settings = Settings(
         _env_file=None,  # type: ignore[call-arg]

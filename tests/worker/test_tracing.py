@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job, error_result
+from kafka_scorer.worker.envelope import Inbound, read_record, result_record
 from kafka_scorer.worker.tracing import (
     TraceContext,
     Tracing,
@@ -29,10 +30,9 @@ from kafka_scorer.worker.tracing import (
     parse_tracestate,
     trace_context,
 )
-from kafka_scorer.worker.wire import Inbound, read_record, result_record
 from tests.worker.conftest import Rec
 from tests.worker.test_delivery import DEFAULT, Harness
-from tests.worker.test_wire import RULES
+from tests.worker.test_envelope import RULES
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -295,7 +295,7 @@ sys.meta_path.insert(0, Block())
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 import kafka_scorer.worker.service
 from kafka_scorer.worker import tracing
-from kafka_scorer.worker.wire import WireRules, read_record, result_record
+from kafka_scorer.worker.envelope import WireRules, read_record, result_record
 from kafka_scorer.wire.protocol import Job, encode_job, error_result, ErrorCode
 assert tracing.otel is None
 t = tracing.from_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"})

@@ -9,7 +9,7 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from aiokafka.protocol.metadata import MetadataResponse_v0
 
-from kafka_scorer.worker.group_model import OneModelAssignor, ServedModel
+from kafka_scorer.kafka.group_model import OneModelAssignor, ServedModel
 
 CAUSAL = ServedModel("./tiny-causal", "sha256:aaaa", "", "causal_lm")
 RERANKER = ServedModel("./rr", "sha256:bbbb", "qwen3-reranker", "causal_lm")

@@ -29,7 +29,7 @@ from aiokafka.conn import collect_hosts, create_conn
 
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import SettingError, setting_hint
-from kafka_scorer.worker.connection import client_options
+from kafka_scorer.kafka.connection import client_options
 
 log = logging.getLogger(__name__)
 

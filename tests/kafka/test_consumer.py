@@ -17,7 +17,7 @@ from aiokafka.errors import (
     NodeNotReadyError,
 )
 
-from kafka_scorer.worker.consumer import FatalConsumerError, JobConsumer
+from kafka_scorer.kafka.consumer import FatalConsumerError, JobConsumer
 from tests.worker.conftest import TP, settings
 
 OTHER = TopicPartition("requests", 1)

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
-from kafka_scorer.worker.wire import Inbound, Rejected, WireRules, read_record, result_record
+from kafka_scorer.worker.envelope import Inbound, Rejected, WireRules, read_record, result_record
 from tests.worker.conftest import Rec
 
 RULES = WireRules(

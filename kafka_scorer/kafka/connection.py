@@ -1,7 +1,7 @@
 """aiokafka connection options (bootstrap, TLS, SASL) shared by the consumer and the producer.
 
 Kept in one place so both clients, `kafka-scorer submit` and the start-up check
-(kafka_scorer/worker/preflight.py) always talk to the cluster the same way. Settings validation has
+(kafka_scorer/kafka/preflight.py) always talk to the cluster the same way. Settings validation has
 already checked that the files exist and that the TLS and SASL fields fit the protocol
 (kafka_scorer/config.py); what is left here is what only reading the files can tell — a CA bundle
 that holds no certificate, a key that does not match its certificate — and each such failure names
@@ -69,3 +69,24 @@ def _no_passphrase() -> bytes:
 
 def _reason(exc: ssl.SSLError) -> str:
     return str(exc.reason or exc.strerror or exc)
+
+
+def new_producer(settings: Settings | None, **options: Any) -> Any:
+    """An aiokafka producer, not started: on the settings' connection options (the client's sender),
+    or on `options` alone (None: the bench's loopback broker, which names its `bootstrap_servers`).
+
+    The aiokafka import happens here, not at module import: `kafka_scorer.client` stays light."""
+    from aiokafka import AIOKafkaProducer
+
+    return AIOKafkaProducer(**_base(settings), **options)
+
+
+def new_consumer(settings: Settings | None, **options: Any) -> Any:
+    """An aiokafka consumer, not started, built like `new_producer` (the client's reply reader)."""
+    from aiokafka import AIOKafkaConsumer
+
+    return AIOKafkaConsumer(**_base(settings), **options)
+
+
+def _base(settings: Settings | None) -> dict[str, Any]:
+    return client_options(settings) if settings is not None else {}

@@ -5,7 +5,7 @@ just handed out contradict is never a reset (issue 26)."""
 
 from __future__ import annotations
 
-from kafka_scorer.worker.log_reset import FetchState, LogResetWatch
+from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch
 
 
 def _watch_through(*responses: dict[str, FetchState]) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scorer.worker.lanes import LaneQueue
+from kafka_scorer.worker.priority_lanes import LaneQueue
 
 
 @dataclass(eq=False)

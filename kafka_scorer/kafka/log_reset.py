@@ -26,7 +26,7 @@ same broker restart took away (fenced_commit.py); a topic recreated under a grou
 needs the topic id (KIP-516), which aiokafka 0.14 neither requests (Metadata v5) nor exposes. The log
 start offset would be a third sign, but aiokafka drops it from the fetch response.
 
-Pure Python, no Kafka client: unit-tested in tests/worker/test_log_reset_watch.py.
+Pure Python, no Kafka client: unit-tested in tests/kafka/test_log_reset_watch.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import logging
 from aiokafka.errors import KafkaConnectionError
 
 from kafka_scorer.config import Settings
-from kafka_scorer.worker.topic_watch import _REPEAT_S, TopicWatch, matching_partitions
+from kafka_scorer.kafka.topic_watch import _REPEAT_S, TopicWatch, matching_partitions
 
 
 def _settings(**values: object) -> Settings:
@@ -27,7 +27,7 @@ def test_partitions_are_counted_over_the_whole_cluster() -> None:
 def test_unready_only_past_the_grace_warned_once_then_repeated_rarely(caplog) -> None:
     now = [0.0]
     watch = TopicWatch(_settings(request_topics=["missing"]), _no_cluster, clock=lambda: now[0])
-    caplog.set_level(logging.INFO, logger="kafka_scorer.worker.topic_watch")
+    caplog.set_level(logging.INFO, logger="kafka_scorer.kafka.topic_watch")
     watch._update(0, waited_s=29.0)
     assert watch.ready and not caplog.records
     for waited in (30.0, 35.0, 40.0):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 
 from kafka_scorer.config import Settings
+from kafka_scorer.kafka.records import OutRecord
 from kafka_scorer.wire.protocol import CONTENT_TYPE_JSON
 from kafka_scorer.wire.registry import SchemaRegistry, frame, subject_for
-from kafka_scorer.worker.wire import OutRecord
 
 
 class ResultFraming:

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 
-from kafka_scorer.worker.consumer import JobConsumer
-from kafka_scorer.worker.log_reset import Verdicts
+from kafka_scorer.kafka.consumer import JobConsumer
+from kafka_scorer.kafka.log_reset import Verdicts
 from tests.worker.conftest import TP, settings
 
 POLLS = 60
@@ -25,7 +25,7 @@ POLLS = 60
 
 @dataclass
 class _State:
-    """aiokafka's per-partition fetch state, as `JobConsumer._fetch_states` reads it."""
+    """aiokafka's per-partition fetch state, as `kafka/subscription.py` reads it."""
 
     position: int
     highwater: int | None = None

@@ -27,10 +27,10 @@ import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import msgspec
 
+from kafka_scorer.kafka.records import Headers, OutRecord, RecordLike, Unreadable
 from kafka_scorer.wire.protocol import (
     ErrorCode,
     Job,
@@ -45,8 +45,6 @@ from kafka_scorer.wire.protocol import (
 )
 from kafka_scorer.worker.tracing import TRACEPARENT, TRACESTATE, TraceContext, trace_context
 
-Headers = list[tuple[str, bytes]]
-
 CORRELATION_HEADERS = ("correlation_id", "kafka_correlationId")
 REPLY_TOPIC_HEADERS = ("reply_topic", "kafka_replyTopic")
 CONTENT_TYPE_HEADERS = ("content-type", "contentType")
@@ -60,47 +58,6 @@ DLT_ORIGINAL_PARTITION = "kafka_dlt-original-partition"
 DLT_ORIGINAL_OFFSET = "kafka_dlt-original-offset"
 DLT_ORIGINAL_TIMESTAMP = "kafka_dlt-original-timestamp"
 DLT_ORIGINAL_GROUP = "kafka_dlt-original-consumer-group"
-
-
-class RecordLike(Protocol):
-    """The parts of aiokafka's ConsumerRecord this module reads."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class Unreadable:
-    """A position the Kafka client could not read a record at (it raised while parsing the batch: a
-    header name that is not UTF-8, which the Kafka protocol forbids but a raw client can write).
-
-    The consumer skips past it and hands this stand-in on, so the offset still gets its answer and the
-    watermark can pass it; there are no bytes to dead-letter."""
-
-    topic: str
-    partition: int
-    offset: int
-    reason: str
-    timestamp: int = -1
-    key: bytes | None = None
-    value: bytes | None = None
-    headers: Sequence[tuple[str, bytes]] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class OutRecord:
-    """A record to produce: a result or a dead-letter copy."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    result: bool = False  # a result (may be framed for a schema registry), not a dead-letter copy
 
 
 @dataclass(frozen=True, slots=True)

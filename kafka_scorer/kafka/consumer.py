@@ -46,11 +46,12 @@ from aiokafka.errors import (
 
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
-from kafka_scorer.worker.connection import client_options
-from kafka_scorer.worker.fenced_commit import commit_within, membership_of
-from kafka_scorer.worker.log_reset import FetchState, LogResetWatch, Verdicts
-from kafka_scorer.worker.retry import UNREACHABLE, Backoff
-from kafka_scorer.worker.wire import Unreadable
+from kafka_scorer.kafka.connection import client_options
+from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
+from kafka_scorer.kafka.log_reset import LogResetWatch, Verdicts
+from kafka_scorer.kafka.records import Unreadable
+from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
+from kafka_scorer.kafka.subscription import fetch_states
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class JobConsumer:
 
     async def cluster_partitions(self) -> dict[str, int]:
         """Every topic of the cluster with its partition count (one Metadata request for all topics;
-        creates none). For the readiness check of worker/topic_watch.py."""
+        creates none). For the readiness check of kafka/topic_watch.py."""
         cluster = await self._consumer._client.fetch_all_metadata()
         return {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
 
@@ -291,7 +292,7 @@ class JobConsumer:
         """Partitions whose log was reset under the worker (log_reset.py: beyond the log end, or a log
         end that moved back, in two fetch responses; once per event, within a bound), now positioned
         from the broker; the caller restarts their watermarks and counts every verdict."""
-        states = self._fetch_states()
+        states = fetch_states(self._consumer)
         verdicts = self._resets.observe(states)
         for tp, reason in verdicts.contradicted.items():
             log.warning(
@@ -335,25 +336,10 @@ class JobConsumer:
         """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the
         position where nothing is committed yet): the records this worker has not settled."""
         out = {}
-        for tp, state in self._fetch_states().items():
+        for tp, state in fetch_states(self._consumer).items():
             done = committed.get(tp)
             end = self._resets.log_end(tp, state.log_end)
             out[(tp.topic, tp.partition)] = max(0, end - (state.position if done is None else done))
-        return out
-
-    def _fetch_states(self) -> dict[TopicPartition, FetchState]:
-        """Position, high watermark and fetch timestamp of each assigned partition that has all three.
-
-        Read from aiokafka's subscription state: `position()` can block while a position is being
-        reset, and this runs on every poll."""
-        subscription = self._consumer._subscription.subscription
-        if subscription is None or subscription.assignment is None:
-            return {}
-        out = {}
-        for tp in subscription.assignment.tps:
-            state = subscription.assignment.state_value(tp)
-            if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
-                out[tp] = FetchState(state.position, state.highwater, state.timestamp)
         return out
 
     async def _seek_reset(self, tp: TopicPartition) -> None:

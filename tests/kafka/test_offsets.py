@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kafka_scorer.worker.offsets import OffsetTracker, Watermark
+from kafka_scorer.kafka.offsets import OffsetTracker, Watermark
 
 
 def test_watermark_waits_for_the_oldest_unanswered_record() -> None:

@@ -13,7 +13,7 @@ WARNING names the setting and the fix (repeated every `_REPEAT_S`). When partiti
 line and readiness comes back. During the grace period readiness is what it was before; the grace
 counts from the last time topics matched, not from the start.
 
-The worker asks this watch only while it has no partition (service.py): an assigned partition is proof
+The worker asks this watch only while it has no partition (worker/service.py): an assigned partition is proof
 enough that there is something to read, whatever a listing says (after an embedded-broker restart a
 topic the consumer auto-created was missing from it, and a worker that was scoring answered 503).
 """

@@ -40,11 +40,11 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
+from kafka_scorer.kafka.connection import client_options
+from kafka_scorer.kafka.framing import ResultFraming
+from kafka_scorer.kafka.records import OutRecord
+from kafka_scorer.kafka.retry import Backoff, is_retriable
 from kafka_scorer.wire.registry import RegistryError
-from kafka_scorer.worker.connection import client_options
-from kafka_scorer.worker.framing import ResultFraming
-from kafka_scorer.worker.retry import Backoff, is_retriable
-from kafka_scorer.worker.wire import OutRecord
 
 log = logging.getLogger(__name__)
 

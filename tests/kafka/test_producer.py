@@ -9,8 +9,8 @@ import asyncio
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from kafka_scorer.worker.producer import Refused
-from kafka_scorer.worker.wire import OutRecord
+from kafka_scorer.kafka.producer import Refused
+from kafka_scorer.kafka.records import OutRecord
 
 
 class _Cluster:
@@ -54,7 +54,7 @@ class _AIOKafkaProducer:
 
 def _producer(fake: _AIOKafkaProducer, grace_s: float = 0.3):
     from kafka_scorer.config import Settings
-    from kafka_scorer.worker.producer import ResultProducer
+    from kafka_scorer.kafka.producer import ResultProducer
 
     settings = Settings(_env_file=None, model="unused")  # type: ignore[call-arg]
     producer = ResultProducer(settings, missing_topic_grace_s=grace_s)

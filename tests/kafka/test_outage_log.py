@@ -8,7 +8,7 @@ import logging
 import pytest
 from aiokafka.errors import KafkaError
 
-from kafka_scorer.worker.outage import BrokerWatch, ClientNoise
+from kafka_scorer.kafka.outage import BrokerWatch, ClientNoise
 
 
 class _Clock:
@@ -57,7 +57,7 @@ async def test_two_failed_probes_are_an_outage_until_one_answers(caplog: pytest.
         clock.now += 2
     await watch.check()
     assert watch.ready and not watch.noise.quiet
-    lines = [r.getMessage() for r in caplog.records if r.name == "kafka_scorer.worker.outage"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "kafka_scorer.kafka.outage"]
     assert len(lines) == 3, lines  # the outage, one reminder after a minute, the recovery
     assert "kafka-1:9092 unreachable" in lines[0] and "no restart needed" in lines[0]
     assert "still unreachable after 60s" in lines[1]

@@ -1,0 +1,42 @@
+"""What an aiokafka consumer knows of each partition assigned to it, read from its subscription state.
+
+`position()` can block while a position is being reset, and the worker's consumer and the client's
+reply reader look on every poll, so both read the subscription state instead: one place that relies on
+this private part of aiokafka (fenced_commit.py reads the group's generation on its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka_scorer.kafka.log_reset import FetchState
+
+
+def fetch_states(consumer: Any) -> dict[Any, FetchState]:
+    """Position, high watermark and fetch timestamp of each assigned partition that has all three."""
+    assignment = _assignment(consumer)
+    if assignment is None:
+        return {}
+    out = {}
+    for tp in assignment.tps:
+        state = assignment.state_value(tp)
+        if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
+            out[tp] = FetchState(state.position, state.highwater, state.timestamp)
+    return out
+
+
+def positions(consumer: Any) -> dict[Any, int]:
+    """The position of each assigned partition that has one."""
+    assignment = _assignment(consumer)
+    if assignment is None:
+        return {}
+    return {
+        tp: assignment.state_value(tp).position
+        for tp in assignment.tps
+        if assignment.state_value(tp).has_valid_position
+    }
+
+
+def _assignment(consumer: Any) -> Any:
+    subscription = consumer._subscription.subscription
+    return None if subscription is None else subscription.assignment

@@ -1,0 +1,128 @@
+"""The package layout's import rules (docs/architecture.md, "Source map"), read from the source with `ast`.
+
+- Only `kafka_scorer/kafka/` imports aiokafka: the worker, the client, the commands and the bench reach
+  Kafka through that package, so the Kafka client library has one seam.
+- The Kafka package stands under the worker and the client: it imports neither of them.
+- The worker and the client are siblings: neither imports the other.
+- Runtime code (the worker, the client, the engine, the commands) never imports `testing/`, except the
+  commands that exist to try the product without a cluster or a model: `broker` (the embedded broker),
+  `demo` (embedded broker and tiny models) and `model` (writes a tiny model). They are listed here by
+  name, so a new one is a decision, not an accident.
+
+Every import counts: at module level, inside a function (the lazy ones that keep `--help` light) and
+under `if TYPE_CHECKING:`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Collection
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "kafka_scorer"
+
+RUNTIME = ("kafka_scorer.worker", "kafka_scorer.client", "kafka_scorer.engine", "kafka_scorer.cli")
+TRIAL_COMMANDS = {
+    "kafka_scorer.cli.broker",
+    "kafka_scorer.cli.demo",
+    "kafka_scorer.cli.demo_rerank",
+    "kafka_scorer.cli.model",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(source: str, module: str, is_package: bool = False) -> set[str]:
+    """Every module `source` imports, absolute names (relative imports resolved against `module`)."""
+    package = module if is_package else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _imports() -> dict[str, set[str]]:
+    return {
+        module_name(path): imported(path.read_text(), module_name(path), path.name == "__init__.py")
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+IMPORTS = _imports()
+
+
+def breaking(importer: str | tuple[str, ...], target: str, allowed: Collection[str] = ()) -> list[str]:
+    """`module -> name` for each import of `target` by a module in `importer` (package prefixes)."""
+    importers = (importer,) if isinstance(importer, str) else importer
+    return sorted(
+        f"{module} -> {name}"
+        for module, names in IMPORTS.items()
+        if any(_within(module, p) for p in importers) and module not in allowed
+        for name in names
+        if _within(name, target)
+    )
+
+
+def test_only_the_kafka_package_imports_aiokafka() -> None:
+    outside = [
+        f"{module} -> {name}"
+        for module, names in sorted(IMPORTS.items())
+        if not _within(module, "kafka_scorer.kafka")
+        for name in sorted(names)
+        if _within(name, "aiokafka")
+    ]
+    assert not outside, "route these through kafka_scorer/kafka/: " + "; ".join(outside)
+
+
+@pytest.mark.parametrize("upper", ["kafka_scorer.worker", "kafka_scorer.client"])
+def test_the_kafka_package_does_not_import_its_users(upper: str) -> None:
+    assert not breaking("kafka_scorer.kafka", upper)
+
+
+@pytest.mark.parametrize(
+    ("importer", "target"),
+    [("kafka_scorer.worker", "kafka_scorer.client"), ("kafka_scorer.client", "kafka_scorer.worker")],
+)
+def test_the_worker_and_the_client_do_not_import_each_other(importer: str, target: str) -> None:
+    assert not breaking(importer, target)
+
+
+def test_runtime_code_does_not_import_the_testing_package() -> None:
+    assert not breaking(RUNTIME, "kafka_scorer.testing", allowed=TRIAL_COMMANDS)
+
+
+def test_the_listed_trial_commands_exist() -> None:
+    """A renamed command must be renamed here too, or the exception would quietly cover nothing."""
+    assert set(IMPORTS) >= TRIAL_COMMANDS
+
+
+def test_the_walk_sees_every_kind_of_import() -> None:
+    """The rules above are only as good as this reader: lazy, relative and TYPE_CHECKING imports count."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from aiokafka import TopicPartition\n"
+        "def later():\n    import aiokafka.admin\n"
+        "from ..client import ScoringClient\n"
+        "from . import ledger\n"
+    )
+    names = imported(source, "kafka_scorer.worker.intake")
+    assert {"aiokafka", "aiokafka.admin", "kafka_scorer.client", "kafka_scorer.worker.ledger"} <= names
+    assert "kafka_scorer.client.ScoringClient" in names
