@@ -86,7 +86,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         backends = ["--backend", "flex", "--backend", "cascade"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
-        Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 130),
+        Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
         Step(
             "label-kernel",
             "Label kernel at 4,096 x 151,936",
