@@ -38,16 +38,15 @@ from kafka_scorer.kafka.producer import ResultProducer
 from kafka_scorer.kafka.topic_watch import TopicWatch
 from kafka_scorer.worker.batch_report import report_batch
 from kafka_scorer.worker.batcher import BatchDone, Batcher
+from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
 from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
-from kafka_scorer.worker.embedding_metrics import watch_embedding_cache
 from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.envelope import WireRules
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
 from kafka_scorer.worker.outbox import Outbox
-from kafka_scorer.worker.prefix_metrics import watch_prefix_cache
 from kafka_scorer.worker.rebalance import Rebalance
 from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.tracing import Tracing, from_environment
@@ -76,8 +75,8 @@ class Worker:
         self.engine = engine
         self.served = engine.served
         self.metrics = metrics or WorkerMetrics()
-        watch_prefix_cache(self.metrics.registry, engine)
-        watch_embedding_cache(self.metrics.registry, engine)
+        PREFIX_CACHE.watch(self.metrics.registry, engine)
+        EMBEDDING_CACHE.watch(self.metrics.registry, engine)
         self.tracing = tracing if tracing is not None else from_environment()
         self.group_model = OneModelAssignor.serving(
             settings.group_id, self.served.description or {"model": self.served.name}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCacheStats
-from kafka_scorer.worker.embedding_metrics import EXPORTED, watch_embedding_cache
+from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE
 from kafka_scorer.worker.metrics import WorkerMetrics
 
 
@@ -17,16 +17,16 @@ def test_counters_are_read_at_each_scrape():
     engine = Engine(
         EmbeddingCacheStats(hits=7, misses=3, evictions=1, entries=5, bytes=640, capacity_bytes=1 << 20)
     )
-    watch_embedding_cache(metrics.registry, engine)
+    EMBEDDING_CACHE.watch(metrics.registry, engine)
     text = metrics.render().decode()
     assert "kafka_scorer_embedding_cache_hits_total 7.0" in text
     assert "kafka_scorer_embedding_cache_bytes 640.0" in text
-    assert all(f"{name} " in text for name in EXPORTED)  # the names docs/operations.md lists
+    assert all(f"{name} " in text for name in EMBEDDING_CACHE.exported)  # the names docs/operations.md lists
     engine.embedding_cache_stats = EmbeddingCacheStats(12, 3, 1, 5, 640, 1 << 20)
     assert "kafka_scorer_embedding_cache_hits_total 12.0" in metrics.render().decode()
 
 
 def test_an_engine_without_one_exports_nothing():
     metrics = WorkerMetrics()
-    watch_embedding_cache(metrics.registry, Engine(None))
+    EMBEDDING_CACHE.watch(metrics.registry, Engine(None))
     assert "embedding_cache" not in metrics.render().decode()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kafka_scorer.worker.cache_metrics import PREFIX_CACHE
 from kafka_scorer.worker.metrics import WorkerMetrics
-from kafka_scorer.worker.prefix_metrics import EXPORTED, watch_prefix_cache
 
 
 @dataclass
@@ -27,19 +27,19 @@ class EngineWithCache:
 def test_counters_are_read_at_each_scrape():
     metrics = WorkerMetrics()
     engine = EngineWithCache()
-    watch_prefix_cache(metrics.registry, engine)
+    PREFIX_CACHE.watch(metrics.registry, engine)
     text = metrics.render().decode()
     assert "kafka_scorer_prefix_cache_hits_total 3.0" in text
     assert "kafka_scorer_prefix_cache_evictions_total 1.0" in text
     assert "kafka_scorer_prefix_cache_peak_bytes 8192.0" in text
-    assert all(f"{name} " in text for name in EXPORTED)  # the names docs/operations.md lists
+    assert all(f"{name} " in text for name in PREFIX_CACHE.exported)  # the names docs/operations.md lists
     engine.prefix_cache_stats = Stats(hits=10)
     assert "kafka_scorer_prefix_cache_hits_total 10.0" in metrics.render().decode()
 
 
 def test_an_engine_without_a_cache_exports_nothing():
     metrics = WorkerMetrics()
-    watch_prefix_cache(metrics.registry, object())
+    PREFIX_CACHE.watch(metrics.registry, object())
     assert "prefix_cache" not in metrics.render().decode()
 
 
