@@ -48,9 +48,17 @@ class FusedDecoder(nn.Module):
     Called like a transformers base model (`input_ids` / `position_ids` of shape [1, T] and the metadata
     kwarg; returns a one-element tuple of [1, T, D]) so the runner treats both bodies alike."""
 
-    def __init__(self, body: nn.Module, shape: LayerShape, layers: list[LayerWeights], regions: Regions):
+    def __init__(
+        self,
+        body: nn.Module,
+        shape: LayerShape,
+        layers: list[LayerWeights],
+        regions: Regions,
+        embed_scale: float | None = None,
+    ):
         super().__init__()
         self.embed = body.embed_tokens
+        self.embed_scale = embed_scale
         self.rotary = body.rotary_emb
         self.final_norm = body.norm.weight
         self.shape = shape
@@ -62,6 +70,8 @@ class FusedDecoder(nn.Module):
     ) -> tuple[torch.Tensor]:
         metadata = kwargs[METADATA_KWARG]
         hidden = self.embed(input_ids[0])
+        if self.embed_scale is not None:  # as the model's forward scales, in the activations' dtype
+            hidden = hidden * torch.tensor(self.embed_scale, dtype=hidden.dtype)
         tables = half_tables(*self.rotary(hidden[None], position_ids))
         residual: torch.Tensor | None = None
         for weights in self.layers:
@@ -102,7 +112,15 @@ def fused_decoder(body: nn.Module, compiled: bool) -> FusedDecoder | None:
     regions = Regions(before_attention, after_attention_sandwich if sandwich else after_attention)
     if compiled:
         regions = compile_regions(regions)
-    return FusedDecoder(body, shape, layers, regions)
+    return FusedDecoder(body, shape, layers, regions, _embed_scale(body, sandwich))
+
+
+def _embed_scale(body: nn.Module, gemma: bool) -> float | None:
+    """Gemma scales its embeddings by sqrt(hidden): newer transformers inside the embedding module
+    (`embed_scale`), older ones (5.1) in the model's forward, which the fused body then does itself."""
+    if not gemma or hasattr(body.embed_tokens, "embed_scale"):
+        return None
+    return float(body.config.hidden_size) ** 0.5
 
 
 def compile_regions(regions: Regions) -> Regions:
