@@ -30,3 +30,5 @@ class EngineConfig:
     """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
     max_chunks_per_job: int = 256
     prefix_cache_mb: int = -1
+    deterministic: bool = False
+    """Scores bit-identical whatever a job's batch-mates and the cache hold (`engine/deterministic.py`)."""

@@ -21,6 +21,7 @@ import torch
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.chunking import aggregate
 from kafka_scorer.engine.config import EngineConfig
+from kafka_scorer.engine.deterministic import make_deterministic
 from kafka_scorer.engine.failures import FatalDeviceError, failed_results, is_fatal, is_out_of_memory
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
@@ -71,6 +72,7 @@ class Scorer:
         chunking: Chunking | str | None = None,
         max_chunks_per_job: int = 256,
         prefix_cache_mb: int = -1,
+        deterministic: bool = False,
     ) -> None:
         self.loaded: LoadedModel = load_model(
             model,
@@ -101,13 +103,17 @@ class Scorer:
                 f"template={template!r} but {model!r} is an encoder cross-encoder, whose pairs are its "
                 "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
             )
+        if deterministic:  # engine/deterministic.py: fixed-shape blocks, tiled attention, no prefix cache
+            self.attention_backend = make_deterministic(self.loaded, attention_backend)
+            self._auto_backend, prefix_cache_mb = False, 0
+        self.deterministic = deterministic
         self.revision = model_revision or self.loaded.revision
         # what every result is stamped with: fixed at load (the description, which `served` adds for the
         # worker's start-up line, is not built again for each result)
         self._provenance = ServedModel(self.model_name, self.revision, self.dtype_name)
         self._prefixes = prefix_planner(self.loaded, prefix_cache_mb, self.revision)
         self._preparer = JobPreparer(self.loaded, limits, self.template)
-        self._runner = ModelRunner(self.loaded)
+        self._runner = ModelRunner(self.loaded, deterministic)
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -133,6 +139,7 @@ class Scorer:
             "device": str(self.loaded.device),
             "dtype": self.dtype_name,
             "attention_backend": self.attention_backend,
+            "deterministic": str(self.deterministic).lower(),
             "decoder_forward": type(self.loaded.body).__name__,
             "max_batch_tokens": str(self.max_batch_tokens),
             "max_pair_tokens": str(self._preparer.limits.max_pair_tokens),

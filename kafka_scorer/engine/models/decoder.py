@@ -23,6 +23,7 @@ from torch import nn
 
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.layers.activation import ACTIVATIONS
+from kafka_scorer.engine.layers.invariant import pad_rows, padded_length
 from kafka_scorer.engine.layers.merged import merge
 from kafka_scorer.engine.layers.norm import add_rms_norm
 from kafka_scorer.engine.layers.rotary import half_tables
@@ -61,6 +62,9 @@ class FusedDecoder(nn.Module):
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, **kwargs: object
     ) -> tuple[torch.Tensor]:
         metadata = kwargs[METADATA_KWARG]
+        if self.shape.fixed_rows:  # deterministic mode: whole row blocks (`layers/invariant.py`)
+            tokens = padded_length(input_ids.shape[1])
+            input_ids, position_ids = (pad_rows(x[0], tokens)[None] for x in (input_ids, position_ids))
         hidden = self.embed(input_ids[0])
         tables = half_tables(*self.rotary(hidden[None], position_ids))
         residual: torch.Tensor | None = None
