@@ -127,6 +127,13 @@ class EngineSettings(BaseSettings):
         "every job that starts with them (docs/engine.md). -1: sized for the model (8192 tokens' states, "
         "at most 512 MiB); 0: off. Never used for encoders or sliding-window models.",
     )
+    deterministic: bool = Field(
+        False,
+        description="Scores bit-identical for the same job whatever its batch-mates, its place in the "
+        "packed stream and the prefix cache's state: fixed-shape matmul blocks, a tiled attention, the "
+        "prefix cache off (docs/engine.md, Deterministic mode; its cost in docs/performance.md). Decoders "
+        "with the engine's own layers only.",
+    )
 
     @field_validator("chunking")
     @classmethod
