@@ -61,7 +61,10 @@ def _label_block(
     softcap: float | None,
 ) -> torch.Tensor:
     hidden = rows.float()
-    logits = (weight[label_ids].float() * hidden[:, None, :]).sum(-1)
+    # one label column at a time: every reduction has HEAD_ROWS outputs, however many labels a row has
+    logits = torch.stack(
+        [(weight[label_ids[:, c]].float() * hidden).sum(-1) for c in range(label_ids.shape[1])], dim=1
+    )
     if bias is not None:
         logits = logits + bias[label_ids].float()
     if softcap:
@@ -92,6 +95,8 @@ def invariant_classification_scores(
     logits = torch.cat(
         [head(padded[start : start + HEAD_ROWS]).float() for start in range(0, total, HEAD_ROWS)]
     )
+    # softmax and sigmoid over the padded blocks too: on CUDA a kernel's configuration may follow the rows
+    softmax, sigmoid = torch.softmax(logits, dim=-1)[:count], torch.sigmoid(logits)[:count]
     logits = logits[:count]
-    scores = torch.where(softmax_rows[:, None], torch.softmax(logits, dim=-1), logits)
-    return torch.where(sigmoid_rows[:, None], torch.sigmoid(logits), scores)
+    scores = torch.where(softmax_rows[:, None], softmax, logits)
+    return torch.where(sigmoid_rows[:, None], sigmoid, scores)

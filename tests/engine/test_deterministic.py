@@ -16,7 +16,7 @@ import torch
 
 from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout
-from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
+from kafka_scorer.engine.attention.tiled import TiledMetadata, _attend_tiles, _tile_chunks, tiled_attention
 from kafka_scorer.engine.layers.invariant import ROWS, fixed_linear
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.errors import SettingError
@@ -105,6 +105,24 @@ def test_tiled_attention_equals_dense_and_does_not_depend_on_the_sequence_s_plac
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
         outs.append(got[:, front:])
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
+
+
+def test_tiled_attention_by_fixed_tile_chunks_as_on_cuda_gives_the_same_bits():
+    """CUDA runs the tiles by padded chunks of a fixed count; on the CPU both ways agree bit for bit."""
+    torch.manual_seed(0)
+    layout = _random_layout(random.Random(2), 12)
+    tokens = layout.total_tokens
+    q, k, v = (torch.randn(h, tokens, 16) for h in (4, 2, 2))
+    metadata = TiledMetadata.build(layout, False)
+    whole, chunked = (
+        torch.cat(
+            [_attend_tiles(q, k, v, *arrays, 0.25, None, None) for arrays in _tile_chunks(metadata, fixed)], 2
+        )
+        for fixed in (False, True)
+    )
+    assert chunked.shape[2] > whole.shape[2]  # padded to whole chunks
+    valid = metadata.query_valid  # padded rows are nan (they see no key) and dropped
+    assert torch.equal(chunked[:, :, : whole.shape[2]][:, :, valid], whole[:, :, valid])
 
 
 def test_tiled_attention_windows_plain_pairs_as_dense_does():

@@ -7,11 +7,11 @@ only on the token's own sequence:
 
 - a *segment* is a causal run of tokens: a plain pair, a packed sequence's query, or one of its items
   (which also sees its sequence's whole query, its *shared* keys);
-- each segment is cut into query tiles of `BLOCK` rows aligned at the segment's start, and each tile
-  visits its keys in `BLOCK`-key blocks in one fixed order: the shared keys' blocks (aligned at the
+- each segment is cut into query tiles of `ROWS` rows aligned at the segment's start, and each tile
+  visits its keys in `KEYS`-key blocks in one fixed order: the shared keys' blocks (aligned at the
   sequence's start), then its own segment's blocks up to its diagonal (causal mask);
 - all tiles advance together, one key block per step, by an online softmax in float32 whose every
-  matmul has the same shape ([g·BLOCK, d] × [d, BLOCK], batched over tiles). A tile with fewer blocks
+  matmul has the same shape ([g·ROWS, d] × [d, KEYS], batched over tiles). A tile with fewer blocks
   gets fully masked steps at the end, which change nothing exactly (max unchanged, scale exp(0) = 1,
   added terms 0).
 So a tile's result depends on its own rows and keys only. Encoders (bidirectional pairs) are not
@@ -29,7 +29,12 @@ import torch
 from kafka_scorer.engine.attention.dense import soft_cap
 from kafka_scorer.engine.attention.layout import AttentionLayout, host, to_device
 
-BLOCK = 32
+ROWS = 16
+"""Query rows per tile: short items (a rerank's 16-token documents) waste little padding."""
+KEYS = 32
+"""Keys per block."""
+CUDA_TILES = 64
+"""Tiles per batched call on CUDA (see `_tile_chunks`)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class _Tile:
     start: int
     """Stream index of the tile's first row."""
     rows: int
-    """Real rows (the rest of the BLOCK are padding)."""
+    """Real rows (the rest of the tile's `ROWS` are padding)."""
     offset: int
     """Position of the tile's first row in its segment."""
     shared: tuple[int, int]
@@ -49,17 +54,17 @@ class _Tile:
 class TiledMetadata:
     layout: AttentionLayout
     query_index: torch.Tensor
-    """[N, BLOCK] stream index of each tile's rows (padding repeats the tile's first row)."""
+    """[N, ROWS] stream index of each tile's rows (padding repeats the tile's first row)."""
     query_valid: torch.Tensor
-    """[N·BLOCK] True for real rows."""
+    """[N·ROWS] True for real rows."""
     positions: torch.Tensor
     """Stream index of each real row, in tile order."""
     key_index: torch.Tensor
-    """[S, N, BLOCK] stream index of each step's keys per tile."""
+    """[S, N, KEYS] stream index of each step's keys per tile."""
     allowed: torch.Tensor
-    """[S, N, BLOCK, BLOCK] True where a tile's row may attend to the step's key."""
+    """[S, N, ROWS, KEYS] True where a tile's row may attend to the step's key."""
     distance: torch.Tensor
-    """[S, N, BLOCK, BLOCK] int32 query position minus key position in the segment (for windows)."""
+    """[S, N, ROWS, KEYS] int32 query position minus key position in the segment (for windows)."""
     backend: ClassVar[str] = "deterministic"
 
     @classmethod
@@ -67,35 +72,38 @@ class TiledMetadata:
         if not layout.causal:
             raise ValueError("deterministic attention covers causal decoders only, not encoder pairs")
         tiles = [tile for segment in _segments(layout) for tile in _tiles(*segment)]
-        plans = [_key_blocks(tile) for tile in tiles]
-        steps = max((len(plan) for plan in plans), default=0)
-        offsets = torch.arange(BLOCK)
-        query_index = torch.tensor([[t.start] * BLOCK for t in tiles], dtype=torch.long).reshape(-1, BLOCK)
-        real = torch.tensor([[r < t.rows for r in range(BLOCK)] for t in tiles], dtype=torch.bool)
-        query_index = torch.where(real, query_index + offsets, query_index)
-        key_index = torch.zeros(steps, len(tiles), BLOCK, dtype=torch.long)
-        allowed = torch.zeros(steps, len(tiles), BLOCK, BLOCK, dtype=torch.bool)
-        distance = torch.zeros(steps, len(tiles), BLOCK, BLOCK, dtype=torch.int32)
-        for n, (tile, plan) in enumerate(zip(tiles, plans)):
-            q_pos = tile.offset + offsets
-            for step, (start, count, first_pos, causal) in enumerate(plan):
-                k_pos = first_pos + offsets
-                key_index[step, n] = start + offsets.clamp(max=max(count - 1, 0))
-                ok = (offsets < count)[None, :] & real[n][:, None]
-                if causal:
-                    ok &= k_pos[None, :] <= q_pos[:, None]
-                allowed[step, n] = ok
-                distance[step, n] = (q_pos[:, None] - k_pos[None, :]).to(torch.int32) if causal else 0
+        column = lambda values: torch.tensor(values, dtype=torch.long).reshape(-1)  # noqa: E731
+        start, count, offset = (column([getattr(t, f) for t in tiles]) for f in ("start", "rows", "offset"))
+        shared_start, shared_len = column([t.shared[0] for t in tiles]), column([t.shared[1] for t in tiles])
+        segment_start = column([t.segment_start for t in tiles])
+        rows, keys = torch.arange(ROWS), torch.arange(KEYS)
+        real = rows[None, :] < count[:, None]  # [N, ROWS]
+        query_index = start[:, None] + torch.where(real, rows, 0)
+        q_pos = offset[:, None] + rows  # [N, ROWS] position in the segment
+        # each tile's key blocks in order: its shared keys' blocks, then its own run's up to its last row
+        shared_blocks = -(-shared_len // KEYS)
+        own_end = offset + count
+        steps = int((shared_blocks + -(-own_end // KEYS)).max()) if tiles else 0
+        step = torch.arange(steps)[:, None]  # [S, 1]
+        own = step >= shared_blocks  # [S, N]
+        first = torch.where(own, (step - shared_blocks) * KEYS, step * KEYS)
+        keys_in = torch.where(own, own_end - first, shared_len - first).clamp(0, KEYS)
+        block_start = torch.where(keys_in > 0, torch.where(own, segment_start, shared_start) + first, 0)
+        key_index = block_start[..., None] + torch.minimum(keys, (keys_in - 1).clamp(min=0)[..., None])
+        k_pos = first[..., None] + keys  # [S, N, KEYS] (own blocks: position in the segment)
+        causal = k_pos[:, :, None, :] <= q_pos[None, :, :, None]  # [S, N, ROWS, KEYS]
+        allowed = (keys < keys_in[..., None])[:, :, None, :] & real[None, :, :, None]
+        allowed &= ~own[..., None, None] | causal
+        distance = torch.where(own[..., None, None], q_pos[None, :, :, None] - k_pos[:, :, None, :], 0)
         valid = real.reshape(-1)
-        positions = query_index.reshape(-1)[valid]
         return cls(
             layout,
             host(query_index, pin),
             host(valid, pin),
-            host(positions, pin),
+            host(query_index.reshape(-1)[valid], pin),
             host(key_index, pin),
             host(allowed, pin),
-            host(distance, pin),
+            host(distance.to(torch.int32), pin),
         )
 
     def to(self, device: torch.device) -> TiledMetadata:
@@ -123,23 +131,9 @@ def _segments(layout: AttentionLayout) -> list[tuple[int, int, tuple[int, int]]]
 
 def _tiles(start: int, length: int, shared: tuple[int, int]) -> list[_Tile]:
     return [
-        _Tile(start + offset, min(BLOCK, length - offset), offset, shared, start)
-        for offset in range(0, length, BLOCK)
+        _Tile(start + offset, min(ROWS, length - offset), offset, shared, start)
+        for offset in range(0, length, ROWS)
     ]
-
-
-def _key_blocks(tile: _Tile) -> list[tuple[int, int, int, bool]]:
-    """(stream start, keys, first key's position in the segment, causal) of each key block, in order."""
-    shared_start, shared_len = tile.shared
-    blocks = [
-        (shared_start + b, min(BLOCK, shared_len - b), -shared_len + b, False)
-        for b in range(0, shared_len, BLOCK)
-    ]
-    own_end = tile.offset + tile.rows
-    blocks += [
-        (tile.segment_start + b, min(BLOCK, own_end - b), b, True) for b in range(0, tile.offset + 1, BLOCK)
-    ]
-    return blocks
 
 
 def tiled_attention(
@@ -152,31 +146,79 @@ def tiled_attention(
     window: int | None = None,
 ) -> torch.Tensor:
     """q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]; rows outside the layout (stream padding) are 0."""
+    heads, _, dim = q.shape
+    out = torch.zeros_like(q)
+    if metadata.query_index.shape[0] == 0:
+        return out
+    parts = [
+        _attend_tiles(q, k, v, *arrays, scale, softcap, window)
+        for arrays in _tile_chunks(metadata, q.device.type == "cuda")
+    ]
+    result = torch.cat(parts, dim=2).reshape(heads, -1, dim)[:, : metadata.query_valid.shape[0]]
+    out[:, metadata.positions] = result[:, metadata.query_valid].to(q.dtype)
+    return out
+
+
+def _tile_chunks(metadata: TiledMetadata, fixed: bool) -> list[tuple[torch.Tensor, ...]]:
+    """(query_index, key_index, allowed, distance) of the tiles, all at once on the CPU, whose batched
+    matmuls and row reductions run each matrix and row alike whatever their count (measured). On CUDA a
+    kernel's configuration may follow the batch's size, so tiles go by chunks of `CUDA_TILES`, the last
+    padded with tiles that see nothing (dropped rows)."""
+    arrays = (metadata.query_index, metadata.key_index, metadata.allowed, metadata.distance)
+    if not fixed:
+        return [arrays]
+    tiles = arrays[0].shape[0]
+    missing = -tiles % CUDA_TILES
+    if missing:
+        arrays = (
+            torch.cat([arrays[0], arrays[0][:1].expand(missing, -1)]),
+            *(torch.cat([x, x.new_zeros((x.shape[0], missing, *x.shape[2:]))], dim=1) for x in arrays[1:]),
+        )
+    return [
+        (arrays[0][start : start + CUDA_TILES], *(x[:, start : start + CUDA_TILES] for x in arrays[1:]))
+        for start in range(0, tiles + missing, CUDA_TILES)
+    ]
+
+
+def _attend_tiles(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    query_index: torch.Tensor,
+    key_index: torch.Tensor,
+    allowed_steps: torch.Tensor,
+    distance: torch.Tensor,
+    scale: float,
+    softcap: float | None,
+    window: int | None,
+) -> torch.Tensor:
+    """The online softmax of some tiles over their key blocks: -> [Hkv, g, N·ROWS, d] float32."""
     heads, tokens, dim = q.shape
     kv_heads = k.shape[0]
     groups = heads // kv_heads
-    tiles = metadata.query_index.shape[0]
-    out = torch.zeros_like(q)
-    if tiles == 0:
-        return out
-    # [N·Hkv, g·B, d]: one tile's query heads that share a kv head, as one matrix
-    qt = q.view(kv_heads, groups, tokens, dim)[:, :, metadata.query_index].float()
-    qt = qt.permute(2, 0, 1, 3, 4).reshape(tiles * kv_heads, groups * BLOCK, dim)
-    top = torch.full((tiles * kv_heads, groups * BLOCK, 1), float("-inf"), device=q.device)
+    tiles = query_index.shape[0]
+    # [N·Hkv, g·ROWS, d]: one tile's query heads that share a kv head, as one matrix
+    qt = q.view(kv_heads, groups, tokens, dim)[:, :, query_index].float()
+    qt = qt.permute(2, 0, 1, 3, 4).reshape(tiles * kv_heads, groups * ROWS, dim)
+    top = torch.full((tiles * kv_heads, groups * ROWS, 1), float("-inf"), device=q.device)
     norm = torch.zeros_like(top)
-    acc = torch.zeros(tiles * kv_heads, groups * BLOCK, dim, device=q.device)
-    for step in range(metadata.key_index.shape[0]):
-        index = metadata.key_index[step]
-        kb = k[:, index].float().permute(1, 0, 2, 3).reshape(tiles * kv_heads, BLOCK, dim)
-        vb = v[:, index].float().permute(1, 0, 2, 3).reshape(tiles * kv_heads, BLOCK, dim)
+    acc = torch.zeros(tiles * kv_heads, groups * ROWS, dim, device=q.device)
+    # token-major float32 keys and values, so each step gathers whole rows
+    k_rows, v_rows = (x.float().transpose(0, 1).reshape(tokens, -1) for x in (k, v))
+    for step in range(key_index.shape[0]):
+        index = key_index[step].reshape(-1)
+        kb, vb = (
+            x.index_select(0, index).view(tiles, KEYS, kv_heads, dim).transpose(1, 2).reshape(-1, KEYS, dim)
+            for x in (k_rows, v_rows)
+        )
         scores = torch.bmm(qt, kb.transpose(1, 2)) * scale
         if softcap is not None:
             scores = soft_cap(scores, softcap)
-        allowed = metadata.allowed[step]
+        allowed = allowed_steps[step]
         if window is not None:
-            allowed = allowed & (metadata.distance[step] < window)
-        scores = scores.view(tiles, kv_heads, groups, BLOCK, BLOCK)
-        scores = scores.masked_fill(~allowed[:, None, None], float("-inf")).view(-1, groups * BLOCK, BLOCK)
+            allowed = allowed & (distance[step] < window)
+        scores = scores.view(tiles, kv_heads, groups, ROWS, KEYS)
+        scores = scores.masked_fill(~allowed[:, None, None], float("-inf")).view(-1, groups * ROWS, KEYS)
         new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
         safe = torch.where(new_top == float("-inf"), 0.0, new_top)
         probs = torch.exp(scores - safe)
@@ -184,7 +226,5 @@ def tiled_attention(
         norm = norm * rescale + probs.sum(-1, keepdim=True)
         acc = acc * rescale + torch.bmm(probs, vb)
         top = new_top
-    result = (acc / norm).view(tiles, kv_heads, groups, BLOCK, dim).permute(1, 2, 0, 3, 4)
-    result = result.reshape(heads, tiles * BLOCK, dim)
-    out[:, metadata.positions] = result[:, metadata.query_valid].to(q.dtype)
-    return out
+    result = (acc / norm).view(tiles, kv_heads, groups, ROWS, dim).permute(1, 2, 0, 3, 4)
+    return result.reshape(kv_heads, groups, tiles * ROWS, dim)
