@@ -151,6 +151,15 @@ def test_fixed_linear_rows_do_not_depend_on_their_neighbours():
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
 
 
+def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
+    from kafka_scorer.config import EngineSettings
+
+    monkeypatch.setenv("KAFKA_SCORER_DETERMINISTIC", "true")
+    config = EngineSettings(model=str(tiny_models.get()), dtype="float32", device="cpu").engine_config()
+    scorer = Scorer.from_config(config)
+    assert scorer.deterministic and scorer.attention_backend == "deterministic"
+
+
 def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models, tiny_encoder):
     with pytest.raises(SettingError, match="attention-backend") as raised:
         Scorer(
