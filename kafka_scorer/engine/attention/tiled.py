@@ -31,7 +31,8 @@ from kafka_scorer.engine.attention.dense import soft_cap
 from kafka_scorer.engine.attention.layout import AttentionLayout, host, to_device
 
 ROWS = 16
-"""Query rows per tile: short items (a rerank's 16-token documents) waste little padding."""
+"""Query rows per tile: a short item (the many-items bench's 16 tokens) wastes little padding; the
+sizes were picked by measurement (docs/performance.md, Deterministic mode)."""
 KEYS = 32
 """Keys per block."""
 CUDA_TILES = 64
