@@ -139,6 +139,13 @@ class EngineSettings(BaseSettings):
         "model: a document's token vectors, kept by the hash of its token ids, so a document re-ranked "
         "against many queries is encoded once (docs/engine.md). -1: 256 MiB; 0: off. Other kinds ignore it.",
     )
+    deterministic: bool = Field(
+        False,
+        description="Scores bit-identical for the same job whatever its batch-mates, its place in the "
+        "packed stream and the prefix cache's state: fixed-shape matmul blocks, a tiled attention, the "
+        "prefix cache off (docs/engine.md, Deterministic mode; its cost in docs/performance.md). Decoders "
+        "with the engine's own layers only.",
+    )
 
     @field_validator("chunking")
     @classmethod

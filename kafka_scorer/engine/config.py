@@ -32,6 +32,8 @@ class EngineConfig:
     max_chunks_per_job: int = 256
     prefix_cache_mb: int = -1
     embedding_cache_mb: int = -1
+    deterministic: bool = False
+    """Scores bit-identical whatever a job's batch-mates and the cache hold (`engine/deterministic.py`)."""
 
 
 DEFAULT_BATCH_TOKENS = {"cuda": 16384, "cpu": 8192}

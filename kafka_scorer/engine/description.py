@@ -16,6 +16,7 @@ def describe(scorer: Scorer) -> dict[str, str]:
         "device": str(scorer.loaded.device),
         "dtype": scorer.dtype_name,
         "attention_backend": scorer.attention_backend,
+        "deterministic": str(scorer.deterministic).lower(),
         "decoder_forward": type(scorer.loaded.body).__name__,
         "max_batch_tokens": str(scorer.max_batch_tokens),
         "max_pair_tokens": str(scorer.limits.max_pair_tokens),

@@ -16,6 +16,7 @@ import torch
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.batch import ForwardBatch
 from kafka_scorer.engine.heads import causal_label_scores, classification_scores
+from kafka_scorer.engine.invariant_heads import invariant_classification_scores, invariant_label_scores
 from kafka_scorer.engine.model import LoadedModel, ModelKind
 
 
@@ -28,8 +29,10 @@ class BatchOutput:
 
 
 class ModelRunner:
-    def __init__(self, model: LoadedModel) -> None:
+    def __init__(self, model: LoadedModel, deterministic: bool = False) -> None:
         self.model = model
+        self.deterministic = deterministic
+        """Heads by fixed-shape row blocks (`engine/invariant_heads.py`)."""
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> BatchOutput:
@@ -56,7 +59,8 @@ class ModelRunner:
             rows = hidden.index_select(0, to_device(batch.score_index))
         softmax_rows = to_device(batch.softmax_rows)
         if model.kind is ModelKind.CAUSAL_LM:
-            scores = causal_label_scores(
+            label_scores = invariant_label_scores if self.deterministic else causal_label_scores
+            scores = label_scores(
                 rows,
                 model.head,
                 to_device(batch.label_ids),
@@ -67,7 +71,8 @@ class ModelRunner:
                 softcap=model.final_logit_softcap,
             )
         else:
-            scores = classification_scores(rows, model.head, softmax_rows, to_device(batch.sigmoid_rows))
+            head = invariant_classification_scores if self.deterministic else classification_scores
+            scores = head(rows, model.head, softmax_rows, to_device(batch.sigmoid_rows))
         pooled = rows.index_select(0, to_device(batch.hidden_rows))
         return BatchOutput(scores=scores.cpu(), hidden=pooled.cpu())
 

@@ -24,6 +24,7 @@ from kafka_scorer.engine.bisection import Bisection
 from kafka_scorer.engine.chunking import aggregate
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
 from kafka_scorer.engine.description import describe
+from kafka_scorer.engine.deterministic import make_deterministic
 from kafka_scorer.engine.failures import failed_results
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
@@ -81,6 +82,7 @@ class Scorer:
         max_chunks_per_job: int = 256,
         prefix_cache_mb: int = -1,
         embedding_cache_mb: int = -1,
+        deterministic: bool = False,
     ) -> None:
         """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`)."""
         self.loaded: LoadedModel = load_model(
@@ -112,13 +114,17 @@ class Scorer:
                 f"template={template!r} but {model!r} is an encoder cross-encoder, whose pairs are its "
                 "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
             )
+        if deterministic:  # engine/deterministic.py: fixed-shape blocks, tiled attention, no prefix cache
+            self.attention_backend = make_deterministic(self.loaded, attention_backend)
+            self._auto_backend, prefix_cache_mb = False, 0
+        self.deterministic = deterministic
         self.revision = model_revision or self.loaded.revision
         # what every result is stamped with: fixed at load (the description, which `served` adds for the
         # worker's start-up line, is not built again for each result)
         self._provenance = ServedModel(self.model_name, self.revision, self.dtype_name)
         self._prefixes = prefix_planner(self.loaded, prefix_cache_mb, self.revision)
         self._preparer = JobPreparer(self.loaded, limits, self.template)
-        self._runner = ModelRunner(self.loaded)
+        self._runner = ModelRunner(self.loaded, deterministic)
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kafka_scorer.engine.scorer import Scorer
@@ -11,11 +13,16 @@ def scorer_for(tiny_models):
 
     The prefix cache is off unless a test names `prefix_cache_mb`: a hit is exact to rounding, not
     bitwise, and changes `prompt_tokens`, which other tests compare across calls with the same query
-    (tests/engine/test_prefix_cache.py runs it on)."""
+    (tests/engine/test_prefix_cache.py runs it on). KAFKA_SCORER_TEST_DETERMINISTIC=1 runs every decoder
+    test in deterministic mode (engine/deterministic.py), against the same references."""
     cache: dict[tuple, Scorer] = {}
+    deterministic = os.environ.get("KAFKA_SCORER_TEST_DETERMINISTIC") == "1"
 
     def get(arch: str = "qwen3", kind: str = "causal", num_labels: int = 2, **options) -> Scorer:
         options.setdefault("prefix_cache_mb", 0)
+        if deterministic and options.get("decoder_forward") != "transformers":
+            options.pop("attention_backend", None)  # the mode brings its own
+            options.setdefault("deterministic", True)
         key = (arch, kind, num_labels, tuple(sorted(options.items())))
         if key not in cache:
             path = tiny_models.get(arch, kind, num_labels)

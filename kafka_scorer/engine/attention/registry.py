@@ -26,13 +26,14 @@ from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
 from kafka_scorer.engine.attention.flex import FlexMetadata, flex_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.pairs import PairMetadata
+from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
 
 ATTENTION_IMPLEMENTATION = "kafka_scorer"
 METADATA_KWARG = "scorer_attention_metadata"
 
 log = logging.getLogger(__name__)
 
-AttentionMetadata = DenseMetadata | CascadeMetadata | PairMetadata | FlexMetadata
+AttentionMetadata = DenseMetadata | CascadeMetadata | PairMetadata | FlexMetadata | TiledMetadata
 """One batch's attention metadata; its `backend` names the registry entry that reads it."""
 
 M = TypeVar("M")
@@ -52,6 +53,7 @@ BACKENDS: dict[str, Backend[Any]] = {
     "dense": Backend(DenseMetadata.build, dense_attention),
     "cascade": Backend(prepare_cascade, cascade_attention),
     "flex": Backend(FlexMetadata.build, flex_attention),
+    "deterministic": Backend(TiledMetadata.build, tiled_attention),
 }
 
 

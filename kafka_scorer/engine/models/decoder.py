@@ -23,6 +23,7 @@ from torch import nn
 
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.layers.activation import ACTIVATIONS
+from kafka_scorer.engine.layers.invariant import pad_rows, padded_length
 from kafka_scorer.engine.layers.merged import merge
 from kafka_scorer.engine.layers.norm import add_rms_norm
 from kafka_scorer.engine.layers.rotary import half_tables
@@ -69,6 +70,9 @@ class FusedDecoder(nn.Module):
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, **kwargs: object
     ) -> tuple[torch.Tensor]:
         metadata = kwargs[METADATA_KWARG]
+        if self.shape.fixed_rows:  # deterministic mode: whole row blocks (`layers/invariant.py`)
+            tokens = padded_length(input_ids.shape[1])
+            input_ids, position_ids = (pad_rows(x[0], tokens)[None] for x in (input_ids, position_ids))
         hidden = self.embed(input_ids[0])
         if self.embed_scale is not None:  # as the model's forward scales, in the activations' dtype
             hidden = hidden * torch.tensor(self.embed_scale, dtype=hidden.dtype)

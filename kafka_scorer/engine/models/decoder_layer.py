@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from kafka_scorer.engine.attention.registry import attend_layer
 from kafka_scorer.engine.layers.activation import gated
+from kafka_scorer.engine.layers.invariant import fixed_linear
 from kafka_scorer.engine.layers.norm import add_rms_norm, rms_norm
 from kafka_scorer.engine.layers.rotary import rotate
 
@@ -40,6 +41,15 @@ class LayerShape:
     sandwich: bool
     """Gemma 2's post-attention and pre/post-feedforward norms."""
     activation: str
+    fixed_rows: bool = False
+    """Deterministic mode: every projection by fixed-shape row blocks (`layers/invariant.py`)."""
+
+
+def project(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, shape: LayerShape
+) -> torch.Tensor:
+    """A layer's matmul: the plain one, or in deterministic mode one every row gets alike."""
+    return fixed_linear(x, weight, bias) if shape.fixed_rows else F.linear(x, weight, bias)
 
 
 @dataclass
@@ -75,7 +85,7 @@ def before_attention(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """[T, D] stream -> q [H, T, d], k, v [Hkv, T, d] (rotated) and the summed residual."""
     normed, residual = add_rms_norm(hidden, residual, w.input_norm, shape.eps, shape.offset_norm)
-    qkv = F.linear(normed, w.qkv, w.qkv_bias)
+    qkv = project(normed, w.qkv, w.qkv_bias, shape)
     q_size, kv_size = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
     q, k, v = (t.unflatten(-1, (-1, shape.head_dim)) for t in (q, k, v))
@@ -93,9 +103,11 @@ def after_attention(
     attended: torch.Tensor, residual: torch.Tensor, w: LayerWeights, shape: LayerShape
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output [H, T, d] -> (MLP output, residual), left unsummed for the next input norm."""
-    out = F.linear(attended.transpose(0, 1).flatten(1), w.o_proj)
+    out = project(attended.transpose(0, 1).flatten(1), w.o_proj, None, shape)
     normed, residual = add_rms_norm(out, residual, w.post_attention_norm, shape.eps, shape.offset_norm)
-    return F.linear(gated(F.linear(normed, w.gate_up), shape.activation), w.down), residual
+    return project(
+        gated(project(normed, w.gate_up, None, shape), shape.activation), w.down, None, shape
+    ), residual
 
 
 def after_attention_sandwich(
@@ -104,11 +116,10 @@ def after_attention_sandwich(
     """Gemma 2: each sub-layer's output normalised before its residual add; returns the summed stream."""
     assert w.pre_ff_norm is not None and w.post_ff_norm is not None
     eps, offset = shape.eps, shape.offset_norm
-    out = F.linear(attended.transpose(0, 1).flatten(1), w.o_proj)
+    out = project(attended.transpose(0, 1).flatten(1), w.o_proj, None, shape)
     stream = residual + rms_norm(out, w.post_attention_norm, eps, offset)
-    mlp = F.linear(
-        gated(F.linear(rms_norm(stream, w.pre_ff_norm, eps, offset), w.gate_up), shape.activation), w.down
-    )
+    gate_up = project(rms_norm(stream, w.pre_ff_norm, eps, offset), w.gate_up, None, shape)
+    mlp = project(gated(gate_up, shape.activation), w.down, None, shape)
     return stream + rms_norm(mlp, w.post_ff_norm, eps, offset), None
 
 

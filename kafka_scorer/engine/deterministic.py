@@ -1,0 +1,55 @@
+"""Deterministic mode: a job's scores bit-identical whatever else its forward holds.
+
+Three things make a token's result depend on its batch-mates in the default engine, each measured on
+the CPU (issue 24, item 8; docs/engine.md): matmul kernels chosen by the row count, attention blocked
+by the batch's layout, and the prefix cache's hit path computing the attention in another order than
+the miss path. Deterministic mode removes each:
+
+- the fused decoder pads the stream to whole row blocks and runs every projection at one fixed shape
+  (`layers/invariant.py`), eagerly (a compiled region may pick kernels per shape);
+- attention is the tiled backend (`attention/tiled.py`), blocked by each token's own sequence only;
+- the heads run by fixed-shape row blocks (`invariant_heads.py`);
+- the prefix cache is off: every job computes its head itself, so a cached state can never stand in
+  for a computed one.
+The price is stated in docs/performance.md. Encoders and families without the engine's own decoder
+layers are refused with a line naming the setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kafka_scorer.engine.model import LoadedModel
+from kafka_scorer.errors import SettingError
+
+BACKEND = "deterministic"
+
+
+def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
+    """Switch `loaded`'s body to fixed-shape blocks, eager; returns the attention backend to use."""
+    from kafka_scorer.engine.models.decoder import FusedDecoder
+    from kafka_scorer.engine.models.decoder_layer import (
+        Regions,
+        after_attention,
+        after_attention_sandwich,
+        before_attention,
+    )
+
+    body = loaded.body
+    if not isinstance(body, FusedDecoder):
+        raise SettingError(
+            "deterministic",
+            f"deterministic=true needs the engine's own decoder layers, but {loaded.name!r} runs "
+            f"{type(body).__name__} (encoders, families outside the fused decoder, or "
+            "decoder_forward=transformers): unset --deterministic (KAFKA_SCORER_DETERMINISTIC) for it",
+        )
+    if attention_backend not in ("auto", BACKEND):
+        raise SettingError(
+            "deterministic",
+            f"deterministic=true computes attention with its own backend, not attention_backend="
+            f"{attention_backend!r}: unset --attention-backend (KAFKA_SCORER_ATTENTION_BACKEND)",
+        )
+    body.shape = dataclasses.replace(body.shape, fixed_rows=True)
+    after = after_attention_sandwich if body.shape.sandwich else after_attention
+    body.regions = Regions(before_attention, after)
+    return BACKEND

@@ -1,0 +1,38 @@
+"""Deterministic mode on the device: 48 of 48 bit-identical, and the scores those of the CPU.
+
+The situations are tests/engine/determinism.py's (batch-mates, position in the stream, a shared
+sequence, a small budget, a scorer whose cache setting is on and has seen every head). On CUDA the
+mode's fixed-shape blocks, tiled attention and heads run eagerly (engine/deterministic.py); the `cpu`
+variant runs the same calls in CI, the `cuda` ones with `./dev test -m cuda tests/cuda`. Reference: the
+same checkpoint on the CPU in the default engine, which the CPU suite checks against transformers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cuda.devices import DEVICES, on_cuda
+from tests.engine.determinism import count_identical, jobs_and_mates
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_deterministic_scores_bit_identical_on_the_device(tiny_models, device, dtype):
+    from kafka_scorer.engine.scorer import Scorer
+
+    if dtype == "bfloat16" and not on_cuda(device):
+        pytest.skip("the CPU variant runs float32 (tests/engine/test_deterministic.py covers the CPU)")
+    path = str(tiny_models.get())
+
+    def make(**options) -> Scorer:
+        return Scorer(path, dtype=dtype, device=device, deterministic=True, prefix_cache_mb=16, **options)
+
+    same, total, differed = count_identical(make, causal=True)
+    assert (same, total) == (48, 48), differed
+    if dtype != "float32":
+        return
+    jobs, _ = jobs_and_mates(causal=True)
+    cpu = Scorer(path, dtype="float32", device="cpu", prefix_cache_mb=0)
+    for got, want in zip(make().score_jobs(jobs), cpu.score_jobs(jobs)):
+        diff = max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb))
+        assert diff <= 1e-4

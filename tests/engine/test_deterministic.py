@@ -1,0 +1,174 @@
+"""Deterministic mode (engine/deterministic.py): a job's scores bit-identical whatever else ran.
+
+Two kinds of check: the 48 situations of tests/engine/determinism.py (batch-mates, position in the
+stream, a shared sequence, a small budget cutting the job, a scorer whose cache setting is on and has
+seen every head) each give a job exactly its scores alone; and the mode's scores equal the independent
+references (plain transformers, one pair at a time) the other engine tests use. The whole engine suite
+also runs in the mode with KAFKA_SCORER_TEST_DETERMINISTIC=1 (tests/engine/conftest.py).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
+from kafka_scorer.engine.attention.layout import AttentionLayout
+from kafka_scorer.engine.attention.tiled import TiledMetadata, _attend_tiles, _tile_chunks, tiled_attention
+from kafka_scorer.engine.layers.invariant import ROWS, fixed_linear
+from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.errors import SettingError
+from kafka_scorer.wire.protocol import Job
+from tests.engine.determinism import count_identical
+from tests.engine.reference import reference_scores
+from tests.engine.test_causal_scores import ITEMS, LABELS, QUERY, assert_close
+
+
+@pytest.mark.parametrize("kind", ["causal", "classification"])
+def test_48_of_48_scores_bit_identical_across_batches_positions_and_cache(tiny_models, kind):
+    path = str(tiny_models.get("qwen3", kind))
+
+    def make(**options) -> Scorer:
+        return Scorer(path, dtype="float32", device="cpu", deterministic=True, prefix_cache_mb=64, **options)
+
+    same, total, differed = count_identical(make, causal=kind == "causal")
+    assert (same, total) == (48, 48), differed
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama", "gemma2"])
+@pytest.mark.parametrize("apply_softmax", [False, True])
+@pytest.mark.parametrize("multi_item", [False, True])
+def test_causal_scores_equal_the_reference(scorer_for, tiny_models, arch, apply_softmax, multi_item):
+    scorer = scorer_for(arch, deterministic=True)
+    result = scorer.score(
+        QUERY, ITEMS, label_token_ids=LABELS, apply_softmax=apply_softmax, multi_item=multi_item
+    )
+    assert result.error is None
+    assert_close(result.scores, reference_scores(tiny_models.get(arch), QUERY, ITEMS, LABELS, apply_softmax))
+
+
+@pytest.mark.parametrize(("arch", "num_labels"), [("qwen3", 2), ("llama", 12)])
+@pytest.mark.parametrize("multi_item", [False, True])
+def test_classification_scores_equal_the_reference(scorer_for, tiny_models, arch, num_labels, multi_item):
+    scorer = scorer_for(arch, "classification", num_labels, deterministic=True)
+    result = scorer.score(QUERY, ITEMS, apply_softmax=True, multi_item=multi_item)
+    want = reference_scores(
+        tiny_models.get(arch, "classification", num_labels), QUERY, ITEMS, apply_softmax=True
+    )
+    assert max(abs(g - w) for gr, wr in zip(result.scores, want) for g, w in zip(gr, wr)) <= 1e-5
+
+
+def test_batched_jobs_equal_the_reference_and_use_no_cache(scorer_for, tiny_models):
+    scorer = scorer_for(deterministic=True, prefix_cache_mb=64)
+    assert scorer.description["deterministic"] == "true"
+    assert scorer.description["prefix_cache_mb"] == "0"
+    queries = [QUERY, QUERY + " Answer briefly.", "Which city is the capital?"]
+    jobs = [Job(id=str(n), query=q, items=ITEMS[n:], label_token_ids=LABELS) for n, q in enumerate(queries)]
+    for _ in range(2):  # the second time, a cache would hold every query
+        for job, result in zip(jobs, scorer.score_jobs(jobs)):
+            assert result.cached_tokens == 0
+            assert_close(result.scores, reference_scores(tiny_models.get(), job.query, job.items, LABELS))
+
+
+def _random_layout(rng: random.Random, mates: int) -> AttentionLayout:
+    """A stream of `mates` random sequences (MIS or plain pairs) followed by one fixed MIS sequence."""
+    shapes = []
+    for _ in range(mates):
+        if rng.random() < 0.5:
+            shapes.append((rng.randint(1, 70), ()))
+        else:
+            shapes.append((rng.randint(1, 50), tuple(rng.randint(0, 40) for _ in range(rng.randint(1, 4)))))
+    shapes.append((45, (7, 0, 33, 70)))
+    starts, lens, total = [], [], 0
+    for prefix, items in shapes:
+        starts.append(total)
+        lens.append(prefix + sum(items))
+        total += lens[-1]
+    return AttentionLayout(starts, lens, [p for p, _ in shapes], [i for _, i in shapes])
+
+
+@pytest.mark.parametrize("softcap", [None, 30.0])
+def test_tiled_attention_equals_dense_and_does_not_depend_on_the_sequence_s_place(softcap):
+    rng = random.Random(1)
+    torch.manual_seed(0)
+    tail = 45 + 7 + 33 + 70
+    q_tail, k_tail, v_tail = (torch.randn(h, tail, 16) for h in (4, 2, 2))
+    outs = []
+    for mates in (0, 1, 3, 6):
+        layout = _random_layout(rng, mates)
+        front = layout.seq_starts[-1]
+        q, k, v = (torch.cat([torch.randn(x.shape[0], front, 16), x], 1) for x in (q_tail, k_tail, v_tail))
+        got = tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, softcap)
+        want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, softcap)
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+        outs.append(got[:, front:])
+    assert all(torch.equal(out, outs[0]) for out in outs[1:])
+
+
+def test_tiled_attention_by_fixed_tile_chunks_as_on_cuda_gives_the_same_bits():
+    """CUDA runs the tiles by padded chunks of a fixed count; on the CPU both ways agree bit for bit."""
+    torch.manual_seed(0)
+    layout = _random_layout(random.Random(2), 12)
+    tokens = layout.total_tokens
+    q, k, v = (torch.randn(h, tokens, 16) for h in (4, 2, 2))
+    metadata = TiledMetadata.build(layout, False)
+    whole, chunked = (
+        torch.cat(
+            [
+                _attend_tiles(q, k, v, chunk, 0.25, None, None, True)
+                for chunk in _tile_chunks(metadata, fixed)
+            ],
+            2,
+        )
+        for fixed in (False, True)
+    )
+    assert chunked.shape[2] > whole.shape[2]  # padded to whole chunks
+    valid = metadata.real.reshape(-1)  # padded rows are nan (they see no key) and dropped
+    assert torch.equal(chunked[:, :, : whole.shape[2]][:, :, valid], whole[:, :, valid])
+
+
+def test_tiled_attention_windows_plain_pairs_as_dense_does():
+    torch.manual_seed(0)
+    layout = AttentionLayout([0, 50], [50, 90], [50, 90], [(), ()])
+    q, k, v = (torch.randn(h, 140, 16) for h in (4, 4, 4))
+    got = tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, None, 20)
+    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, None, 20)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_fixed_linear_rows_do_not_depend_on_their_neighbours():
+    torch.manual_seed(0)
+    weight, row = torch.randn(96, 80), torch.randn(80)
+    outs = []
+    for tokens, place in [(ROWS, 0), (ROWS, ROWS - 1), (4 * ROWS, 300), (2 * ROWS, 17)]:
+        x = torch.randn(tokens, 80)
+        x[place] = row
+        out = fixed_linear(x, weight)
+        assert torch.allclose(out, x @ weight.T, atol=1e-5)
+        outs.append(out[place])
+    assert all(torch.equal(out, outs[0]) for out in outs[1:])
+
+
+def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
+    from kafka_scorer.config import EngineSettings
+
+    monkeypatch.setenv("KAFKA_SCORER_DETERMINISTIC", "true")
+    config = EngineSettings(model=str(tiny_models.get()), dtype="float32", device="cpu").engine_config()
+    scorer = Scorer.from_config(config)
+    assert scorer.deterministic and scorer.attention_backend == "deterministic"
+
+
+def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models, tiny_encoder):
+    with pytest.raises(SettingError, match="attention-backend") as raised:
+        Scorer(
+            str(tiny_models.get()),
+            dtype="float32",
+            device="cpu",
+            deterministic=True,
+            attention_backend="flex",
+        )
+    assert raised.value.setting == "deterministic"
+    with pytest.raises(SettingError, match="KAFKA_SCORER_DETERMINISTIC"):
+        Scorer(str(tiny_encoder()), dtype="float32", device="cpu", deterministic=True)
