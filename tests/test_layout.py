@@ -4,10 +4,12 @@
   Kafka through that package, so the Kafka client library has one seam.
 - The Kafka package stands under the worker and the client: it imports neither of them.
 - The worker and the client are siblings: neither imports the other.
-- Runtime code (the worker, the client, the engine, the commands) never imports `testing/`, except the
-  commands that exist to try the product without a cluster or a model: `broker` (the embedded broker),
-  `demo` (embedded broker and tiny models) and `model` (writes a tiny model). They are listed here by
-  name, so a new one is a decision, not an accident.
+- The serving path (the worker, the client, the engine and the `worker`/`submit` commands) never imports
+  the parts that exist to try the product without a cluster or a model: `embedded/` (the embedded
+  brokers) and `checkpoints/` (models built on the spot, the packaged real checkpoint). Only the commands
+  made for trying it (`broker`, `demo`, `model`) and the bench use them; they are listed here by name, so
+  a new one is a decision, not an accident. (These two packages were once `testing/`, a name that made
+  the commands look as if they served from test helpers.)
 
 Every import counts: at module level, inside a function (the lazy ones that keep `--help` light) and
 under `if TYPE_CHECKING:`.
@@ -105,8 +107,13 @@ def test_the_worker_and_the_client_do_not_import_each_other(importer: str, targe
     assert not breaking(importer, target)
 
 
-def test_runtime_code_does_not_import_the_testing_package() -> None:
-    assert not breaking(RUNTIME, "kafka_scorer.testing", allowed=TRIAL_COMMANDS)
+@pytest.mark.parametrize("trial", ["kafka_scorer.embedded", "kafka_scorer.checkpoints"])
+def test_the_serving_path_does_not_import_the_trial_parts(trial: str) -> None:
+    assert not breaking(RUNTIME, trial, allowed=TRIAL_COMMANDS)
+
+
+def test_there_is_no_testing_package_in_the_product() -> None:
+    assert "kafka_scorer.testing" not in IMPORTS
 
 
 def test_the_listed_trial_commands_exist() -> None:

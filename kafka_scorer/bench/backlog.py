@@ -102,7 +102,7 @@ def run_backlog_bench(
 
 
 async def _both(scorer: Any, spec: BacklogSpec, bulk: list[Job], live: list[Job]) -> dict:
-    from kafka_scorer.testing.broker import EmbeddedBroker
+    from kafka_scorer.embedded.broker import EmbeddedBroker
 
     async with EmbeddedBroker() as broker:
         runs = {}

@@ -1,7 +1,7 @@
 """The `cross-encoder` workload: a real MiniLM cross-encoder against the libraries CPU users rerank with.
 
 The model is all-MiniLM-L6-v2's real BERT weights and WordPiece tokenizer under a seeded head
-(`testing/real_models.py`): the shape of the ms-marco-MiniLM cross-encoders. Each query is ~16 tokens
+(`checkpoints/real_models.py`): the shape of the ms-marco-MiniLM cross-encoders. Each query is ~16 tokens
 against 100 documents of 20–250 tokens, their lengths spread like web passages (log-normal, median
 ~80), cut into jobs of 10–100 documents. Documents are real vocabulary words, one WordPiece token each,
 so their token lengths are the drawn ones.
@@ -144,8 +144,8 @@ def run_cross_encoder_bench(
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from kafka_scorer.bench.worker_contender import run_worker_contender
+    from kafka_scorer.checkpoints.real_models import build_minilm_cross_encoder
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.testing.real_models import build_minilm_cross_encoder
 
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-ce-") as scratch:
         path = Path(model_dir or scratch) / "minilm-cross-encoder"

@@ -2,7 +2,7 @@
 
 The model is all-MiniLM-L6-v2's real BERT weights and WordPiece tokenizer under a seeded 384 -> 128
 Dense projection in PyLate's layout, with ColBERT's usual settings (queries of 32 tokens expanded with
-[MASK], documents cut at 180 tokens; `testing/real_models.py`): the shape of answerai-colbert-small.
+[MASK], documents cut at 180 tokens; `checkpoints/real_models.py`): the shape of answerai-colbert-small.
 Each query is ~12 words against 100 documents of 20-250 words (log-normal, median 80), real vocabulary
 words, one WordPiece token each.
 
@@ -95,8 +95,8 @@ def run_late_interaction_bench(
 
     from sentence_transformers import MultiVectorEncoder
 
+    from kafka_scorer.checkpoints.real_models import build_minilm_colbert
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.testing.real_models import build_minilm_colbert
 
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-colbert-") as scratch:
         path = Path(model_dir or scratch) / "minilm-colbert"

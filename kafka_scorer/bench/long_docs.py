@@ -4,7 +4,7 @@ Documents of 300–3,000 tokens (log-uniform) against 16-token queries, 10 docum
 one WordPiece token, so a document's token length is its drawn length and a window of tokens is a run of
 words. Two runs, one report (contenders take turns, the fastest run of each is kept):
 
-- cross-encoder: the real MiniLM cross-encoder (`testing/real_models.py`), pair limit 512, CPU float32.
+- cross-encoder: the real MiniLM cross-encoder (`checkpoints/real_models.py`), pair limit 512, CPU float32.
   `engine`: our `Scorer` with `chunking: {overlap, aggregate: max}`, jobs driven as in `contenders`.
   `cross-encoder`: what a user writes by hand with sentence-transformers: split each document's tokens
   into the same windows, `CrossEncoder.predict` on all of a job's windows in one call (its default batch
@@ -138,8 +138,8 @@ def _cross_encoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log
     from sentence_transformers import CrossEncoder
     from transformers import AutoTokenizer
 
+    from kafka_scorer.checkpoints.real_models import build_minilm_cross_encoder
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.testing.real_models import build_minilm_cross_encoder
 
     path = root / "minilm-cross-encoder"
     if not (path / "config.json").exists():

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_scorer.testing.tiny_models import Kind
+from kafka_scorer.checkpoints.tiny_models import Kind
 
 # Ids below this are never drawn as synthetic tokens: they hold the tokenizer's special tokens (pad
 # among them), so a padded baseline batch can never mistake a real token for padding.
@@ -57,7 +57,7 @@ def qwen3_config(
     shape: ModelShape, kind: Kind, *, num_labels: int, pad_token_id: int, bos_token_id: int | None
 ):
     """`shape` as a Qwen3 config, with the family's published context, RoPE base and norm epsilon."""
-    from kafka_scorer.testing.tiny_models import decoder_config
+    from kafka_scorer.checkpoints.tiny_models import decoder_config
 
     return decoder_config(
         "qwen3",
@@ -96,7 +96,7 @@ def build_shaped_model(
     minutes, on a GPU seconds. Saved in `dtype` so loading reads no more bytes than serving needs.
     `chat`: a Qwen-style chat tokenizer (no BOS), for a prompt template's special tokens.
     """
-    from kafka_scorer.testing.tiny_models import build_chat_tokenizer, build_tokenizer, save_random_model
+    from kafka_scorer.checkpoints.tiny_models import build_chat_tokenizer, build_tokenizer, save_random_model
 
     shape = SHAPES[shape] if isinstance(shape, str) else shape
     path = Path(directory)

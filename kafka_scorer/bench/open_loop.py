@@ -236,10 +236,10 @@ def worker_flags(
 
 
 async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMaker, log) -> dict:
+    from kafka_scorer.embedded.broker import EmbeddedBroker
     from kafka_scorer.kafka.admin import create_topics
     from kafka_scorer.kafka.connection import new_consumer, new_producer
     from kafka_scorer.kafka.records import TopicPartition
-    from kafka_scorer.testing.broker import EmbeddedBroker
 
     topics, partitions = ("bench.open-loop.requests", "bench.open-loop.results"), 4
     async with EmbeddedBroker() as broker:

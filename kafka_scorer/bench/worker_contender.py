@@ -48,10 +48,10 @@ async def _worker_run(
     scorer, jobs: list[Job], window: int, probe: RunProbe, repeats: int, budget_s: float
 ) -> RunRecord:
     from kafka_scorer.config import Settings
+    from kafka_scorer.embedded.broker import EmbeddedBroker
     from kafka_scorer.kafka.admin import create_topics
     from kafka_scorer.kafka.connection import new_consumer, new_producer
     from kafka_scorer.kafka.records import TopicPartition
-    from kafka_scorer.testing.broker import EmbeddedBroker
     from kafka_scorer.worker.service import Worker
 
     requests, replies, partitions = "bench.requests", "bench.results", 4

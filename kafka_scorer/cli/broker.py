@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="topic to create at start; repeat for more (default: scoring-requests and scoring-results)",
     )
-    from kafka_scorer.testing.seeded_broker import AUTO_CREATED_PARTITIONS
+    from kafka_scorer.embedded.seeded_broker import AUTO_CREATED_PARTITIONS
 
     parser.add_argument(
         "--partitions",
@@ -43,8 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafka_scorer.testing.broker import BrokerError, check_can_listen
-    from kafka_scorer.testing.seeded_broker import SeededBroker
+    from kafka_scorer.embedded.broker import BrokerError, check_can_listen
+    from kafka_scorer.embedded.seeded_broker import SeededBroker
 
     if args.partitions < 1:
         print("kafka-scorer broker: error: --partitions must be at least 1", file=sys.stderr)
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     topics = args.topics or list(DEFAULT_TOPICS)
     try:
         # The topics exist before the port opens: a client retrying through a restart cannot race
-        # their creation (testing/seeded_broker.py).
+        # their creation (embedded/seeded_broker.py).
         with SeededBroker(topics, args.partitions, host=args.host, port=args.port or None) as broker:
             print(
                 f"broker ready on {broker.bootstrap_servers} (memory storage; topics: {', '.join(topics)}); "

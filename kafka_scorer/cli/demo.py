@@ -85,7 +85,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
         else:
             kind = "causal" if scorer.kind is ModelKind.CAUSAL_LM else "classification"
             return [_with_labels(DemoModel(kind, scorer, random=False))]
-    from kafka_scorer.testing.tiny_models import build_tiny_model
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_model
 
     models = []
     for kind in ("causal", "classification"):
@@ -173,7 +173,7 @@ async def run_demo(
     models: list[DemoModel], jobs: list[DemoJob], *, timeout_s: float, progress: bool
 ) -> float:
     """Broker, workers, jobs through Kafka and back; returns the wall time of the scoring phase."""
-    from kafka_scorer.testing.broker import EmbeddedBroker
+    from kafka_scorer.embedded.broker import EmbeddedBroker
     from kafka_scorer.worker.service import Worker
 
     async with EmbeddedBroker() as broker:

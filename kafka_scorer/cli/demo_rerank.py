@@ -72,7 +72,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
             say("falling back to a tiny RANDOM reranker")
         else:
             return DemoModel("reranker", scorer, random=False, template=template)
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     path = build_tiny_reranker(workdir / "tiny-reranker")
     scorer = Scorer(

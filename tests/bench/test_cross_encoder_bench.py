@@ -10,7 +10,7 @@ from kafka_scorer.bench.cross_encoder import (
     build_cross_encoder_jobs,
     run_cross_encoder_bench,
 )
-from kafka_scorer.testing.real_models import MissingCheckpoint, minilm_source
+from kafka_scorer.checkpoints.real_models import MissingCheckpoint, minilm_source
 
 
 @pytest.fixture(scope="module")

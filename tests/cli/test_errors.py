@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer import errors
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from tests.cli.helpers import cli_env, run_cli
 
 

@@ -22,8 +22,8 @@ from kafka_scorer.client import (
     ScoringClient,
     ScoringError,
 )
+from kafka_scorer.embedded.broker import free_port
 from kafka_scorer.errors import SettingError, UserFacingError
-from kafka_scorer.testing.broker import free_port
 from kafka_scorer.wire.protocol import Job
 
 FIELDS = set(Job.__struct_fields__)

@@ -18,8 +18,8 @@ from tests.engine.passages import PASSAGES, QUERIES
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("attend", [False, True])
 def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_colbert
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.testing.tiny_models import build_tiny_colbert
 
     path = str(build_tiny_colbert(tmp_path / "colbert", attend_to_expansion_tokens=attend))
     gpu = Scorer(path, dtype="float32", device=device, embedding_cache_mb=16)

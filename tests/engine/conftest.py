@@ -34,12 +34,12 @@ def scorer_for(tiny_models):
 
 @pytest.fixture(scope="session")
 def minilm_cross_encoder(tmp_path_factory):
-    """Directory of the real-weight MiniLM cross-encoder per label count (see testing/real_models.py).
+    """Directory of the real-weight MiniLM cross-encoder per label count (see checkpoints/real_models.py).
 
     A missing checkpoint package fails the test instead of skipping it: CI must not pass without the
     real-weight comparisons.
     """
-    from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_cross_encoder
+    from kafka_scorer.checkpoints.real_models import MissingCheckpoint, build_minilm_cross_encoder
 
     cache: dict[int, object] = {}
 
@@ -57,8 +57,8 @@ def minilm_cross_encoder(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory):
-    """Tiny random encoder cross-encoders (testing/tiny_models.py), one per (arch, labels, overrides)."""
-    from kafka_scorer.testing.tiny_models import build_tiny_encoder
+    """Tiny random encoder cross-encoders (checkpoints/tiny_models.py), one per (arch, labels, overrides)."""
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_encoder
 
     cache: dict[tuple, object] = {}
 

@@ -330,7 +330,7 @@ MULTI_BYTE = "naïve café — 東京の川 😀 résumé, Ünïcödé, Ελλη
 
 @pytest.fixture(scope="module")
 def templated(tmp_path_factory):
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     path = build_tiny_reranker(tmp_path_factory.mktemp("chunk-reranker"))
     scorer = Scorer(

@@ -31,7 +31,7 @@ def causal(tiny_models):
 
 @pytest.fixture(scope="module")
 def templated(tmp_path_factory):
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     path = build_tiny_reranker(tmp_path_factory.mktemp("fit-reranker"))
     scorer = Scorer(

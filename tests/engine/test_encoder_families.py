@@ -1,5 +1,6 @@
-"""Every encoder family on a tiny random checkpoint with a tokenizer of its own kind (testing/tiny_models.py),
-against plain transformers one pair at a time; truncation for encoders and decoders, fuzzed.
+"""Every encoder family on a tiny random checkpoint with a tokenizer of its own kind
+(checkpoints/tiny_models.py), against plain transformers one pair at a time; truncation for encoders and
+decoders, fuzzed.
 
 The real-weight comparison (BERT, with sentence-transformers as a second reference) is test_encoders.py.
 """
@@ -13,9 +14,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_scorer.checkpoints.tiny_models import build_tiny_encoder
 from kafka_scorer.engine.model import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.testing.tiny_models import build_tiny_encoder
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.reference import reference_scores
 
@@ -259,7 +260,7 @@ def test_an_unknown_bidirectional_classifier_is_refused_not_scored_wrongly(tmp_p
     as a decoder its pairs would run as one causal stream. It is detected by behaviour and refused."""
     from transformers import DebertaV2Config
 
-    from kafka_scorer.testing.tiny_models import save_random_model
+    from kafka_scorer.checkpoints.tiny_models import save_random_model
 
     config = DebertaV2Config(
         vocab_size=64,

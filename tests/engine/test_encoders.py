@@ -1,5 +1,5 @@
 """Encoder cross-encoders on a real checkpoint: all-MiniLM-L6-v2's BERT weights and WordPiece tokenizer
-under a seeded classification head (testing/real_models.py), served through the normal loading path.
+under a seeded classification head (checkpoints/real_models.py), served through the normal loading path.
 
 References, one pair at a time and independent of the engine: plain transformers
 `model(**tokenizer(q, d))` and sentence-transformers' `CrossEncoder` (raw logits: identity activation),

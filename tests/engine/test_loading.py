@@ -55,7 +55,7 @@ def test_half_precision_serves_close_scores_and_hidden_states_in_model_dtype(tin
 def test_sliding_window_models_fall_back_to_exact_single_pairs(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from kafka_scorer.testing.tiny_models import build_tokenizer, tiny_config
+    from kafka_scorer.checkpoints.tiny_models import build_tokenizer, tiny_config
 
     tokenizer = build_tokenizer(tmp_path)
     config = tiny_config("qwen2", "causal", vocab_size=len(tokenizer))

@@ -67,7 +67,7 @@ def check_results(result: Result, relevance: list[float], top_n: int | None, ret
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory):
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     path = build_tiny_reranker(tmp_path_factory.mktemp("rerank-shape"))
     return Scorer(

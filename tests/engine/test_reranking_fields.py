@@ -24,7 +24,7 @@ ITEMS = ["The Nile.", "Kafka topics.", "The Amazon river.", "", "The Nile."]
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory):
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     return build_tiny_reranker(tmp_path_factory.mktemp("reranker"))
 

@@ -49,7 +49,7 @@ class Gemma2Models:
     """Capped tiny Gemma 2 checkpoints, plus same-weight variants with one config field changed."""
 
     def __init__(self, root: Path) -> None:
-        from kafka_scorer.testing.tiny_models import build_tiny_model
+        from kafka_scorer.checkpoints.tiny_models import build_tiny_model
 
         config = {
             "attn_logit_softcapping": ATTN_CAP,

@@ -60,7 +60,7 @@ def assert_close(rows, expected, atol=1e-5):
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory):
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     return build_tiny_reranker(tmp_path_factory.mktemp("reranker"))
 

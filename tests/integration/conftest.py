@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.testing.broker import BrokerError, EmbeddedBroker, TransactionalBroker
+from kafka_scorer.embedded.broker import BrokerError, EmbeddedBroker, TransactionalBroker
 from tests.integration.jobs import Reference
 from tests.integration.kafka_helpers import BrokerInfo
 

@@ -23,7 +23,7 @@ from kafka_scorer.wire.protocol import (
 from tests.engine.reference import reference_hidden, reference_scores
 from tests.integration.kafka_helpers import BrokerInfo, Out, Topics, fresh_topics
 
-MODEL_VOCAB = 384 + 16  # tiny tokenizer + padding rows (kafka_scorer.testing.tiny_models)
+MODEL_VOCAB = 384 + 16  # tiny tokenizer + padding rows (kafka_scorer.checkpoints.tiny_models)
 _WORDS = [
     "capital",
     "California",

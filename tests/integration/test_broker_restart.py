@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from tests.integration.jobs import assert_answers, expected_id, mixed_jobs, to_record
 from tests.integration.kafka_helpers import (
     BrokerInfo,

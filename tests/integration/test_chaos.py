@@ -24,7 +24,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAlreadyExistsError
 
-from kafka_scorer.testing.broker import EmbeddedBroker, free_port
+from kafka_scorer.embedded.broker import EmbeddedBroker, free_port
 from kafka_scorer.wire.protocol import Job, Result
 from tests.integration.chaos import (
     Background,

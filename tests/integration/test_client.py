@@ -19,7 +19,7 @@ from kafka_scorer.client import (
     ScoringTimeout,
     TopicMissing,
 )
-from kafka_scorer.testing.broker import EmbeddedBroker, free_port
+from kafka_scorer.embedded.broker import EmbeddedBroker, free_port
 from kafka_scorer.wire.protocol import ErrorCode, Job, decode_job
 from tests.integration.jobs import MODEL_VOCAB, Sent, assert_matches_reference, mixed_jobs
 from tests.integration.kafka_helpers import InProcessWorker, fresh_topics, read_topic
@@ -194,7 +194,7 @@ async def test_start_waits_for_a_broker_that_comes_up_within_the_connect_timeout
 
     async def later() -> None:
         await asyncio.sleep(1.5)
-        broker.start()  # on the loop's thread: its parent-death signal (testing/broker.py)
+        broker.start()  # on the loop's thread: its parent-death signal (embedded/broker.py)
 
     starting = asyncio.create_task(later())
     try:

@@ -16,7 +16,7 @@ import pytest
 from aiokafka.errors import TopicAlreadyExistsError
 
 from kafka_scorer.client import NotSent, ScoringClient, ScoringTimeout
-from kafka_scorer.testing.broker import EmbeddedBroker
+from kafka_scorer.embedded.broker import EmbeddedBroker
 from kafka_scorer.wire.protocol import Result, encode_result
 from tests.integration.jobs import Sent, assert_matches_reference, mixed_jobs
 from tests.integration.kafka_helpers import (

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from kafka_scorer.wire.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK
 from tests.integration.jobs import assert_answers, expected_id, mixed_stream
 from tests.integration.kafka_helpers import InProcessWorker, decode_replies, produce

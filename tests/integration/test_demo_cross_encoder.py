@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kafka_scorer.checkpoints.real_models import MissingCheckpoint, build_minilm_cross_encoder
 from kafka_scorer.cli.demo import _ITEMS, _QUERIES
-from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_cross_encoder
 from tests.cli.helpers import cli_env, run_cli
 from tests.integration.test_demo import parse_table
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 from kafka_scorer.cli.demo_rerank import rerank_job
 from kafka_scorer.engine.revision import checkpoint_revision
-from kafka_scorer.testing.tiny_models import build_tiny_reranker
 from tests.cli.helpers import ROOT, cli_env
 from tests.engine.test_templates import CARD_INSTRUCTION, card_prompt, reference_rows
 from tests.integration.test_demo import table_lines

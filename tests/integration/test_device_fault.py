@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from tests.integration.jobs import expected_id, mixed_stream
 from tests.integration.kafka_helpers import (
     InProcessWorker,

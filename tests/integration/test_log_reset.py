@@ -17,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from kafka_scorer.testing.broker import EmbeddedBroker
+from kafka_scorer.embedded.broker import EmbeddedBroker
 from tests.integration.jobs import assert_answers, expected_id, mixed_jobs, to_record
 from tests.integration.kafka_helpers import (
     BrokerInfo,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from tests.integration.kafka_helpers import Out, decode_replies, produce, read_topic
 from tests.integration.processes import (
     FAST_GROUP,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from tests.integration.processes import probe, start, stopped_at_exit
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from tests.cli.helpers import run_cli
 from tests.integration.processes import start, wait_for
 

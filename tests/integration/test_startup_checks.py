@@ -17,8 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kafka_scorer.embedded.broker import free_port
 from kafka_scorer.kafka.admin import create_topics
-from kafka_scorer.testing.broker import free_port
 from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import (

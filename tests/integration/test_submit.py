@@ -240,7 +240,7 @@ READABLE_RANK = re.compile(r"^    (\d+)\. #(\d+) (\d\.\d{4}) (.+)$")
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory) -> Path:
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     return build_tiny_reranker(tmp_path_factory.mktemp("reranker"))
 

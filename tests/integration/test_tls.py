@@ -24,10 +24,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kafka_scorer.config import Settings
+from kafka_scorer.embedded.broker import EmbeddedBroker, free_port
 from kafka_scorer.errors import SettingError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.preflight import check_connection, wait_until_accepted
-from kafka_scorer.testing.broker import EmbeddedBroker, free_port
 from kafka_scorer.wire.protocol import Job, Result
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import (

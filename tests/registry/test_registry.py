@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from kafka_scorer.wire.contract import json_schema
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result, encode_result, error_result, unframe
 from kafka_scorer.wire.registry import RegistryError, SchemaRegistry, frame, subject_for

@@ -240,7 +240,7 @@ def _code(decoded: Inbound | Rejected) -> ErrorCode | None:
 def templated_fuzz_scorer(tmp_path_factory) -> Scorer:
     """The same limits behind the qwen3-reranker template: every text job goes through the template's
     pieces, the seam repair and the label lookup by text."""
-    from kafka_scorer.testing.tiny_models import build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     return Scorer(
         str(build_tiny_reranker(tmp_path_factory.mktemp("fuzz-reranker"))),

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from kafka_scorer.config import Settings
-from kafka_scorer.testing.broker import free_port
+from kafka_scorer.embedded.broker import free_port
 from kafka_scorer.worker.service import Worker
 from tests.worker.conftest import FakeEngine
 

@@ -109,8 +109,8 @@ def test_maxsim_is_the_plain_loop():
 
 @pytest.fixture(scope="session")
 def minilm_colbert(tmp_path_factory):
-    """MiniLM's real weights under a seeded projection, in PyLate's layout (testing/real_models.py)."""
-    from kafka_scorer.testing.real_models import MissingCheckpoint, build_minilm_colbert
+    """MiniLM's real weights under a seeded projection, in PyLate's layout (checkpoints/real_models.py)."""
+    from kafka_scorer.checkpoints.real_models import MissingCheckpoint, build_minilm_colbert
 
     try:
         return build_minilm_colbert(tmp_path_factory.mktemp("minilm-colbert"))

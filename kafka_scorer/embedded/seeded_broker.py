@@ -17,7 +17,7 @@ from __future__ import annotations
 import subprocess
 from types import TracebackType
 
-from kafka_scorer.testing.broker import BrokerError, EmbeddedBroker, _BrokerProcess, free_port, tansu_binary
+from kafka_scorer.embedded.broker import BrokerError, EmbeddedBroker, _BrokerProcess, free_port, tansu_binary
 
 AUTO_CREATED_PARTITIONS = 4
 """What tansu 0.6 gives a topic created on produce or on a metadata request (it has no setting for it):

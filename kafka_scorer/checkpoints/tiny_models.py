@@ -410,7 +410,7 @@ def build_tiny_encoder(
 
 
 def build_tiny_colbert(directory: str | Path, **options: Any) -> Path:
-    """A tiny random ColBERT in PyLate's layout (`testing/tiny_colbert.py` says what it holds)."""
-    from kafka_scorer.testing.tiny_colbert import build_tiny_colbert as build
+    """A tiny random ColBERT in PyLate's layout (`checkpoints/tiny_colbert.py` says what it holds)."""
+    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert as build
 
     return build(directory, **options)

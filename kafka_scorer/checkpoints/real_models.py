@@ -60,7 +60,7 @@ def build_minilm_colbert(directory: str | Path, *, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, BertModel
 
-    from kafka_scorer.testing.tiny_colbert import save_colbert_modules
+    from kafka_scorer.checkpoints.tiny_colbert import save_colbert_modules
 
     path = Path(directory)
     source = minilm_source()

@@ -34,7 +34,7 @@ def build_tiny_colbert(
     import torch
     from transformers import AutoModel
 
-    from kafka_scorer.testing.tiny_models import build_encoder_tokenizer, encoder_config
+    from kafka_scorer.checkpoints.tiny_models import build_encoder_tokenizer, encoder_config
 
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
