@@ -28,12 +28,7 @@ BACKEND = "deterministic"
 def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
     """Switch `loaded`'s body to fixed-shape blocks, eager; returns the attention backend to use."""
     from kafka_scorer.engine.models.decoder import FusedDecoder
-    from kafka_scorer.engine.models.decoder_layer import (
-        Regions,
-        after_attention,
-        after_attention_sandwich,
-        before_attention,
-    )
+    from kafka_scorer.engine.models.decoder_layer import Regions
 
     body = loaded.body
     if not isinstance(body, FusedDecoder):
@@ -50,6 +45,5 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
             f"{attention_backend!r}: unset --attention-backend (KAFKA_SCORER_ATTENTION_BACKEND)",
         )
     body.shape = dataclasses.replace(body.shape, fixed_rows=True)
-    after = after_attention_sandwich if body.shape.sandwich else after_attention
-    body.regions = Regions(before_attention, after)
+    body.regions = Regions.eager(body.shape)
     return BACKEND

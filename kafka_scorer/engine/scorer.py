@@ -53,6 +53,13 @@ class PackedBatch:
     forwards: list[tuple[list[tuple[int, PreparedJob]], ForwardBatch]]
     failure: str | None = None
 
+    def runnable(self) -> list[PreparedJob]:
+        """The jobs to run. A packing failure is raised here, on the device thread, so that the
+        bisection (engine/bisection.py) packs the batch again in halves and isolates the job behind it."""
+        if self.failure is not None and self.jobs:
+            raise RuntimeError(self.failure)
+        return self.jobs
+
 
 class Scorer:
     def __new__(cls, model: str = "", **options: object) -> Scorer:
@@ -204,26 +211,24 @@ class Scorer:
         """
         jobs = list(jobs)
         try:
-            plan = plan_forwards(jobs, self.max_batch_tokens)
-            forwards = [
-                self._build_prefixed(group)
-                if self._prefixes is not None
-                else (
-                    group,
-                    build_forward_batch(
-                        [piece for _, piece in group],
-                        device=self.loaded.device,
-                        attention_backend=self.attention_backend,
-                        sliding_window=self.loaded.sliding_window,
-                        encoder=self.loaded.encoder,
-                    ),
-                )
-                for group in plan
-            ]
+            forwards = [self._build_forward(group) for group in plan_forwards(jobs, self.max_batch_tokens)]
         except Exception as exc:  # the engine's one guard around packing: the batch is answered, not lost
             log.exception("packing failed for %d jobs", len(jobs))
             return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
         return PackedBatch(jobs, forwards)
+
+    def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, ForwardBatch]:
+        """One planned forward's tensors (the group comes back reordered when prefixes are cached)."""
+        if self._prefixes is not None:
+            return self._build_prefixed(group)
+        batch = build_forward_batch(
+            [piece for _, piece in group],
+            device=self.loaded.device,
+            attention_backend=self.attention_backend,
+            sliding_window=self.loaded.sliding_window,
+            encoder=self.loaded.encoder,
+        )
+        return group, batch
 
     def run_packed(self, packed: PackedBatch) -> list[Result]:
         """On the device thread: the forwards of one packed batch; results in the jobs' order.
@@ -243,11 +248,7 @@ class Scorer:
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
         """The forwards of one packed batch; raises on the first failure."""
-        jobs = packed.jobs
-        if not jobs:
-            return []
-        if packed.failure is not None:
-            raise RuntimeError(packed.failure)
+        jobs = packed.runnable()
         rows: list[list[list[float]]] = [[] for _ in jobs]
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
         cached = [0] * len(jobs)

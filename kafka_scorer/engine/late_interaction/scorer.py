@@ -10,9 +10,6 @@ tokens whose vectors came from the cache.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-
 from kafka_scorer.engine.late_interaction.embedding_cache import (
     EmbeddingCache,
     EmbeddingCacheStats,
@@ -21,12 +18,9 @@ from kafka_scorer.engine.late_interaction.embedding_cache import (
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.preparer import LatePreparer
 from kafka_scorer.engine.prepared import PreparedJob
-from kafka_scorer.engine.scheduler import plan_forwards
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Result
-
-log = logging.getLogger(__name__)
 
 
 class LateInteractionScorer(Scorer):
@@ -63,22 +57,12 @@ class LateInteractionScorer(Scorer):
         super().warm_up()
         self.clear_embedding_cache()  # the warm-up's documents are no traffic's
 
-    def pack(self, jobs: Sequence[PreparedJob]) -> PackedBatch:
-        jobs = list(jobs)
-        try:
-            plan = plan_forwards(jobs, self.max_batch_tokens)
-            forwards = [(group, build_late_forward(group, self.loaded, self._embeddings)) for group in plan]
-        except Exception as exc:  # answered per job by run_packed, like Scorer.pack
-            log.exception("packing failed for %d jobs", len(jobs))
-            return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
-        return PackedBatch(jobs, forwards)  # type: ignore[arg-type]
+    def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]
+        """Scorer.pack's plan and guard; a forward here is the documents' and queries' late forward."""
+        return group, build_late_forward(group, self.loaded, self._embeddings)
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
-        jobs = packed.jobs
-        if not jobs:
-            return []
-        if packed.failure is not None:
-            raise RuntimeError(packed.failure)
+        jobs = packed.runnable()
         rows: list[list[list[float]]] = [[] for _ in jobs]
         cached = [0] * len(jobs)
         for _, forward in packed.forwards:

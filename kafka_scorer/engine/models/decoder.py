@@ -31,9 +31,6 @@ from kafka_scorer.engine.models.decoder_layer import (
     LayerShape,
     LayerWeights,
     Regions,
-    after_attention,
-    after_attention_sandwich,
-    before_attention,
     run_layer,
 )
 
@@ -113,7 +110,7 @@ def fused_decoder(body: nn.Module, compiled: bool) -> FusedDecoder | None:
         sandwich=sandwich,
         activation=activation,
     )
-    regions = Regions(before_attention, after_attention_sandwich if sandwich else after_attention)
+    regions = Regions.eager(shape)
     if compiled:
         regions = compile_regions(regions)
     return FusedDecoder(body, shape, layers, regions, _embed_scale(body, sandwich))

@@ -130,6 +130,11 @@ class Regions:
     before: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
     after: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
+    @classmethod
+    def eager(cls, shape: LayerShape) -> Regions:
+        """The plain functions for a layer of this shape (Gemma 2's sandwich norms, or not)."""
+        return cls(before_attention, after_attention_sandwich if shape.sandwich else after_attention)
+
 
 def run_layer(
     hidden: torch.Tensor,
