@@ -407,10 +407,3 @@ def build_tiny_encoder(
     tokenizer = build_encoder_tokenizer(path, arch)
     config = encoder_config(arch, tokenizer=tokenizer, num_labels=num_labels, overrides=overrides)
     return save_random_model(config, "classification", path, seed=seed)
-
-
-def build_tiny_colbert(directory: str | Path, **options: Any) -> Path:
-    """A tiny random ColBERT in PyLate's layout (`checkpoints/tiny_colbert.py` says what it holds)."""
-    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert as build
-
-    return build(directory, **options)

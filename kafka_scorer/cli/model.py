@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.worker.logs import quiet_progress_bars
 
     quiet_progress_bars()  # before transformers loads: no `Writing model shards` bar into a pipe or file
-    from kafka_scorer.checkpoints.tiny_models import build_tiny_colbert, build_tiny_model, build_tiny_reranker
+    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
+    from kafka_scorer.checkpoints.tiny_models import build_tiny_model, build_tiny_reranker
 
     kind = MODELS[args.name][0]
     serve = f"kafka-scorer worker --model {directory}"

@@ -27,6 +27,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
+
 log = logging.getLogger(__name__)
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -104,6 +106,11 @@ class WorkerMetrics:
         self.consumer_lag.clear()
         for (topic, partition), lag in lags.items():
             self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
+
+    def watch_caches(self, engine: object) -> None:
+        """Export the engine's cache counters (prefix cache, document embeddings), read at each scrape."""
+        for cache in (PREFIX_CACHE, EMBEDDING_CACHE):
+            cache.watch(self.registry, engine)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -38,7 +38,6 @@ from kafka_scorer.kafka.producer import ResultProducer
 from kafka_scorer.kafka.topic_watch import TopicWatch
 from kafka_scorer.worker.batch_report import report_batch
 from kafka_scorer.worker.batcher import BatchDone, Batcher
-from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
 from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
 from kafka_scorer.worker.engine import Engine
@@ -75,8 +74,7 @@ class Worker:
         self.engine = engine
         self.served = engine.served
         self.metrics = metrics or WorkerMetrics()
-        PREFIX_CACHE.watch(self.metrics.registry, engine)
-        EMBEDDING_CACHE.watch(self.metrics.registry, engine)
+        self.metrics.watch_caches(engine)
         self.tracing = tracing if tracing is not None else from_environment()
         self.group_model = OneModelAssignor.serving(
             settings.group_id, self.served.description or {"model": self.served.name}

@@ -18,7 +18,7 @@ from tests.engine.passages import PASSAGES, QUERIES
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("attend", [False, True])
 def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
-    from kafka_scorer.checkpoints.tiny_models import build_tiny_colbert
+    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
     from kafka_scorer.engine.scorer import Scorer
 
     path = str(build_tiny_colbert(tmp_path / "colbert", attend_to_expansion_tokens=attend))

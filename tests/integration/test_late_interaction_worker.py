@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 async def test_the_worker_serves_a_colbert_checkpoint(kafka, tmp_path) -> None:
     from sentence_transformers import MultiVectorEncoder
 
-    from kafka_scorer.checkpoints.tiny_models import build_tiny_colbert
+    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
     from kafka_scorer.engine.scorer import Scorer
 
     path = build_tiny_colbert(tmp_path / "colbert")

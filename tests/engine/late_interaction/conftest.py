@@ -8,7 +8,7 @@ from kafka_scorer.engine.scorer import Scorer
 @pytest.fixture(scope="session")
 def tiny_colbert(tmp_path_factory):
     """Tiny random ColBERT checkpoints in PyLate's layout (checkpoints/tiny_colbert.py), one per options."""
-    from kafka_scorer.checkpoints.tiny_models import build_tiny_colbert
+    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
 
     cache: dict[tuple, object] = {}
 
