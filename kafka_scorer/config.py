@@ -146,6 +146,14 @@ class EngineSettings(BaseSettings):
         "prefix cache off (docs/engine.md, Deterministic mode; its cost in docs/performance.md). Decoders "
         "with the engine's own layers only.",
     )
+    cuda_graph_tokens: int = Field(
+        -1,
+        ge=-1,
+        description="Forwards of up to this many tokens are padded to a token bucket and replayed from a "
+        "CUDA graph captured at warm-up, instead of launching each kernel from Python (docs/engine.md, CUDA "
+        "graphs). -1: 8192 on CUDA, none on the CPU; 0: off. Decoders with the engine's own layers and "
+        "the flex attention backend only; never in deterministic mode.",
+    )
 
     @field_validator("chunking")
     @classmethod

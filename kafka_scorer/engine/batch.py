@@ -1,6 +1,6 @@
 """ForwardBatch: several prepared jobs packed into one flat token stream, built on the CPU.
 
-Layout of the stream, sequence after sequence, no padding:
+Layout of the stream, sequence after sequence, no padding (but a CUDA graph's tail, `pad_to`):
 - a packed (MIS) sequence: `query | item 0 | item 1 | ...`; jobs whose query token ids are identical
   share one sequence (their items are concatenated job after job, and split back by row ranges);
 - a plain pair: `query + item` (or `item + query`) as a sequence with no items;
@@ -14,7 +14,7 @@ so nothing on the device scans `input_ids` or syncs to find a boundary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +22,7 @@ import torch
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
 from kafka_scorer.engine.encoders import EncoderSpec
+from kafka_scorer.engine.graphs.buckets import padding_lengths
 from kafka_scorer.engine.prepared import PreparedJob
 
 
@@ -106,7 +107,10 @@ def build_forward_batch(
     attention_backend: str = "dense",
     sliding_window: int | None = None,
     encoder: EncoderSpec | None = None,
+    pad_to: Callable[[int], int | None] | None = None,
 ) -> ForwardBatch:
+    """`pad_to` (decoders only) maps the stream's token count to the count to pad it to (a CUDA graph's
+    bucket, `engine/graphs/`), or None to leave it as it is; padding adds sequences, never rows."""
     ids: list[int] = []
     types: list[int] = []
     positions: list[int] = []
@@ -140,6 +144,14 @@ def build_forward_batch(
         seq_lens.append(len(ids) - start)
         prefix_lens.append(prefix_len)
         item_lens.append(tuple(lens))
+    target = pad_to(len(ids)) if pad_to is not None and encoder is None else None
+    for length in padding_lengths(len(ids), target) if target else ():
+        seq_starts.append(len(ids))
+        seq_lens.append(length)
+        prefix_lens.append(length)
+        item_lens.append(())
+        ids.extend([0] * length)
+        positions.extend(range(length))
 
     job_rows: list[tuple[int, int]] = []
     flat_scoring: list[int] = []

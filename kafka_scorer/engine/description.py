@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
     from kafka_scorer.engine.scorer import Scorer
 
 
 def describe(scorer: Scorer) -> dict[str, str]:
     prefixes = scorer.prefix_cache_capacity_mb
+    graphs = scorer.graphs
     return {
         "model": scorer.model_name,
         "kind": scorer.kind.value,
@@ -23,4 +25,11 @@ def describe(scorer: Scorer) -> dict[str, str]:
         "revision": scorer.revision,
         "template": scorer.template.name if scorer.template else "",
         "prefix_cache_mb": f"{prefixes:g}",
+        "cuda_graphs": _graphs(graphs) if graphs is not None and graphs.ready else "off",
     }
+
+
+def _graphs(graphs: ForwardGraphs) -> str:
+    """Which forwards replay a graph: "<buckets> up to <tokens>", or "... (uncaptured)" off CUDA."""
+    sizes = graphs.buckets.sizes
+    return f"{len(sizes)} buckets up to {sizes[-1]} tokens" + ("" if graphs.capture else " (uncaptured)")

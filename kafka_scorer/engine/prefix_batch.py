@@ -21,6 +21,7 @@ thread's row bookkeeping is unchanged.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -85,17 +86,27 @@ class PrefixPlanner:
         self.num_layers = num_layers
 
     def build(
-        self, group: Group, *, device: torch.device, attention_backend: str, sliding_window: int | None
+        self,
+        group: Group,
+        *,
+        device: torch.device,
+        attention_backend: str,
+        sliding_window: int | None,
+        pad_to: Callable[[int], int | None] | None = None,
     ) -> tuple[Group, ForwardBatch]:
+        """`pad_to` (a CUDA graph's bucket) applies to a forward with no prefix hit or fill only: the
+        hit sequences must be the stream's tail, and a prefixed batch has no graph."""
         plan = self._plan(group)
         ordered = plan.front + plan.hits
+        plain = not plan.hits and not plan.fillers
         batch = build_forward_batch(
             [piece for _, piece in ordered],
             device=device,
             attention_backend=attention_backend,
             sliding_window=sliding_window,
+            pad_to=pad_to if plain else None,
         )
-        if not plan.hits and not plan.fillers:
+        if plain:
             return ordered, batch
         return ordered, _with_prefixes(batch, plan, attention_backend, device.type == "cuda")
 

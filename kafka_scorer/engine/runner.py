@@ -4,7 +4,8 @@ The decoder (or encoder) runs once over the flat stream; only the scoring rows a
 model kind picks the head. An encoder's row is its pair's first token, or the mean over the pair's
 tokens (ModernBERT's mean pooling), and its head is the stock classifier (`engine/encoders.py`).
 The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
-come back.
+come back. A forward padded to a captured bucket replays its CUDA graph for the body
+(`engine/graphs/`); the rest is the same.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.batch import ForwardBatch
+from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.invariant_heads import invariant_classification_scores, invariant_label_scores
 from kafka_scorer.engine.model import LoadedModel, ModelKind
@@ -29,10 +31,14 @@ class BatchOutput:
 
 
 class ModelRunner:
-    def __init__(self, model: LoadedModel, deterministic: bool = False) -> None:
+    def __init__(
+        self, model: LoadedModel, deterministic: bool = False, graphs: ForwardGraphs | None = None
+    ) -> None:
         self.model = model
         self.deterministic = deterministic
         """Heads by fixed-shape row blocks (`engine/invariant_heads.py`)."""
+        self.graphs = graphs
+        """The body's CUDA graphs (`engine/graphs/`), used once captured; None where they do not apply."""
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> BatchOutput:
@@ -42,17 +48,9 @@ class ModelRunner:
         def to_device(tensor: torch.Tensor) -> torch.Tensor:
             return tensor.to(device, non_blocking=True)
 
-        inputs = {
-            "input_ids": to_device(batch.input_ids)[None],
-            "position_ids": to_device(batch.positions)[None],
-            # Once per batch, before the model body: every layer reads these device tensors.
-            METADATA_KWARG: batch.attention.to(device),
-        }
-        if model.encoder is None:
-            inputs["use_cache"] = False
-        if batch.token_types is not None:
-            inputs["token_type_ids"] = to_device(batch.token_types)[None]
-        hidden = model.body(**inputs)[0][0]
+        hidden = self.graphs.hidden(batch) if self.graphs is not None else None
+        if hidden is None:
+            hidden = self._body(batch, to_device)
         if batch.token_rows is not None:
             rows = _mean_rows(hidden, to_device(batch.token_rows), batch.score_index.numel())
         else:
@@ -75,6 +73,20 @@ class ModelRunner:
             scores = head(rows, model.head, softmax_rows, to_device(batch.sigmoid_rows))
         pooled = rows.index_select(0, to_device(batch.hidden_rows))
         return BatchOutput(scores=scores.cpu(), hidden=pooled.cpu())
+
+    def _body(self, batch: ForwardBatch, to_device) -> torch.Tensor:
+        """The model body run from Python: [T] tokens -> [T, hidden]."""
+        inputs = {
+            "input_ids": to_device(batch.input_ids)[None],
+            "position_ids": to_device(batch.positions)[None],
+            # Once per batch, before the model body: every layer reads these device tensors.
+            METADATA_KWARG: batch.attention.to(self.model.device),
+        }
+        if self.model.encoder is None:
+            inputs["use_cache"] = False
+        if batch.token_types is not None:
+            inputs["token_type_ids"] = to_device(batch.token_types)[None]
+        return self.model.body(**inputs)[0][0]
 
 
 def _mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> torch.Tensor:

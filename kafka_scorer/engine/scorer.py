@@ -26,6 +26,7 @@ from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
 from kafka_scorer.engine.description import describe
 from kafka_scorer.engine.deterministic import make_deterministic
 from kafka_scorer.engine.failures import failed_results
+from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.prefix_batch import cached_tokens, prefix_planner
@@ -90,8 +91,10 @@ class Scorer:
         prefix_cache_mb: int = -1,
         embedding_cache_mb: int = -1,
         deterministic: bool = False,
+        cuda_graph_tokens: int = -1,
     ) -> None:
-        """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`)."""
+        """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`);
+        `cuda_graph_tokens` by decoders with the engine's own layers (`engine/graphs/`)."""
         self.loaded: LoadedModel = load_model(
             model,
             served_name=served_model_name,
@@ -131,8 +134,19 @@ class Scorer:
         self._provenance = ServedModel(self.model_name, self.revision, self.dtype_name)
         self._prefixes = prefix_planner(self.loaded, prefix_cache_mb, self.revision)
         self._preparer = JobPreparer(self.loaded, limits, self.template)
-        self._runner = ModelRunner(self.loaded, deterministic)
+        self._runner = ModelRunner(self.loaded, deterministic, self._graphs_for(cuda_graph_tokens))
         self._executor: ThreadPoolExecutor | None = None
+
+    def _graphs_for(self, setting: int) -> ForwardGraphs | None:
+        """The body's CUDA graphs (captured at warm-up); none in deterministic mode (tiled attention)."""
+        if self.deterministic:
+            return None
+        loaded = self.loaded
+        return graphs_for(loaded.body, loaded.device, setting, self.max_batch_tokens, loaded.sliding_window)
+
+    @property
+    def graphs(self) -> ForwardGraphs | None:
+        return self._runner.graphs
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Scorer:
@@ -227,8 +241,15 @@ class Scorer:
             attention_backend=self.attention_backend,
             sliding_window=self.loaded.sliding_window,
             encoder=self.loaded.encoder,
+            pad_to=self._pad_to,
         )
         return group, batch
+
+    @property
+    def _pad_to(self):
+        """The packing thread pads a forward to its CUDA graph's bucket once graphs are captured."""
+        graphs = self._runner.graphs
+        return graphs.bucket_for if graphs is not None and self.attention_backend == "flex" else None
 
     def run_packed(self, packed: PackedBatch) -> list[Result]:
         """On the device thread: the forwards of one packed batch; results in the jobs' order.
@@ -294,7 +315,7 @@ class Scorer:
         hidden: list[list[torch.Tensor]],
     ) -> None:
         """Run one forward over `group` and append each piece's rows to its job's lists."""
-        output: BatchOutput = self._runner.forward(batch)
+        output = self.run_forward(batch)
         if self._prefixes is not None:
             self._prefixes.commit(batch)
         scores = output.scores.tolist()
@@ -306,6 +327,10 @@ class Scorer:
                 hidden[index].append(output.hidden[hidden_offset : hidden_offset + end - start])
                 hidden_offset += end - start
 
+    def run_forward(self, batch: ForwardBatch) -> BatchOutput:
+        """One built forward on the device (the device thread's, or the warm-up's checks)."""
+        return self._runner.forward(batch)
+
     def _build_prefixed(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, ForwardBatch]:
         """A forward through the prefix cache (`engine/prefix_batch.py`): its group comes back reordered."""
         assert self._prefixes is not None
@@ -314,6 +339,7 @@ class Scorer:
             device=self.loaded.device,
             attention_backend=self.attention_backend,
             sliding_window=self.loaded.sliding_window,
+            pad_to=self._pad_to,
         )
 
     @property

@@ -4,15 +4,22 @@ One packed MIS sequence as long as the pair limit allows (where the model packs)
 token budget, so that compiles (the fused decoder's regions on CUDA, FlexAttention) and autotunes happen
 here instead of on live traffic, and a FlexAttention the model's real shapes break is found here. When
 the backend was chosen automatically, that falls back to cascade with one line; a backend the operator
-chose is kept, with a warning.
+chose is kept, with a warning. Then the body's CUDA graphs are captured (`engine/graphs/`) and checked:
+a forward replayed from a graph must score as the same forward run from Python, or the graphs are
+dropped, with one line.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
+import torch
+
+from kafka_scorer.engine.batch import build_forward_batch
 from kafka_scorer.engine.model import ModelKind
+from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:
@@ -30,6 +37,59 @@ def warm_up(scorer: Scorer) -> None:
     if failed:
         log.warning("warm-up batch failed (%s); serving anyway", failed)
     scorer.forget_prefixes()  # the warm-up's prefixes are no traffic's
+    _capture_graphs(scorer)
+
+
+GRAPH_CHECK_TOLERANCE = {torch.float32: 1e-4}
+"""Largest |score difference| between a replayed and a Python-run forward; 0.05 for 16-bit dtypes
+(another token count may pick other matmul tiles). A stale buffer or a wrong mask is off by far more."""
+
+
+def _capture_graphs(scorer: Scorer) -> None:
+    graphs = scorer.graphs
+    if graphs is None or scorer.attention_backend != "flex":
+        return
+    started = time.perf_counter()
+    graphs.prepare()
+    if not graphs.ready:
+        return
+    limit = GRAPH_CHECK_TOLERANCE.get(scorer.loaded.dtype, 0.05)
+    worst = max(_graph_difference(scorer, job) for job in _graph_check_jobs(scorer))
+    if worst > limit:
+        log.warning("CUDA graphs off: a replayed forward scored %.3g away from the same forward", worst)
+        graphs.drop()
+        return
+    sizes = graphs.buckets.sizes
+    log.info(
+        "CUDA graphs captured for %d token buckets (%d..%d) in %.1f s",
+        len(sizes),
+        sizes[0],
+        sizes[-1],
+        time.perf_counter() - started,
+    )
+
+
+def _graph_check_jobs(scorer: Scorer) -> list[PreparedJob]:
+    """A lone short job and one that fills about half the largest bucket, neither of a bucket's size."""
+    largest = scorer.graphs.buckets.sizes[-1] if scorer.graphs else 0
+    jobs = [_short_job(scorer), _sized_job(scorer, max(16, largest // 2 - 37))]
+    prepared = [scorer.prepare(job, job.id or "") for job in jobs]
+    return [p for p in prepared if isinstance(p, PreparedJob)]
+
+
+def _graph_difference(scorer: Scorer, job: PreparedJob) -> float:
+    """|replayed - run from Python|, largest over the job's scores (the prefix cache is not involved)."""
+    scores = []
+    for pad_to in (None, scorer.graphs.bucket_for if scorer.graphs else None):
+        batch = build_forward_batch(
+            [job],
+            device=scorer.loaded.device,
+            attention_backend=scorer.attention_backend,
+            sliding_window=scorer.loaded.sliding_window,
+            pad_to=pad_to,
+        )
+        scores.append(scorer.run_forward(batch).scores)
+    return float((scores[0] - scores[1]).abs().max()) if scores[0].numel() else 0.0
 
 
 def _failure(scorer: Scorer) -> str | None:
@@ -44,6 +104,17 @@ def _short_job(scorer: Scorer) -> Job:
     labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
     ids = [(11 + 17 * i) % vocab for i in range(9)]
     return Job(id="warm-up-short", query=ids[:5], items=[ids[5:7], ids[7:]], label_token_ids=labels)
+
+
+def _sized_job(scorer: Scorer, tokens: int) -> Job:
+    """A MIS job of about `tokens` tokens (within the pair limit), other ids than the warm-up's."""
+    vocab = scorer.loaded.input_vocab_size
+    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    item = max(1, min(120, scorer.limits.max_pair_tokens - 40))
+    count = max(1, min((tokens - 24) // item, scorer.limits.max_items_per_job))
+    ids = [(3 + 29 * i) % vocab for i in range(24 + item * count)]
+    items = [ids[24 + item * k : 24 + item * (k + 1)] for k in range(count)]
+    return Job(id="warm-up-graphs", query=ids[:24], items=items, label_token_ids=labels)
 
 
 def warm_up_jobs(scorer: Scorer) -> list[Job]:

@@ -1,0 +1,1 @@
+"""CUDA graphs for the MIS forward: token-count buckets, static inputs, captured bodies (issue 24)."""
