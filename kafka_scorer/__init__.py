@@ -1,7 +1,8 @@
 """kafka-scorer: LLM scoring jobs from Kafka, micro-batched onto a GPU or CPU.
 
-`Scorer` is imported lazily: `import kafka_scorer` (and `kafka-scorer --help`) should not pay for
-importing torch and transformers.
+`Scorer` and `open_scorer` (which opens any checkpoint with its kind's scorer class,
+`engine/scorers.py`) are imported lazily: `import kafka_scorer` (and `kafka-scorer --help`) should not
+pay for importing torch and transformers.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["Scorer", "__version__"]
+__all__ = ["Scorer", "__version__", "open_scorer"]
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scorers import open_scorer
 
 
 def __getattr__(name: str):
@@ -20,4 +22,8 @@ def __getattr__(name: str):
         from kafka_scorer.engine.scorer import Scorer
 
         return Scorer
+    if name == "open_scorer":
+        from kafka_scorer.engine.scorers import open_scorer
+
+        return open_scorer
     raise AttributeError(name)

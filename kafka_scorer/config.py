@@ -171,7 +171,8 @@ class EngineSettings(BaseSettings):
         return self
 
     def engine_config(self) -> EngineConfig:
-        """The plain record the engine is built from (`Scorer.from_config`): the engine reads no settings."""
+        """The plain record the engine is built from (`scorer_from_config`, `engine/scorers.py`): the engine
+        reads no settings."""
         from kafka_scorer.engine.config import EngineConfig
 
         return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})

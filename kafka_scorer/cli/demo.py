@@ -72,12 +72,12 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.cli.model_source import check_model_source
     from kafka_scorer.engine.model import ModelKind
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scorers import open_scorer
 
     if model:
         try:
             check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
-            scorer = Scorer(model, device=device, dtype=dtype)
+            scorer = open_scorer(model, device=device, dtype=dtype)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
             say(f"cannot load --model {model}: {reason}")
@@ -90,7 +90,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
     models = []
     for kind in ("causal", "classification"):
         path = build_tiny_model(workdir / f"tiny-{kind}", "qwen3", kind, num_labels=3)  # type: ignore[arg-type]
-        scorer = Scorer(str(path), served_model_name=f"tiny-random-{kind}", device=device, dtype=dtype)
+        scorer = open_scorer(str(path), served_model_name=f"tiny-random-{kind}", device=device, dtype=dtype)
         models.append(_with_labels(DemoModel(kind, scorer, random=True)))
     return models
 

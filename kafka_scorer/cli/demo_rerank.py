@@ -55,7 +55,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     cannot be loaded: the same fallback as the plain demo)."""
     from kafka_scorer.cli.demo_parts import DemoModel, say
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scorers import open_scorer
     from kafka_scorer.engine.templates import TemplateError, load_template
 
     try:
@@ -65,7 +65,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     if model:
         try:
             check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
-            scorer = Scorer(model, device=device, dtype=dtype, template=template)
+            scorer = open_scorer(model, device=device, dtype=dtype, template=template)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
             say(f"cannot load --model {model}: {reason}")
@@ -75,7 +75,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     path = build_tiny_reranker(workdir / "tiny-reranker")
-    scorer = Scorer(
+    scorer = open_scorer(
         str(path), served_model_name="tiny-random-reranker", device=device, dtype=dtype, template=template
     )
     return DemoModel("reranker", scorer, random=True, template=template)

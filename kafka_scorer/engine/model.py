@@ -228,15 +228,11 @@ def load_model(
 
     from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
 
-    if is_late_interaction(model_path):
-        from kafka_scorer.engine.late_interaction.loading import load_late_interaction
-
-        return load_late_interaction(
-            model_path,
-            served_name=served_name,
-            dtype=dtype,
-            device=device,
-            trust_remote_code=trust_remote_code,
+    if is_late_interaction(model_path):  # its loader is its scorer's (`engine/late_interaction/`)
+        raise ModelLoadError(
+            f"model: {model_path!r} is a late-interaction (ColBERT) checkpoint, served by "
+            "LateInteractionScorer: open it with open_scorer(path) or scorer_from_config(config) "
+            "(kafka_scorer.engine.scorers), which pick the class for any checkpoint, not with Scorer(path)"
         )
     register_attention()
     torch_device = resolve_device(device)

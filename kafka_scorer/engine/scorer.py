@@ -63,11 +63,13 @@ class PackedBatch:
 
 
 class Scorer:
-    def __new__(cls, model: str = "", **options: object) -> Scorer:
-        """A ColBERT checkpoint directory gets the late-interaction scorer (`engine/late_interaction/`)."""
-        from kafka_scorer.engine.late_interaction.checkpoint import late_scorer_class
+    """The engine of one checkpoint. `Scorer(path)` serves the decoder and cross-encoder kinds; a
+    checkpoint of any kind is opened by `open_scorer` (`engine/scorers.py`), which picks the class."""
 
-        return super().__new__(late_scorer_class(model) if cls is Scorer and model else cls)
+    @staticmethod
+    def _load(model: str, **options) -> LoadedModel:
+        """The kind's loader (`engine/model.py`); a subclass of another kind loads its own checkpoints."""
+        return load_model(model, **options)
 
     def __init__(
         self,
@@ -95,7 +97,7 @@ class Scorer:
     ) -> None:
         """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`);
         `cuda_graph_tokens` by decoders with the engine's own layers (`engine/graphs/`)."""
-        self.loaded: LoadedModel = load_model(
+        self.loaded: LoadedModel = self._load(
             model,
             served_name=served_model_name,
             dtype=dtype,

@@ -45,17 +45,6 @@ def is_late_interaction(model_path: str) -> bool:
     return maxsim or "query_length" in settings or "document_length" in settings
 
 
-def late_scorer_class(model_path: str) -> type:
-    """The `Scorer` class that serves `model_path`: this kind's for a ColBERT directory."""
-    from kafka_scorer.engine.scorer import Scorer
-
-    if not is_late_interaction(model_path):
-        return Scorer
-    from kafka_scorer.engine.late_interaction.scorer import LateInteractionScorer
-
-    return LateInteractionScorer
-
-
 @dataclass(frozen=True)
 class ColbertSettings:
     """The encoding a ColBERT checkpoint defines (PyLate's names and defaults)."""

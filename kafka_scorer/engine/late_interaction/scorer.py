@@ -1,7 +1,8 @@
 """The `Scorer` of a late-interaction (ColBERT) checkpoint.
 
-`Scorer(path)` builds this class when `path` is a ColBERT directory (`Scorer.__new__`), so the worker,
-the CLI and the bench serve it like any other kind. Preparing, the device-thread failure handling and
+`open_scorer(path)` (`engine/scorers.py`) builds this class when `path` is a ColBERT directory, so the
+worker, the CLI and the bench serve it like any other kind; its checkpoint is loaded by `loading.py`
+(the `_load` hook), not by `engine/model.py`. Preparing, the device-thread failure handling and
 result stamping are `Scorer`'s; what differs is the preparer (`preparer.py`), the forward
 (`forward.py`: queries and uncached documents in one pass, MaxSim per job) and the embedding cache.
 Results carry one column, the MaxSim score of each item, and `cached_tokens` counts the document
@@ -16,7 +17,9 @@ from kafka_scorer.engine.late_interaction.embedding_cache import (
     embedding_capacity_bytes,
 )
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
+from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LatePreparer
+from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
 from kafka_scorer.errors import SettingError
@@ -24,6 +27,12 @@ from kafka_scorer.wire.protocol import Result
 
 
 class LateInteractionScorer(Scorer):
+    @staticmethod
+    def _load(model: str, *, decoder_forward: str = "auto", **options) -> LoadedModel:
+        """A ColBERT directory's encoder, projection and markers (`loading.py`); `decoder_forward`
+        chooses a decoder's layers, and an encoder has none to choose."""
+        return load_late_interaction(model, **options)
+
     def __init__(self, model: str, *, embedding_cache_mb: int = -1, **options) -> None:
         if options.get("template"):
             raise SettingError(

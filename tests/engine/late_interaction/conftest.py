@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.scorers import open_scorer
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +33,7 @@ def colbert_scorer(tiny_colbert):
         key = (tuple(sorted((checkpoint or {}).items())), tuple(sorted(options.items())))
         if key not in cache:
             path = tiny_colbert(**(checkpoint or {}))
-            cache[key] = Scorer(str(path), dtype="float32", device="cpu", **options)
+            cache[key] = open_scorer(str(path), dtype="float32", device="cpu", **options)
         return cache[key]
 
     return get

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kafka_scorer.engine.late_interaction.preparer import LateJob
 from kafka_scorer.engine.model import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.scorers import open_scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
 
@@ -78,9 +79,16 @@ def test_any_job_is_prepared_or_answered_with_a_typed_error(colbert_scorer, quer
     assert all(len(row) == 1 and row[0] == row[0] for row in result.scores)  # one finite column
 
 
+def test_the_plain_scorer_names_the_factory_for_a_colbert_checkpoint(tiny_colbert):
+    """`Scorer` serves the decoder and cross-encoder kinds; a ColBERT directory handed to it is refused
+    with the way to open it, not loaded as an encoder with no head."""
+    with pytest.raises(ModelLoadError, match=r"late-interaction .*open_scorer"):
+        Scorer(str(tiny_colbert()), device="cpu", dtype="float32")
+
+
 def test_a_template_setting_is_refused(tiny_colbert):
     with pytest.raises(SettingError, match="template"):
-        Scorer(str(tiny_colbert()), device="cpu", dtype="float32", template="qwen3-reranker")
+        open_scorer(str(tiny_colbert()), device="cpu", dtype="float32", template="qwen3-reranker")
 
 
 def test_chunking_with_truncate_or_a_bad_overlap_is_invalid(colbert_scorer):
@@ -102,7 +110,7 @@ def test_a_projection_it_cannot_reproduce_is_refused(tiny_colbert, tmp_path):
     config["activation_function"] = "torch.nn.modules.activation.Tanh"
     (path / "1_Dense" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="activation"):
-        Scorer(str(path), device="cpu", dtype="float32")
+        open_scorer(str(path), device="cpu", dtype="float32")
 
 
 def test_the_revision_covers_the_projection(tiny_colbert, tmp_path):
@@ -113,7 +121,7 @@ def test_the_revision_covers_the_projection(tiny_colbert, tmp_path):
 
     path = tmp_path / "colbert"
     shutil.copytree(tiny_colbert(), path)
-    before = Scorer(str(path), device="cpu", dtype="float32").revision
+    before = open_scorer(str(path), device="cpu", dtype="float32").revision
     weights = load_file(str(path / "1_Dense" / "model.safetensors"))
     save_file({k: v * 2 for k, v in weights.items()}, str(path / "1_Dense" / "model.safetensors"))
-    assert Scorer(str(path), device="cpu", dtype="float32").revision != before
+    assert open_scorer(str(path), device="cpu", dtype="float32").revision != before

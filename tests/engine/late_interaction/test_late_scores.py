@@ -121,9 +121,9 @@ def minilm_colbert(tmp_path_factory):
 def test_real_weights_score_as_the_reference(minilm_colbert):
     from sentence_transformers import MultiVectorEncoder
 
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scorers import open_scorer
 
-    scorer = Scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
+    scorer = open_scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
     encoder = MultiVectorEncoder(str(minilm_colbert), device="cpu")
     results = scorer.score_jobs([Job(query=q, items=PASSAGES) for q in QUERIES[:2]])
     for query, result in zip(QUERIES[:2], results):
