@@ -73,6 +73,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         kernel = ["--rows", "16", "--vocab", "512", "--hidden", "32", "--repeats", "1"]
         open_loop: list[str] = []
         backends: list[str] = []
+        graphs = ["--quick", "--graph-tokens", "1024", "--repeats", "2"]
     else:
         device, big, small = (
             ["--device", "cuda"],
@@ -84,6 +85,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         open_loop = ["--rates", "25,50,100,200,300,400,600", "--rate-seconds", "6"]
         # dense is the slow reference the CPU suite checks: on the GPU the served backends are timed
         backends = ["--backend", "flex", "--backend", "cascade"]
+        graphs = ["--model-shape", "qwen3-0.6b"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
         Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
@@ -107,6 +109,22 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             [*bench, *small, "--workload", "open-loop", *open_loop, "--json", str(work / "open-loop.json")],
             170,
             "open-loop.json",
+        ),
+        Step(
+            "graphs",
+            "CUDA graphs on and off, SGLang's shape, 0.6B",
+            [
+                "-m",
+                "kafka_scorer.bench.graphs",
+                *device,
+                *graphs,
+                "--model-dir",
+                models,
+                "--json",
+                str(work / "graphs.json"),
+            ],
+            90,
+            "graphs.json",
         ),
         Step(
             "bench-0.6b",

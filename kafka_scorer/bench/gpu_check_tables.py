@@ -12,6 +12,7 @@ TITLES = {
     "cuda-tier": "CUDA tier",
     "label-kernel": "Label kernel",
     "open-loop": "Open loop (SGLang's shape)",
+    "graphs": "CUDA graphs on and off (SGLang's shape, engine alone)",
     "bench-0.6b": "Rerank and many-items, 0.6B",
     "floor-8b": "Many-items floor fraction, 8B",
 }
@@ -34,6 +35,8 @@ def step_markdown(outcome: Any) -> str:
         from kafka_scorer.bench.open_loop_report import format_open_loop_report
 
         lines.append(format_open_loop_report(report["open-loop"]))
+    elif outcome.name == "graphs":
+        lines += _graph_table(report)
     else:
         lines += _bench_tables(report)
     return "\n".join(lines)
@@ -52,6 +55,9 @@ def step_summary(outcome: Any) -> str:
             f"best {best['rate_rps']:g} requests/s within p99 {bound:g} ms: "
             f"{best['served_items_per_s']:,.0f} items/s, p99 {best['p99_ms']:,.0f} ms"
         )
+    if outcome.name == "graphs":
+        ratios = ", ".join(f"{b['tokens']} tokens {b['ratio']:.2f}x" for b in report["batches"])
+        return f"graphs off/on per forward: {ratios}"
     if "speedup_vs_baseline" in report:
         return (
             ", ".join(f"{k} {v:.1f}x" for k, v in report["speedup_vs_baseline"].items()) + " vs log_softmax"
@@ -69,6 +75,21 @@ def step_summary(outcome: Any) -> str:
 
 def _text(block: str) -> list[str]:
     return ["```text", block, "```"]
+
+
+def _graph_table(report: dict) -> list[str]:
+    lines = [
+        f"{report['device']}, {report['dtype']}, {report['shape']}: {report['graphs']}",
+        "",
+        "| requests | tokens | graphs off ms | graphs on ms | off / on | max diff |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for b in report["batches"]:
+        lines.append(
+            f"| {b['requests']} | {b['tokens']:,} | {b['off_ms']:.2f} | {b['on_ms']:.2f} | "
+            f"{b['ratio']:.2f} | {b['max_abs_diff']:.1e} |"
+        )
+    return lines
 
 
 def _bench_tables(report: dict) -> list[str]:

@@ -1,0 +1,149 @@
+"""`python -m kafka_scorer.bench.graphs`: what CUDA graphs gain per forward, the engine alone.
+
+Requests of SGLang's shape (`bench/open_loop.py`: a 120-token query, 10 items of 180, fresh ids per
+request, so no prefix is cached) scored in batches of 1, 2 and 4 requests (and one lone item) by two
+Scorers of one checkpoint: graphs off (`cuda_graph_tokens=0`) and on (the setting's value). Runs
+alternate between the two; the median of `--repeats` is kept per batch size. The report gives
+milliseconds per batch for each and the ratio (off / on: above 1 means the graphs are faster), and the
+largest score difference between the two. Off CUDA the "on" Scorer runs the padded static buffers
+without a capture (what the CPU tier checks), so the CPU ratio is the padding's cost, not a graph's gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from kafka_scorer.bench.models import SHAPES, build_shaped_model
+from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobShape, fold_into_vocab
+from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.wire.protocol import Job
+
+BATCHES = ((1, 1), (1, None), (2, None), (4, None))
+"""(requests, items per request: None = the shape's) per measured batch; the first is one lone item."""
+
+
+def _jobs(shape: JobShape, vocab: int, requests: int, items: int | None, rng: random.Random) -> list[Job]:
+    def ids(n: int) -> list[int]:
+        return fold_into_vocab([rng.randrange(10, 1 << 17) for _ in range(n)], vocab)
+
+    return [
+        Job(
+            id=f"graphs-{n}",
+            query=ids(shape.query_len),
+            items=[ids(shape.item_len) for _ in range(items or shape.num_items)],
+            label_token_ids=fold_into_vocab(shape.label_ids, vocab),
+            apply_softmax=shape.apply_softmax,
+        )
+        for n in range(requests)
+    ]
+
+
+def _timed(scorer: Scorer, jobs: list[Job]) -> tuple[float, list]:
+    cuda = scorer.loaded.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    results = scorer.score_jobs(jobs)
+    return time.perf_counter() - started, results
+
+
+def run(args: argparse.Namespace) -> dict:
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    device = "cpu" if device == "auto" else device
+    shape = SHAPES[
+        args.model_shape or ("tiny" if args.quick else "qwen3-0.6b" if device == "cuda" else "cpu-small")
+    ]
+    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    root = Path(args.model_dir or tempfile.mkdtemp(prefix="kafka-scorer-graphs-"))
+    path = root / f"{shape.name}-causal-{dtype}"
+    if not (path / "config.json").exists():
+        build_shaped_model(path, shape, "causal", dtype=dtype)
+    job_shape = QUICK_SHAPE if args.quick else SGLANG_SHAPE
+    budget = max(args.graph_tokens, job_shape.tokens * max(r for r, _ in BATCHES))
+    scorers = {
+        tokens: Scorer(
+            str(path),
+            dtype=dtype,
+            device=device,
+            max_batch_tokens=budget,
+            prefix_cache_mb=0,
+            attention_backend="flex",  # auto on CUDA; on the CPU the graphs' backend, run eagerly
+            cuda_graph_tokens=tokens,
+        )
+        for tokens in (0, args.graph_tokens)
+    }
+    for scorer in scorers.values():
+        scorer.warm_up()
+    on = scorers[args.graph_tokens]
+    report = {"device": device, "dtype": dtype, "shape": shape.name, "graphs": on.description["cuda_graphs"]}
+    rng = random.Random(0)
+    report["batches"] = [
+        _measure(scorers, job_shape, shape.vocab_size, batch, rng, args) for batch in BATCHES
+    ]
+    return report
+
+
+def _measure(scorers: dict[int, Scorer], job_shape: JobShape, vocab: int, batch, rng, args) -> dict:
+    requests, items = batch
+    seconds: dict[int, list[float]] = {tokens: [] for tokens in scorers}
+    worst = 0.0
+    for _ in range(args.repeats):
+        jobs = _jobs(job_shape, vocab, requests, items, rng)
+        results = {}
+        for tokens, scorer in scorers.items():
+            elapsed, results[tokens] = _timed(scorer, jobs)
+            seconds[tokens].append(elapsed)
+        off, on = results.values()
+        worst = max(
+            [worst]
+            + [
+                abs(a - b)
+                for x, y in zip(off, on)
+                for ra, rb in zip(x.scores, y.scores)
+                for a, b in zip(ra, rb)
+            ]
+        )
+    off_ms, on_ms = (1000 * statistics.median(s) for s in seconds.values())
+    tokens = requests * (job_shape.query_len + (items or job_shape.num_items) * job_shape.item_len)
+    row = {
+        "requests": requests,
+        "tokens": tokens,
+        "off_ms": off_ms,
+        "on_ms": on_ms,
+        "ratio": off_ms / on_ms,
+        "max_abs_diff": worst,
+    }
+    print(
+        f"{requests} request(s), {tokens:6d} tokens: graphs off {off_ms:8.2f} ms  on {on_ms:8.2f} ms  "
+        f"ratio {row['ratio']:.3f}  max|diff| {worst:.1e}",
+        flush=True,
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kafka_scorer.bench.graphs", description=__doc__)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--model-shape", choices=sorted(SHAPES), default=None)
+    parser.add_argument("--graph-tokens", type=int, default=8192, help="cuda_graph_tokens of the 'on' Scorer")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="tiny model and jobs (seconds)")
+    parser.add_argument("--model-dir", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    report = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
