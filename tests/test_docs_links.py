@@ -248,9 +248,9 @@ def test_operations_lists_exactly_the_metrics_the_worker_exports() -> None:
             name = metric._name + {"counter": "_total", "info": "_info"}.get(metric._type, "")
             exported[name] = (metric._type, set(metric._labelnames))
     assert len(exported) >= 10
-    from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE  # read at each scrape
+    from kafka_scorer.worker.cache_metrics import ENGINE_SERIES  # read at each scrape
 
-    for cache in (PREFIX_CACHE, EMBEDDING_CACHE):
+    for cache in ENGINE_SERIES:
         exported.update({name: (kind, set()) for name, kind in cache.exported.items()})
     table = (DOCS / "operations.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(kafka_scorer_\w+)(?:\{([\w,]+)\})?` \| (\w+) \|", table, re.MULTILINE)

@@ -78,6 +78,8 @@ class OpenLoopConfig:
     """The worker's token budget; None: the worker's own default."""
     backend: str | None = None
     """The worker's attention backend; None: its own choice (auto)."""
+    cuda_graph_tokens: int | None = None
+    """The worker's `cuda_graph_tokens` (0: no CUDA graphs); None: its own default."""
     fetch_max_wait_ms: int = 10
     """Both consumers' fetch wait. tansu answers a waiting fetch only at its deadline (Kafka answers as
     data arrives), so a long wait would add up to its length to every hop; 10 ms keeps the broker's
@@ -232,6 +234,8 @@ def worker_flags(
         flags += ["--max-batch-tokens", str(config.max_batch_tokens)]
     if config.backend:
         flags += ["--attention-backend", config.backend]
+    if config.cuda_graph_tokens is not None:
+        flags += ["--cuda-graph-tokens", str(config.cuda_graph_tokens)]
     return flags
 
 
@@ -262,6 +266,7 @@ async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMak
             if served_budget and served_budget.isdigit():  # the worker's own default may depend on the device
                 plan.budget = int(served_budget)
             served_backend = worker.logged_setting("attention_backend")
+            served_graphs = worker.logged_setting("cuda_graphs")
             await producer.start()
             await consumer.start()
             reply_parts = [TopicPartition(topics[1], p) for p in range(partitions)]
@@ -287,7 +292,13 @@ async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMak
             with contextlib.suppress(Exception):
                 await consumer.stop()
             await asyncio.to_thread(worker.stop)
-    return {"worker_start_s": start_s, "served_backend": served_backend, **warm, "rates": rates}
+    return {
+        "worker_start_s": start_s,
+        "served_backend": served_backend,
+        "served_cuda_graphs": served_graphs,
+        **warm,
+        "rates": rates,
+    }
 
 
 async def _warm_up(

@@ -22,7 +22,8 @@ def format_open_loop_report(report: dict) -> str:
     lines = [
         "open loop: Poisson arrivals through the embedded broker to `kafka-scorer worker` (its own process), "
         f"{meta['device_name']} ({meta['device']}, {meta['dtype']}), model shape {meta['model_shape']}, "
-        f"budget {budget}, backend {meta['served_backend'] or meta['attention_backend'] or 'auto'}",
+        f"budget {budget}, backend {meta['served_backend'] or meta['attention_backend'] or 'auto'}, "
+        f"CUDA graphs {meta.get('served_cuda_graphs') or 'off'}",
         f"each request a fresh job: query {job['query_len']}, {job['num_items']} items x {job['item_len']} "
         f"tokens, labels {meta['labels']}, apply_softmax {str(job['apply_softmax']).lower()}; "
         f"{meta['seconds']:g} s of arrivals per rate; latency from produce to reply read",

@@ -154,6 +154,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="open-loop: seconds of arrivals per rate (default: 10 on CUDA, 30 on the CPU, 1.5 with --quick)",
     )
     parser.add_argument(
+        "--cuda-graph-tokens",
+        type=int,
+        metavar="N",
+        help="open-loop: the worker's cuda_graph_tokens (0: no CUDA graphs; default: the worker's own)",
+    )
+    parser.add_argument(
         "--p99-bound-ms",
         type=float,
         default=300.0,

@@ -98,6 +98,7 @@ def _run_open_loop(args: argparse.Namespace) -> int:
         p99_bound_ms=args.p99_bound_ms,
         max_batch_tokens=args.max_batch_tokens,
         backend=backends[0] if backends else None,
+        cuda_graph_tokens=args.cuda_graph_tokens,
         seed=args.seed,
         model_dir=args.model_dir,
     )

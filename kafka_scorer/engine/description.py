@@ -30,6 +30,7 @@ def describe(scorer: Scorer) -> dict[str, str]:
 
 
 def _graphs(graphs: ForwardGraphs) -> str:
-    """Which forwards replay a graph: "<buckets> up to <tokens>", or "... (uncaptured)" off CUDA."""
+    """The buckets whose forwards replay a graph, "<smallest>..<largest>" tokens, with ":uncaptured" off
+    CUDA; no spaces, as the start-up line is `key=value` pairs."""
     sizes = graphs.buckets.sizes
-    return f"{len(sizes)} buckets up to {sizes[-1]} tokens" + ("" if graphs.capture else " (uncaptured)")
+    return f"{sizes[0]}..{sizes[-1]}" + ("" if graphs.capture else ":uncaptured")

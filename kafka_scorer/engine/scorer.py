@@ -26,7 +26,7 @@ from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
 from kafka_scorer.engine.description import describe
 from kafka_scorer.engine.deterministic import make_deterministic
 from kafka_scorer.engine.failures import failed_results
-from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
+from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, GraphStats, graphs_for
 from kafka_scorer.engine.inputs import JobPreparer
 from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
 from kafka_scorer.engine.prefix_batch import cached_tokens, prefix_planner
@@ -149,6 +149,12 @@ class Scorer:
     @property
     def graphs(self) -> ForwardGraphs | None:
         return self._runner.graphs
+
+    @property
+    def graph_stats(self) -> GraphStats | None:
+        """The CUDA graphs' counters (None when none are captured), for the worker's metrics."""
+        graphs = self._runner.graphs
+        return graphs.stats() if graphs is not None and graphs.ready else None
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> Scorer:

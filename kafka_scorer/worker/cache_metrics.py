@@ -1,9 +1,10 @@
-"""The engine's caches in the worker's Prometheus registry, read when scraped.
+"""The engine's caches (and its CUDA graphs) in the worker's Prometheus registry, read when scraped.
 
 The counters live in the engine (`Scorer.prefix_cache_stats`, a late-interaction engine's
-`embedding_cache_stats`: plain integers), so the worker imports no torch and keeps no second copy: a
-collector reads them at each scrape. An engine without the cache (off, another model kind, a test's fake
-engine) exports nothing. One `CacheSeries` per cache says its names; the collecting is written once.
+`embedding_cache_stats`, `Scorer.graph_stats`: plain integers), so the worker imports no torch and
+keeps no second copy: a collector reads them at each scrape. An engine without the cache (off, another
+model kind, a test's fake engine) exports nothing. One `CacheSeries` per cache says its names; the
+collecting is written once.
 """
 
 from __future__ import annotations
@@ -86,3 +87,13 @@ EMBEDDING_CACHE = CacheSeries(
         ("capacity_bytes", "The embedding cache's bound (embedding_cache_mb)"),
     ),
 )
+
+CUDA_GRAPHS = CacheSeries(
+    "kafka_scorer_cuda_graph_",
+    "graph_stats",
+    counters=(("replays", "Forwards whose decoder body replayed a CUDA graph captured at warm-up"),),
+    gauges=(("buckets", "Token buckets with a captured CUDA graph"),),
+)
+
+ENGINE_SERIES = (PREFIX_CACHE, EMBEDDING_CACHE, CUDA_GRAPHS)
+"""Every engine series the worker exports (docs/operations.md's metric table lists their names)."""

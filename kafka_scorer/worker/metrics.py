@@ -27,7 +27,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
+from kafka_scorer.worker.cache_metrics import ENGINE_SERIES
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,9 @@ class WorkerMetrics:
             self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
 
     def watch_caches(self, engine: object) -> None:
-        """Export the engine's cache counters (prefix cache, document embeddings), read at each scrape."""
-        for cache in (PREFIX_CACHE, EMBEDDING_CACHE):
+        """Export the engine's cache counters (prefix cache, document embeddings) and CUDA graph replays,
+        read at each scrape."""
+        for cache in ENGINE_SERIES:
             cache.watch(self.registry, engine)
 
     def render(self) -> bytes:

@@ -15,7 +15,7 @@ def test_quick_graphs_bench_reports_each_batch_and_renders_its_table(tmp_path: P
     out = tmp_path / "graphs.json"
     main(["--quick", "--device", "cpu", "--graph-tokens", "1024", "--repeats", "1", "--json", str(out)])
     report = json.loads(out.read_text())
-    assert report["graphs"] == "4 buckets up to 1024 tokens (uncaptured)"
+    assert report["graphs"] == "128..1024:uncaptured"
     assert [b["requests"] for b in report["batches"]] == [r for r, _ in BATCHES]
     assert all(b["off_ms"] > 0 and b["on_ms"] > 0 and b["max_abs_diff"] <= 1e-4 for b in report["batches"])
     outcome = SimpleNamespace(name="graphs", report=report, summary="", note="", status="ok")

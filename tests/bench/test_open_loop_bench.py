@@ -46,10 +46,14 @@ RATE_KEYS = {
 
 @pytest.mark.integration
 def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, capsys) -> None:
+    """Through the flex backend with CUDA graphs asked for: on the CPU the worker serves from the padded
+    static buffers (engine/graphs/), which the report names."""
     out = tmp_path / "open-loop.json"
-    assert main(["bench", "--workload", "open-loop", "--quick", "--json", str(out)]) == 0
+    flags = ["--backend", "flex", "--cuda-graph-tokens", "512", "--max-batch-tokens", "1024"]
+    assert main(["bench", "--workload", "open-loop", "--quick", *flags, "--json", str(out)]) == 0
     report = json.loads(out.read_text())["open-loop"]
     meta = report["meta"]
+    assert meta["served_backend"] == "flex" and meta["served_cuda_graphs"] == "128..512:uncaptured"
     assert meta["model_shape"] == "tiny" and meta["device"] == "cpu"
     assert meta["job_tokens"] == QUICK_SHAPE.tokens and meta["rates"] == list(QUICK_RATES)
     assert meta["worker_start_s"] > 0 and meta["warmup_jobs"] > 0  # warmed before the first timed rate

@@ -52,7 +52,7 @@ def test_replayed_forwards_score_as_transformers_across_buckets_and_cache_hits(t
     graphs = scorer.graphs
     assert graphs is not None and graphs.ready and graphs.buckets.sizes == (128, 256, 512, 1024)
     assert graphs.capture is on_cuda(device)
-    assert scorer.description["cuda_graphs"].startswith("4 buckets up to 1024 tokens")
+    assert scorer.description["cuda_graphs"].startswith("128..1024")
     rng = random.Random(11)
     shared = [rng.randrange(5, 380) for _ in range(70)]
     replays_before, tolerance = graphs.replays, 1e-3 if on_cuda(device) else 1e-4

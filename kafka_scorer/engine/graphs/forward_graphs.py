@@ -32,6 +32,16 @@ _WARM_RUNS = 2
 """Forwards per bucket before its capture: the first may compile or autotune, the second runs warm."""
 
 
+@dataclass(frozen=True)
+class GraphStats:
+    """For the worker's /metrics (`kafka_scorer_cuda_graph_*`)."""
+
+    replays: int
+    """Forwards whose body replayed a graph (off CUDA: ran from the static buffers)."""
+    buckets: int
+    """Token buckets with a graph."""
+
+
 @dataclass
 class _Captured:
     inputs: StaticInputs
@@ -76,6 +86,9 @@ class ForwardGraphs:
         except Exception as exc:  # a kernel that cannot be captured: serve uncaptured, as before
             log.warning("CUDA graphs off: capture failed (%s: %s)", type(exc).__name__, exc)
             self.drop()
+
+    def stats(self) -> GraphStats:
+        return GraphStats(self.replays, len(self._captured))
 
     def drop(self) -> None:
         """Forget every graph (and its memory): forwards run uncaptured and unpadded from now on."""

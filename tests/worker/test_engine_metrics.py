@@ -1,4 +1,4 @@
-"""A late-interaction engine's embedding-cache counters reach the worker's /metrics, read at each scrape."""
+"""The engine's counters (embedding cache, CUDA graphs) reach the worker's /metrics, read at each scrape."""
 
 from __future__ import annotations
 
@@ -30,3 +30,22 @@ def test_an_engine_without_one_exports_nothing():
     metrics = WorkerMetrics()
     EMBEDDING_CACHE.watch(metrics.registry, Engine(None))
     assert "embedding_cache" not in metrics.render().decode()
+
+
+def test_cuda_graph_replays_are_read_from_a_real_engine(tiny_models):
+    """A CPU Scorer with graphs asked for (flex, uncaptured): its replays reach /metrics as they happen."""
+    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.wire.protocol import Job
+    from kafka_scorer.worker.cache_metrics import CUDA_GRAPHS
+
+    options = dict(attention_backend="flex", max_batch_tokens=512, cuda_graph_tokens=256, prefix_cache_mb=0)
+    scorer = Scorer(str(tiny_models.get()), dtype="float32", device="cpu", **options)
+    metrics = WorkerMetrics()
+    CUDA_GRAPHS.watch(metrics.registry, scorer)
+    assert "cuda_graph" not in metrics.render().decode()  # nothing captured before the warm-up
+    scorer.warm_up()
+    before = scorer.graph_stats.replays
+    scorer.score_jobs([Job(query=[5, 6, 7], items=[[8, 9]], label_token_ids=[3])])
+    text = metrics.render().decode()
+    assert f"kafka_scorer_cuda_graph_replays_total {before + 1:.1f}" in text
+    assert "kafka_scorer_cuda_graph_buckets 2.0" in text
