@@ -134,3 +134,27 @@ def test_a_capture_that_fails_leaves_the_forward_uncaptured(tiny_models, monkeyp
     lines = [r.message for r in caplog.records if "CUDA graphs off" in r.message]
     assert len(lines) == 1 and "stream is capturing" in lines[0]
     assert scorer.graphs is not None and scorer.graphs.bucket_for(100) is None
+
+
+def test_a_replay_that_fails_costs_no_job(tiny_models, monkeypatch, caplog):
+    """A graph that fails in service is dropped with one line; the forward runs from Python and scores
+    as the reference, and so do the next ones (unpadded)."""
+    from kafka_scorer.engine.graphs.static import StaticInputs
+
+    path = tiny_models.get()
+    scorer = graphed_scorer(str(path), "cpu")
+    assert scorer.graphs is not None and scorer.graphs.ready
+
+    def fails(self, batch):
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    monkeypatch.setattr(StaticInputs, "load", fails)
+    rng = random.Random(8)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.graphs.forward_graphs"):
+        for name in ("first", "second"):
+            job = random_job(rng, name)
+            (result,) = scorer.score_jobs([job])
+            assert result.error is None
+            assert log_diff(result.scores, reference_scores(path, job.query, job.items, LABELS)) <= 1e-4
+    assert len([r for r in caplog.records if "a replay failed" in r.message]) == 1
+    assert not scorer.graphs.ready and scorer.graph_stats is None
