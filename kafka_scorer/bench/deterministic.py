@@ -12,36 +12,18 @@ and once alone, got the same scores bit for bit.
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
-import time
-from pathlib import Path
 
-import torch
-
-from kafka_scorer.bench.models import SHAPES, build_shaped_model
+from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, timed, write_report
+from kafka_scorer.bench.models import build_shaped_model
 from kafka_scorer.bench.workloads import build_workload, workload_spec
 from kafka_scorer.engine.scorer import Scorer
 
 DECODER_WORKLOADS = ("rerank", "many-items", "short", "mixed")
 
 
-def _timed(scorer: Scorer, jobs: list) -> tuple[float, list]:
-    if scorer.loaded.device.type == "cuda":
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    results = scorer.score_jobs(jobs)
-    return time.perf_counter() - started, results
-
-
 def run(args: argparse.Namespace) -> dict:
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
-    device = "cpu" if device == "auto" else device
-    shape = SHAPES[
-        args.model_shape or ("tiny" if args.quick else "qwen3-0.6b" if device == "cuda" else "cpu-small")
-    ]
-    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    root = Path(args.model_dir or tempfile.mkdtemp(prefix="kafka-scorer-determinism-"))
+    run_ = resolve_run(args, "determinism")
+    device, dtype, shape, root = run_.device, run_.dtype, run_.shape, run_.root
     report: dict = {"device": device, "dtype": dtype, "shape": shape.name, "workloads": {}}
     scorers: dict[str, dict[bool, Scorer]] = {}
     for name in args.workload or DECODER_WORKLOADS:
@@ -69,7 +51,7 @@ def run(args: argparse.Namespace) -> dict:
         results = {}
         for _ in range(args.repeats):
             for mode, scorer in scorers[kind].items():
-                seconds, results[mode] = _timed(scorer, jobs)
+                seconds, results[mode] = timed(scorer, jobs)
                 best[mode] = min(best[mode], seconds)
         items = sum(len(job.items) for job in jobs)
         alone = [scorers[kind][True].score_jobs([job])[0].scores for job in jobs]
@@ -98,20 +80,12 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kafka_scorer.bench.deterministic", description=__doc__)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--model-shape", choices=sorted(SHAPES), default=None)
+    parser = engine_parser("python -m kafka_scorer.bench.deterministic", __doc__)
     parser.add_argument("--workload", action="append", choices=DECODER_WORKLOADS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-batch-tokens", type=int, default=8192)
-    parser.add_argument("--quick", action="store_true", help="tiny model and workloads (seconds)")
-    parser.add_argument("--model-dir", default=None)
-    parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    report = run(args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    write_report(args, run(args))
 
 
 if __name__ == "__main__":

@@ -12,16 +12,11 @@ without a capture (what the CPU tier checks), so the CPU ratio is the padding's 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
-import tempfile
-import time
-from pathlib import Path
 
-import torch
-
-from kafka_scorer.bench.models import SHAPES, build_shaped_model
+from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, timed, write_report
+from kafka_scorer.bench.models import build_shaped_model
 from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobShape, fold_into_vocab
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
@@ -46,23 +41,9 @@ def _jobs(shape: JobShape, vocab: int, requests: int, items: int | None, rng: ra
     ]
 
 
-def _timed(scorer: Scorer, jobs: list[Job]) -> tuple[float, list]:
-    cuda = scorer.loaded.device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    results = scorer.score_jobs(jobs)
-    return time.perf_counter() - started, results
-
-
 def run(args: argparse.Namespace) -> dict:
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
-    device = "cpu" if device == "auto" else device
-    shape = SHAPES[
-        args.model_shape or ("tiny" if args.quick else "qwen3-0.6b" if device == "cuda" else "cpu-small")
-    ]
-    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    root = Path(args.model_dir or tempfile.mkdtemp(prefix="kafka-scorer-graphs-"))
+    run_ = resolve_run(args, "graphs")
+    device, dtype, shape, root = run_.device, run_.dtype, run_.shape, run_.root
     path = root / f"{shape.name}-causal-{dtype}"
     if not (path / "config.json").exists():
         build_shaped_model(path, shape, "causal", dtype=dtype)
@@ -99,7 +80,7 @@ def _measure(scorers: dict[int, Scorer], job_shape: JobShape, vocab: int, batch,
         jobs = _jobs(job_shape, vocab, requests, items, rng)
         results = {}
         for tokens, scorer in scorers.items():
-            elapsed, results[tokens] = _timed(scorer, jobs)
+            elapsed, results[tokens] = timed(scorer, jobs)
             seconds[tokens].append(elapsed)
         off, on = results.values()
         worst = max(
@@ -130,19 +111,11 @@ def _measure(scorers: dict[int, Scorer], job_shape: JobShape, vocab: int, batch,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kafka_scorer.bench.graphs", description=__doc__)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--model-shape", choices=sorted(SHAPES), default=None)
+    parser = engine_parser("python -m kafka_scorer.bench.graphs", __doc__)
     parser.add_argument("--graph-tokens", type=int, default=8192, help="cuda_graph_tokens of the 'on' Scorer")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="tiny model and jobs (seconds)")
-    parser.add_argument("--model-dir", default=None)
-    parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    report = run(args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    write_report(args, run(args))
 
 
 if __name__ == "__main__":
