@@ -74,6 +74,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         open_loop: list[str] = []
         backends: list[str] = []
         graphs = ["--quick", "--graph-tokens", "1024", "--repeats", "2"]
+        profile = ["--quick", "--requests", "2", "--forwards", "1"]
     else:
         device, big, small = (
             ["--device", "cuda"],
@@ -86,6 +87,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         # dense is the slow reference the CPU suite checks: on the GPU the served backends are timed
         backends = ["--backend", "flex", "--backend", "cascade"]
         graphs = ["--model-shape", "qwen3-0.6b"]
+        profile = ["--model-shape", "qwen3-0.6b"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
         Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
@@ -125,6 +127,22 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             ],
             90,
             "graphs.json",
+        ),
+        Step(
+            "profile",
+            "Where a served forward's time goes, 0.6B",
+            [
+                "-m",
+                "kafka_scorer.bench.profile_forward",
+                *device,
+                *profile,
+                "--model-dir",
+                models,
+                "--json",
+                str(work / "profile.json"),
+            ],
+            60,
+            "profile.json",
         ),
         Step(
             "bench-0.6b",

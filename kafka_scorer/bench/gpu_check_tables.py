@@ -13,6 +13,7 @@ TITLES = {
     "label-kernel": "Label kernel",
     "open-loop": "Open loop (SGLang's shape)",
     "graphs": "CUDA graphs on and off (SGLang's shape, engine alone)",
+    "profile": "Where a served forward's time goes",
     "bench-0.6b": "Rerank and many-items, 0.6B",
     "floor-8b": "Many-items floor fraction, 8B",
 }
@@ -37,6 +38,10 @@ def step_markdown(outcome: Any) -> str:
         lines.append(format_open_loop_report(report["open-loop"]))
     elif outcome.name == "graphs":
         lines += _graph_table(report)
+    elif outcome.name == "profile":
+        from kafka_scorer.bench.profile_forward import format_profile
+
+        lines.append(format_profile(report))
     else:
         lines += _bench_tables(report)
     return "\n".join(lines)
@@ -55,6 +60,9 @@ def step_summary(outcome: Any) -> str:
             f"best {best['rate_rps']:g} requests/s within p99 {bound:g} ms: "
             f"{best['served_items_per_s']:,.0f} items/s, p99 {best['p99_ms']:,.0f} ms"
         )
+    if outcome.name == "profile":
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in report["categories"].items())
+        return f"{report['ms_per_forward']:.1f} ms per forward: {shares}"
     if outcome.name == "graphs":
         ratios = ", ".join(f"{b['tokens']} tokens {b['ratio']:.2f}x" for b in report["batches"])
         return f"graphs off/on per forward: {ratios}"

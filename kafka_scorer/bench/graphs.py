@@ -25,7 +25,9 @@ BATCHES = ((1, 1), (1, None), (2, None), (4, None))
 """(requests, items per request: None = the shape's) per measured batch; the first is one lone item."""
 
 
-def _jobs(shape: JobShape, vocab: int, requests: int, items: int | None, rng: random.Random) -> list[Job]:
+def fresh_jobs(
+    shape: JobShape, vocab: int, requests: int, items: int | None, rng: random.Random
+) -> list[Job]:
     def ids(n: int) -> list[int]:
         return fold_into_vocab([rng.randrange(10, 1 << 17) for _ in range(n)], vocab)
 
@@ -77,7 +79,7 @@ def _measure(scorers: dict[int, Scorer], job_shape: JobShape, vocab: int, batch,
     seconds: dict[int, list[float]] = {tokens: [] for tokens in scorers}
     worst = 0.0
     for _ in range(args.repeats):
-        jobs = _jobs(job_shape, vocab, requests, items, rng)
+        jobs = fresh_jobs(job_shape, vocab, requests, items, rng)
         results = {}
         for tokens, scorer in scorers.items():
             elapsed, results[tokens] = timed(scorer, jobs)

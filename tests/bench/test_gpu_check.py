@@ -19,7 +19,15 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert main(["--dry-run", "--out", "somewhere"]) == 0
     lines = capsys.readouterr().out.splitlines()
     steps = {line.split(" ", 1)[0]: line for line in lines[:-1]}
-    assert list(steps) == ["cuda-tier", "label-kernel", "open-loop", "graphs", "bench-0.6b", "floor-8b"]
+    assert list(steps) == [
+        "cuda-tier",
+        "label-kernel",
+        "open-loop",
+        "graphs",
+        "profile",
+        "bench-0.6b",
+        "floor-8b",
+    ]
     assert "-m pytest" in steps["cuda-tier"] and "-m cuda tests/cuda" in steps["cuda-tier"]
     assert "--device cuda" in steps["label-kernel"]
     assert "--workload open-loop" in steps["open-loop"] and "qwen3-0.6b" in steps["open-loop"]

@@ -1,0 +1,44 @@
+"""The engine-alone GPU-day benches at CPU size: `bench.graphs --quick` (both Scorers run, the "on" one
+through its padded static buffers, their scores agree) and `bench.profile_forward --quick`; the
+gpu-check sections render their reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def test_quick_graphs_bench_reports_each_batch_and_renders_its_table(tmp_path: Path) -> None:
+    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from kafka_scorer.bench.graphs import BATCHES, main
+
+    out = tmp_path / "graphs.json"
+    main(["--quick", "--device", "cpu", "--graph-tokens", "1024", "--repeats", "1", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["graphs"] == "128..1024:uncaptured"
+    assert [b["requests"] for b in report["batches"]] == [r for r, _ in BATCHES]
+    assert all(b["off_ms"] > 0 and b["on_ms"] > 0 and b["max_abs_diff"] <= 1e-4 for b in report["batches"])
+    outcome = SimpleNamespace(name="graphs", report=report, summary="", note="", status="ok")
+    markdown = step_markdown(outcome)
+    assert markdown.startswith("## CUDA graphs on and off") and markdown.count("\n| 1 |") == 2
+    assert step_summary(outcome).startswith("graphs off/on per forward: 28 tokens")
+
+
+def test_quick_profile_splits_the_forward_into_categories(tmp_path: Path) -> None:
+    """The profile of a served forward: every category's share sums to the whole, the matmuls and the
+    attention are found by name, and the gpu-check section renders it."""
+    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from kafka_scorer.bench.profile_forward import category, main
+
+    assert category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT") == "matmul"
+    assert category("triton_tem_fused_flex_attention_0") == "attention"
+    assert category("triton_poi_fused_add_mul_rsqrt_0") == "elementwise"
+    out = tmp_path / "profile.json"
+    main(["--quick", "--device", "cpu", "--requests", "2", "--forwards", "1", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert abs(sum(report["categories"].values()) - 1) < 1e-6 and report["ms_per_forward"] > 0
+    assert report["categories"]["matmul"] > 0 and report["categories"]["attention"] > 0
+    outcome = SimpleNamespace(name="profile", report=report, summary="", note="", status="ok")
+    assert "| category | share |" in step_markdown(outcome)
+    assert "ms per forward: " in step_summary(outcome)
