@@ -12,9 +12,11 @@ GQA: query head h reads key/value head `h // (H // Hkv)`. The head dimension is 
 two >= 16 (`tl.dot`'s smallest operand) with masked loads: tiny test models use 16, Qwen3 128, Gemma 2
 256.
 
-Block sizes and warps are chosen from what flash-attention kernels use on an H100, NOT measured here
-(this kernel was written and tested without a GPU, under TRITON_INTERPRET=1). `gpu_check` times the
-backend next to flex and cascade.
+Block sizes, warps and stages are the usual H100 flash-attention choices, NOT timed: this kernel was
+written without a GPU. Its maths is tested under TRITON_INTERPRET=1, its lowering by compiling it for
+sm_90 ahead of time (tests/engine/kernels/test_span_kernel_compiles.py: the 16-bit tiles use warpgroup
+MMA), and `launch_shape` avoids the register spills that compile showed. `gpu_check` times the backend
+next to flex and cascade.
 
 float32 inputs multiply in IEEE float32 (no tf32: the CPU tier compares at 1e-5). Under the interpreter
 bfloat16 tiles are widened to float32 first (triton 3.9's interpreter multiplies bfloat16 as raw bits),
@@ -30,7 +32,7 @@ import triton.language as tl
 
 from kafka_scorer.engine.kernels.label_scores_triton import _on_device, _soft_cap, interpreting
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # a global a kernel reads must be a constexpr
 
 # Fused multiply-add on, said explicitly: triton 3.9 warns that its unset default flips in 3.10.
 _OPTIONS = {"enable_fp_fusion": True}
@@ -140,14 +142,20 @@ def _span_attention(
     tl.store(o_block + rows[:, None] * stride_ot + dims[None, :], out.to(o_ptr.dtype.element_ty), mask=q_mask)
 
 
-def launch_shape(head_dim: int) -> tuple[int, int, int]:
-    """(BLOCK_D, BLOCK_N, num_warps) for a head dimension. Unmeasured: 64-key chunks and 4 warps as the
-    usual H100 flash-attention forward for d <= 128; at d = 256 the q tile and the accumulator are twice
-    as large, so half the keys per chunk and twice the warps keep them in registers."""
+def launch_shape(head_dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_D, BLOCK_N, num_warps, num_stages) for a head dimension; BLOCK_M is the metadata's tile.
+
+    Not timed (no GPU was lent when this was written). Chosen as the usual H100 flash-attention forward
+    shapes, then checked by compiling for sm_90 ahead of time (`triton.compile`, no device needed) and
+    reading the cubin's resource use: with 64-key chunks, 4 warps and 3 stages d = 128 needed 255
+    registers and spilled; 2 stages fit in 208 without spilling. At d = 256 the q tile and the
+    accumulator are twice as large: 32-key chunks and 8 warps fit without spilling."""
     block_d = max(16, triton.next_power_of_2(head_dim))
+    if block_d <= 64:
+        return block_d, 64, 4, 3
     if block_d <= 128:
-        return block_d, 64, 4
-    return block_d, 32, 8
+        return block_d, 64, 4, 2
+    return block_d, 32, 8, 2
 
 
 def span_attention(
@@ -180,7 +188,7 @@ def span_attention(
         raise RuntimeError("the span kernel needs CUDA tensors, or TRITON_INTERPRET=1 before triton's import")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty((total, heads, head_dim), dtype=q.dtype, device=q.device).transpose(0, 1)
-    block_d, chunk, warps = launch_shape(head_dim)
+    block_d, chunk, warps, stages = launch_shape(head_dim)
     f32_dot = q.dtype == torch.float32 or (interpreting() and q.dtype == torch.bfloat16)
     with _on_device(q):
         _span_attention[(tiles, heads)](
@@ -194,6 +202,7 @@ def span_attention(
             BLOCK_N=block_n or chunk,
             BLOCK_D=block_d,
             num_warps=warps,
+            num_stages=stages,
             **_OPTIONS,
         )
     return out
