@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 import torch
 from hypothesis import given, settings
@@ -121,3 +122,18 @@ def test_metadata_of_a_32k_token_batch_is_linear_in_tokens_and_tiles() -> None:
     assert metadata.span_starts.numel() <= 2 * (tiles + len(seqs))
     held = metadata_tensors(metadata).values()
     assert sum(t.numel() for t in held) <= 2 * layout.total_tokens + 5 * (tiles + len(seqs)) + 1
+
+
+def test_off_cuda_the_backend_takes_the_dense_path_without_importing_triton(monkeypatch) -> None:
+    """The CPU runs the kernel only under triton's interpreter; a CPU command that marked triton absent
+    (cli/no_triton.py) gets the dense path even for CUDA-typed checks, and nothing imports triton."""
+    from kafka_scorer.engine.attention.spans import kernel_runs_on
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    had_triton = "triton" in sys.modules
+    assert not kernel_runs_on(torch.device("cpu"))
+    assert ("triton" in sys.modules) == had_triton
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not kernel_runs_on(torch.device("cpu"))
+    assert not kernel_runs_on(torch.device("cuda"))

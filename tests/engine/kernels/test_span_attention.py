@@ -60,6 +60,8 @@ CASES = {
     "sglang-d64-cap": Case(SGLANG, dim=64, softcap=1.5),
     "sglang-d16-mha": Case(SGLANG, kv_heads=4),
     "sglang-d24-mqa": Case(SGLANG, kv_heads=1, dim=24),  # head dim padded to 32 by masked loads
+    "sglang-d128": Case(SGLANG, heads=2, kv_heads=1, dim=128),  # Qwen3's launch shape
+    "sglang-d256-cap": Case(SGLANG, heads=2, kv_heads=1, dim=256, softcap=1.5),  # Gemma 2's: 32-key chunks
     "sglang-bf16-d64": Case(SGLANG, dim=64, dtype=torch.bfloat16),
     "sglang-bf16-d16-cap": Case(SGLANG, dtype=torch.bfloat16, softcap=1.5),
     "sglang-strided": Case(SGLANG, dim=64, strided=True),
