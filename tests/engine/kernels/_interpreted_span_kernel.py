@@ -24,7 +24,10 @@ def main(in_path: str, out_path: str) -> None:
     assert kernel_runs_on(torch.device("cpu")), "the spans backend would take the dense path"
 
     results = {}
-    for name, case in torch.load(in_path).items():
+    cases = torch.load(in_path)
+    engine = cases.pop("engine")
+    results["engine"] = score_with_the_kernel(engine["model"], engine["jobs"])
+    for name, case in cases.items():
         layout = AttentionLayout(**case["layout"])
         metadata = SpanMetadata.build(layout, pin=False, block_m=case["block_m"])
         q, k, v, scale, softcap = case["q"], case["k"], case["v"], case["scale"], case["softcap"]
@@ -41,7 +44,7 @@ def main(in_path: str, out_path: str) -> None:
         )
 
     # Metadata built for another batch: a clear error, not a read past the tiles.
-    case = next(iter(torch.load(in_path).values()))
+    case = next(iter(cases.values()))
     try:
         span_attention(
             case["q"], case["k"], case["v"], *[torch.zeros(1, dtype=torch.int32)] * 5, 1.0, None, 16
@@ -49,6 +52,28 @@ def main(in_path: str, out_path: str) -> None:
     except ValueError as exc:
         results["mismatch"] = str(exc)
     torch.save(results, out_path)
+
+
+def score_with_the_kernel(model: str, jobs: list[dict]) -> dict:
+    """A whole Scorer with attention_backend="spans" on the CPU: under the interpreter every layer's
+    attention is the kernel, fed as the engine feeds it (the fused decoder's transposed q/k/v, the
+    metadata the packing thread built). Returns the scores and how many times the kernel ran."""
+    import kafka_scorer.engine.kernels.span_attention_triton as kernel
+    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.wire.protocol import Job
+
+    launched = [0]
+    run = kernel.span_attention
+
+    def counted(*args, **kwargs):
+        launched[0] += 1
+        return run(*args, **kwargs)
+
+    kernel.span_attention = counted
+    scorer = Scorer(model, dtype="float32", device="cpu", attention_backend="spans", prefix_cache_mb=0)
+    results = scorer.score_jobs([Job(**job) for job in jobs])
+    scores, errors = [r.scores for r in results], [r.error for r in results]
+    return {"scores": scores, "errors": errors, "launched": launched[0]}
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 The reference is `naive_attention` of tests/engine/test_attention.py: SPEC §5's mask written out one
 query row at a time, in float64 on the very same (possibly bfloat16) inputs, never another backend. All
 cases run in one subprocess (`_interpreted_span_kernel.py`): triton reads TRITON_INTERPRET when it is
-imported, and one import serves every case.
+imported, and one import serves every case. The same subprocess also scores MIS jobs with a whole
+Scorer whose every attention call is the kernel, checked against plain transformers one pair at a time.
 
 Under the interpreter bfloat16 tiles are widened to float32 before each product (its bfloat16 dot is
 broken, see the kernel's docstring), so the bfloat16 cases check loads, masks and the output cast, not
@@ -93,6 +94,13 @@ def make_inputs(case: Case, seed: int) -> dict:
     }
 
 
+ENGINE_JOBS = [  # MIS jobs for a whole Scorer: tiles across the query, items and the two sequences
+    {"id": "a", "query": list(range(5, 45)), "items": [list(range(50, 90)), [], list(range(7, 30))]},
+    {"id": "b", "query": list(range(100, 110)), "items": [list(range(200, 260)), list(range(9, 12))]},
+]
+LABELS = [3, 44]
+
+
 @pytest.fixture(scope="module")
 def inputs() -> dict[str, dict]:
     cases = {name: make_inputs(case, seed) for seed, (name, case) in enumerate(CASES.items())}
@@ -101,10 +109,11 @@ def inputs() -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def interpreted(inputs: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def interpreted(inputs: dict, tiny_models, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """All cases in one interpreter subprocess (triton + torch import once, not per case)."""
     tmp = tmp_path_factory.mktemp("span_kernel")
-    torch.save(inputs, tmp / "in.pt")
+    jobs = [{**job, "label_token_ids": LABELS, "multi_item": True} for job in ENGINE_JOBS]
+    torch.save({**inputs, "engine": {"model": str(tiny_models.get()), "jobs": jobs}}, tmp / "in.pt")
     root = str(HERE.parents[2])  # the child imports kafka_scorer from this checkout, installed or not
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}
@@ -152,3 +161,16 @@ def test_rows_that_see_no_key_are_zero_not_nan(interpreted: dict) -> None:
 
 def test_metadata_of_another_batch_is_refused(interpreted: dict) -> None:
     assert "tiles" in interpreted["mismatch"] and "tokens" in interpreted["mismatch"]
+
+
+def test_a_scorer_with_the_kernel_scores_as_transformers(interpreted: dict, tiny_models) -> None:
+    """The whole engine with every attention call in the kernel (under the interpreter), against plain
+    transformers one pair at a time (tests/engine/reference.py), log-probabilities at 1e-4."""
+    from tests.engine.reference import reference_scores
+
+    engine = interpreted["engine"]
+    assert engine["launched"] > 0 and engine["errors"] == [None] * len(ENGINE_JOBS)
+    for job, scores in zip(ENGINE_JOBS, engine["scores"]):
+        want = reference_scores(tiny_models.get(), job["query"], job["items"], LABELS)
+        diff = max(abs(math.log(a) - math.log(b)) for ra, rb in zip(scores, want) for a, b in zip(ra, rb))
+        assert diff <= 1e-4, job["id"]
