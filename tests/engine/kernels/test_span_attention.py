@@ -67,6 +67,9 @@ CASES = {
     "sglang-bf16-d16-cap": Case(SGLANG, dtype=torch.bfloat16, softcap=1.5),
     "sglang-strided": Case(SGLANG, dim=64, strided=True),
     "sglang-window-covers-all": Case(SGLANG, window=170),  # no shorter than the sequence: the kernel
+    # A window shorter than a plain pair (the engine refuses MIS sequences longer than the window): the
+    # dense path applies it.
+    "window-short": Case([(100, ()), (20, (10, 10))], window=50),
     "two-jobs-tiles16": Case(TWO_JOBS, block_m=16, block_n=32, mode="kernel"),
     "two-jobs": Case(TWO_JOBS, softcap=1.5),
 }
