@@ -100,10 +100,12 @@ def _steady_seconds(config: BenchConfig) -> float:
 
 
 def default_backends(device: torch.device) -> tuple[str, ...]:
-    """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender)."""
+    """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender), and
+    the spans kernel needs CUDA (on the CPU it is the dense path)."""
     from kafka_scorer.engine.attention.registry import BACKENDS
 
-    wanted = ("dense", "cascade", "flex") if device.type == "cuda" else ("dense", "cascade")
+    on_cuda = ("dense", "cascade", "flex", "spans")
+    wanted = on_cuda if device.type == "cuda" else ("dense", "cascade")
     return tuple(b for b in wanted if b in BACKENDS)
 
 

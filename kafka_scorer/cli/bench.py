@@ -34,13 +34,13 @@ rates to `kafka-scorer worker` in its own process, latency percentiles per rate;
 `late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
 cache on and off; `bench/late_interaction.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
-BACKEND_CHOICES = ("dense", "cascade", "flex", "all")
+BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "all")
 
 
 CONTENDERS_HELP = (
     "Contenders, each scoring the same jobs: (a) this engine with multi-item scoring (MIS) off, one "
     "sequence per query-item pair; (b) this engine with MIS on, one packed sequence per job, once per "
-    "attention backend (b:dense, b:cascade, b:flex), and b:steady on the steady stream beside (d); "
+    "attention backend (b:dense, b:cascade, b:flex, b:spans), and b:steady on the steady stream beside (d); "
     "(c) the plain transformers baseline, padded pairs in batches, whose scores every other contender "
     "must match (the cross-check); (d) the whole worker, jobs produced to an embedded broker and "
     "results read back. Columns: floor is the compute floor (the model's FLOPs at the measured matmul "

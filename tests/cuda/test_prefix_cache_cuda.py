@@ -1,4 +1,5 @@
-"""The prefix cache on CUDA: compiled FlexAttention for the front, cached prefixes on the device.
+"""The prefix cache on CUDA: compiled FlexAttention (or the span kernel) for the front, cached prefixes on
+the device.
 
 Reference: the same checkpoint and jobs scored on the CPU with the cache off (which the CPU suite checks
 against plain transformers, tests/engine/test_prefix_cache.py). The `cpu` variant runs the same calls in
@@ -16,7 +17,7 @@ from tests.cuda.devices import DEVICES
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("backend", ["flex", "cascade", "dense"])
+@pytest.mark.parametrize("backend", ["flex", "cascade", "dense", "spans"])
 def test_cached_scores_on_the_device_equal_the_cpu_without_a_cache(tiny_models, backend, device):
     from kafka_scorer.engine.scorer import Scorer
 

@@ -7,9 +7,9 @@ of that pair's tokens and nothing of any other pair.
 
 One file per step of a batch's path:
 - `layout.py`: `AttentionLayout`, the lengths of the batch's sequences, known at tokenization time.
-- `dense.py`, `cascade.py` (+ `pairs.py` for encoder batches), `flex.py`: one backend each, with the
-  typed metadata its attention reads (`DenseMetadata`, `CascadeMetadata` / `PairMetadata`,
-  `FlexMetadata`). The metadata is built from the layout on the packing thread
+- `dense.py`, `cascade.py` (+ `pairs.py` for encoder batches), `flex.py`, `spans.py`: one backend each,
+  with the typed metadata its attention reads (`DenseMetadata`, `CascadeMetadata` / `PairMetadata`,
+  `FlexMetadata`, `SpanMetadata`). The metadata is built from the layout on the packing thread
   (`engine/batch.py`), moved to the device once per batch by the runner (`.to(device)`), and read by
   every layer as plain fields.
 - `registry.py`: the backend registry and `scorer_attention`, the function transformers' decoder and

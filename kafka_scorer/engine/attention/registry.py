@@ -26,6 +26,7 @@ from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
 from kafka_scorer.engine.attention.flex import FlexMetadata, flex_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.pairs import PairMetadata
+from kafka_scorer.engine.attention.spans import SpanMetadata, spans_attention
 from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
 
 ATTENTION_IMPLEMENTATION = "kafka_scorer"
@@ -33,7 +34,9 @@ METADATA_KWARG = "scorer_attention_metadata"
 
 log = logging.getLogger(__name__)
 
-AttentionMetadata = DenseMetadata | CascadeMetadata | PairMetadata | FlexMetadata | TiledMetadata
+AttentionMetadata = (
+    DenseMetadata | CascadeMetadata | PairMetadata | FlexMetadata | TiledMetadata | SpanMetadata
+)
 """One batch's attention metadata; its `backend` names the registry entry that reads it."""
 
 M = TypeVar("M")
@@ -54,6 +57,8 @@ BACKENDS: dict[str, Backend[Any]] = {
     "cascade": Backend(prepare_cascade, cascade_attention),
     "flex": Backend(FlexMetadata.build, flex_attention),
     "deterministic": Backend(TiledMetadata.build, tiled_attention),
+    # Opt-in until a GPU has timed it next to flex (`bench/gpu_check.py`); `auto` never picks it.
+    "spans": Backend(SpanMetadata.build, spans_attention),
 }
 
 
