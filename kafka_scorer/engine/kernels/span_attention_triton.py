@@ -38,7 +38,9 @@ LOG2E = tl.constexpr(1.4426950408889634)  # a global a kernel reads must be a co
 _OPTIONS = {"enable_fp_fusion": True}
 
 
-@triton.jit
+# T only bounds the masks: specialising on its divisibility would compile a second variant on the first
+# live batch whose token count falls in the other class (a compile in service).
+@triton.jit(do_not_specialize=["T"])
 def _span_attention(
     q_ptr,
     k_ptr,
