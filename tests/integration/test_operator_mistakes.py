@@ -26,16 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The quickstart's two models, written by `kafka-scorer model` side by side."""
-    root = tmp_path_factory.mktemp("models")
-    makers = {
-        name: start("model", name, str(root / name), log=root / f"{name}.out")
-        for name in ("causal", "qwen3-reranker")
-    }
-    for name, proc in makers.items():
-        assert proc.wait(120) == 0, (root / f"{name}.out").read_text()
-    return {name: root / name for name in makers}
+def models(quickstart_models) -> dict[str, Path]:
+    """The quickstart's two models, as `kafka-scorer model` wrote them (one pair per session)."""
+    return {name: model.path for name, model in quickstart_models.items()}
 
 
 def _broker(tmp_path: Path) -> tuple[str, object]:
