@@ -15,6 +15,7 @@ import contextlib
 import math
 import random
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +36,12 @@ from tests.integration.kafka_helpers import decode_replies
 ATOL = 1e-3
 
 
-def templated_jobs(n: int, seed: int, model_name: str, prefix: str, templates: int = 24) -> list[Sent]:
+def templated_jobs(
+    n: int, seed: int, model_name: str, prefix: str, templates: int = 24, pooled_every: int = 0
+) -> list[Sent]:
     """`n` jobs cloned from a few `mixed_jobs` templates (text and token ids, packed or not, JSON and
-    MessagePack, ids in the body or in the correlation header), each with its own id and key.
+    MessagePack, ids in the body or in the correlation header), each with its own id and key; with
+    `pooled_every` k, every k-th job also asks for its pooled hidden states.
 
     Few distinct bodies keep the reference cheap (it runs once per template); the unique ids and keys
     let every request record be matched to its answer."""
@@ -48,7 +52,9 @@ def templated_jobs(n: int, seed: int, model_name: str, prefix: str, templates: i
         shape = rng.choice(shapes)
         by_header = rng.random() < 0.25
         job = msgspec.structs.replace(
-            shape.job, id=None if by_header else f"{prefix}-{i}", return_pooled_hidden_states=False
+            shape.job,
+            id=None if by_header else f"{prefix}-{i}",
+            return_pooled_hidden_states=bool(pooled_every) and i % pooled_every == 0,
         )
         correlation = f"{prefix}-corr-{i}".encode() if by_header else None
         sent.append(Sent(job, rng.choice(["json", "msgpack"]), f"{prefix}-key-{i}".encode(), correlation))
@@ -319,3 +325,17 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise ProcessLookupError(f"pid {pid} has exited (a zombie has no VmRSS)")
+
+
+def get_text(url: str) -> str:
+    """A worker's /metrics page (or any small HTTP answer) as text."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def gauge(text: str, name: str) -> float:
+    """One unlabelled sample of a Prometheus text page."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")

@@ -1,6 +1,6 @@
-"""Chaos on a real broker: workers killed and restarted, hostile records, a flood, a broker restart and
-exactly-once under repeated kills. Each scenario is bounded in time, prints its tally (jobs / answered /
-lost / duplicated / wrong) and fails on any job lost or scored wrong.
+"""Chaos on a real broker: workers killed and restarted, hostile records, a flood, a broker restart (and
+exactly-once under repeated kills, in test_exactly_once.py). Each scenario is bounded in time, prints its
+tally (jobs / answered / lost / duplicated / wrong) and fails on any job lost or scored wrong.
 
 Faults are injected on events (a number of answers seen, a log line), with seeded choices, so a run on
 a loaded machine sees the same faults in the same order, only later.
@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +31,8 @@ from tests.integration.chaos import (
     ReplyWatch,
     Tally,
     commit_violations,
+    gauge,
+    get_text,
     rss_bytes,
     tally,
     templated_jobs,
@@ -343,22 +343,10 @@ class WorkerGauges(Background):
         while True:
             with contextlib.suppress(OSError):  # the process is going away: nothing more to sample
                 self.rss.append(rss_bytes(self.pid))
-                text = await asyncio.to_thread(_get_text, self.url)
-                self.inflight_jobs.append(_gauge(text, "kafka_scorer_inflight_jobs"))
-                self.paused.append(_gauge(text, "kafka_scorer_paused_partitions"))
+                text = await asyncio.to_thread(get_text, self.url)
+                self.inflight_jobs.append(gauge(text, "kafka_scorer_inflight_jobs"))
+                self.paused.append(gauge(text, "kafka_scorer_paused_partitions"))
             await asyncio.sleep(0.05)
-
-
-def _get_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.read().decode()
-
-
-def _gauge(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exported")
 
 
 def _flood(n: int, seed: int, topic: str) -> tuple[list[Sent], list[Out]]:
@@ -405,8 +393,8 @@ async def test_a_flood_faster_than_the_model_is_answered_with_bounded_memory(
         await produce(kafka.bootstrap, records[WARM_JOBS:])
         await watch.wait_for(len(sent), timeout_s=150, trouble=_exited(worker))
         committed, ends = await topics.wait_for_commits(len(sent), timeout_s=30)
-        metrics = await asyncio.to_thread(_get_text, gauges.url)
-        pauses = _gauge(metrics, "kafka_scorer_backpressure_pauses_total")
+        metrics = await asyncio.to_thread(get_text, gauges.url)
+        pauses = gauge(metrics, "kafka_scorer_backpressure_pauses_total")
         worker.signal(signal.SIGTERM)
         assert await worker.wait() == 0, worker.output()[-3000:]
     replies = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=1.0)
@@ -545,90 +533,6 @@ def _one_clear_line(worker: WorkerProcess) -> str:
     errors = [line for line in worker.output().splitlines() if " ERROR " in line or " CRITICAL " in line]
     assert errors, f"the worker exited without an error line:\n{worker.output()[-3000:]}"
     return errors[-1]
-
-
-# ---- exactly-once under repeated SIGKILLs ------------------------------------------------------------
-
-EOS_JOBS, EOS_SEED = 300, 1205
-FAULTS = Path(__file__).parent / "fault_injection"
-
-
-async def _jobs_answered(port: int) -> float:
-    with contextlib.suppress(OSError):
-        return _gauge(
-            await asyncio.to_thread(_get_text, f"http://127.0.0.1:{port}/metrics"), "kafka_scorer_jobs_total"
-        )
-    return 0.0
-
-
-async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_read_committed_reader(
-    transactional_kafka, causal_model, causal_scorer, causal_reference
-) -> None:
-    """Three crashes, then a clean stop: twice inside a commit (fault injection: results and offsets sent,
-    EndTxn not, so a transaction is always left open) and once at a seeded point of the stream. Each
-    restart has the same transactional id and static member id, fences its predecessor and redoes the
-    aborted work; a read_committed reader must see every result exactly once."""
-    kafka = transactional_kafka
-    topics = await fresh_topics(kafka, partitions=3)
-    sent = templated_jobs(EOS_JOBS, EOS_SEED, causal_scorer.model_name, prefix="eos-chaos")
-    rng = random.Random(EOS_SEED)
-    plan = [
-        ("hang", rng.randint(2, 6)),
-        ("hang", rng.randint(2, 6)),
-        ("kill", rng.randint(20, 80)),
-        ("run", 0),
-    ]
-    base = topics.settings(
-        causal_model,
-        delivery="exactly_once",
-        client_id="eos-chaos",  # one transactional id across restarts: each fences the one before
-        group_instance_id="eos-chaos-0",  # static member: a restart takes the partitions back at once
-        max_batch_tokens=64,
-    )
-    await produce(kafka.bootstrap, [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(sent)])
-    workers: list[WorkerProcess] = []
-    try:
-        for step, (fault, n) in enumerate(plan):
-            port = free_port()
-            settings = base.model_copy(update={"metrics_port": port})
-            env = {}
-            if fault == "hang":
-                path = os.pathsep.join([str(FAULTS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-                env = {"PYTHONPATH": path, "SCORER_TEST_HANG_IN_COMMIT_AFTER": str(n)}
-            worker = WorkerProcess(settings, f"eos-chaos-{step}", extra_env=env)
-            workers.append(worker)
-            await worker.wait_for_log("worker ready", timeout_s=120)
-            assert "producer started (transactional" in worker.output(), worker.output()[-3000:]
-            if fault == "hang":
-                await worker.wait_for_log("FAULT-INJECTION: hanging in commit_transaction", timeout_s=120)
-            elif fault == "kill":
-                deadline = time.monotonic() + 120
-                while await _jobs_answered(port) < n:
-                    assert worker.proc.poll() is None and time.monotonic() < deadline, worker.output()[-3000:]
-                    await asyncio.sleep(0.05)
-            if fault != "run":
-                worker.signal(signal.SIGKILL)
-                assert await worker.wait() == -signal.SIGKILL
-        # The last worker finishes the stream; read with a reader started after it committed everything
-        # (a noida-db read_committed reader already fetching while a fence aborts misses later records).
-        committed, ends = await topics.wait_for_commits(EOS_JOBS, timeout_s=120)
-        got = await topics.read_answers(EOS_JOBS, timeout_s=60, settle_s=1.0, committed_only=True)
-        workers[-1].signal(signal.SIGTERM)
-        assert await workers[-1].wait() == 0, workers[-1].output()[-3000:]
-    finally:
-        for worker in workers:
-            worker.close()
-    everything = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=2.0)
-
-    result = tally(f"exactly-once on {kafka.name}", got, sent, causal_reference)
-    result.extra.update(plan=plan, records_in_log=len(everything), fenced_restarts=len(workers) - 1)
-    logs = "\n".join(f"{w.args[-1]}:\n{w.output()[-2000:]}" for w in workers)
-    message = result.report() + f"\n{logs}"
-    assert result.clean and result.duplicated == 0, message
-    # The crashes left aborted results in the log, hidden from read_committed: the kills did land
-    # inside transactions.
-    assert len(everything) > EOS_JOBS, message
-    assert committed == ends, message
 
 
 # ---- the checks' own guards -----------------------------------------------------------------------
