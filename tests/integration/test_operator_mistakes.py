@@ -81,8 +81,8 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
 
 
 def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models: dict[str, Path]) -> None:
-    """The broker stopped for 8 s under a running worker: /readyz 503 meanwhile and 200 after, without
-    a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs."""
+    """The broker stopped for seconds under a running worker: /readyz 503 meanwhile and 200 after,
+    without a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs."""
     port = free_port()
     broker_log, worker_log, metrics = tmp_path / "broker.log", tmp_path / "worker.log", free_port()
     broker = start("broker", "--port", str(port), log=broker_log)
@@ -98,7 +98,7 @@ def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models
         assert stop(broker) == 0
         before = len(worker_log.read_text().splitlines())
         wait_for_probe(metrics, 503, worker, timeout_s=10)
-        time.sleep(8)  # aiokafka logs hundreds of lines in this time without the filter
+        time.sleep(4)  # unfiltered, aiokafka logs ~65 lines a second (outage.py): hundreds since the stop
         during = worker_log.read_text().splitlines()[before:]
         assert probe(metrics) == 503
         broker = start("broker", "--port", str(port), log=tmp_path / "broker-again.log")
