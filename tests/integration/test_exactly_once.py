@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from kafka_scorer.embedded.broker import free_port
 from tests.integration.chaos import ATOL, gauge, get_text, tally, templated_jobs
 from tests.integration.jobs import assert_matches_reference, expected_id, to_record
-from tests.integration.kafka_helpers import WorkerProcess, fresh_topics, produce, read_topic
+from tests.integration.kafka_helpers import WorkerProcess, fresh_topics, gated, produce, read_topic
 
 pytestmark = pytest.mark.integration
 
 EOS_JOBS, EOS_SEED = 300, 1205
-FAULTS = Path(__file__).parent / "fault_injection"
 
 
 async def _jobs_answered(port: int) -> float:
@@ -43,7 +40,7 @@ async def _jobs_answered(port: int) -> float:
 
 
 async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_read_committed_reader(
-    transactional_kafka, causal_model, causal_scorer, causal_reference
+    transactional_kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:
     """Three crashes, then a clean stop: twice inside a commit (fault injection: results and offsets sent,
     EndTxn not, so a transaction is always left open) and once at a seeded point of the stream. Each
@@ -52,8 +49,11 @@ async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_
 
     The first step is the single crash this file once tested on its own, with all of its checks: the
     transactional producer, each result once and as the reference scores it (pooled hidden states too),
-    the aborted results in the log, the commits at the ends. Each step is a worker process started, so
-    one test with four steps, not two tests, is what keeps this quick."""
+    the aborted results in the log, the commits at the ends.
+
+    Each restart's process starts while the step before runs, and its Kafka clients wait for a gate the
+    test opens once its predecessor is dead (fault_injection: SCORER_TEST_START_GATE): the restart fences
+    a dead worker as before, and the model loads are paid alongside the steps, not between them."""
     kafka = transactional_kafka
     topics = await fresh_topics(kafka, partitions=3)
     sent = templated_jobs(EOS_JOBS, EOS_SEED, causal_scorer.model_name, prefix="eos-chaos", pooled_every=20)
@@ -72,24 +72,31 @@ async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_
         max_batch_tokens=64,
     )
     await produce(kafka.bootstrap, [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(sent)])
-    workers: list[WorkerProcess] = []
+    ports: dict[int, int] = {}
+
+    def spawn(step: int) -> WorkerProcess:
+        """Step `step`'s worker, its Kafka clients held until its gate opens (fault_injection)."""
+        fault, n = plan[step]
+        hang = {"SCORER_TEST_HANG_IN_COMMIT_AFTER": str(n)} if fault == "hang" else {}
+        env = gated(tmp_path / f"gate-{step}", **hang)
+        ports[step] = free_port()
+        settings = base.model_copy(update={"metrics_port": ports[step]})
+        return WorkerProcess(settings, f"eos-chaos-{step}", extra_env=env)
+
+    workers: list[WorkerProcess] = [spawn(0)]
     try:
         for step, (fault, n) in enumerate(plan):
-            port = free_port()
-            settings = base.model_copy(update={"metrics_port": port})
-            env = {}
-            if fault == "hang":
-                path = os.pathsep.join([str(FAULTS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-                env = {"PYTHONPATH": path, "SCORER_TEST_HANG_IN_COMMIT_AFTER": str(n)}
-            worker = WorkerProcess(settings, f"eos-chaos-{step}", extra_env=env)
-            workers.append(worker)
+            worker = workers[step]
+            (tmp_path / f"gate-{step}").touch()  # its predecessor is dead: it may fence it now
+            if step + 1 < len(plan):
+                workers.append(spawn(step + 1))  # the next restart loads its model meanwhile
             await worker.wait_for_log("worker ready", timeout_s=120)
             assert "producer started (transactional" in worker.output(), worker.output()[-3000:]
             if fault == "hang":
                 await worker.wait_for_log("FAULT-INJECTION: hanging in commit_transaction", timeout_s=120)
             elif fault == "kill":
                 deadline = time.monotonic() + 120
-                while await _jobs_answered(port) < n:
+                while await _jobs_answered(ports[step]) < n:
                     assert worker.proc.poll() is None and time.monotonic() < deadline, worker.output()[-3000:]
                     await asyncio.sleep(0.05)
             if fault != "run":
