@@ -47,6 +47,7 @@ from tests.integration.kafka_helpers import (
     create_topics,
     decode_replies,
     fresh_topics,
+    gated,
     produce,
     read_topic,
     unique,
@@ -95,24 +96,39 @@ CHURN_FAULTS = ["kill", "kill", "kill", "kill", "term"]
 
 
 class Crew:
-    """Worker processes in one group; each slot restarts with a fresh process after a fault."""
+    """Worker processes in one group; each slot restarts with a fresh process after a fault.
 
-    def __init__(self, topics: Topics, model: Path, size: int) -> None:
-        self.topics, self.model = topics, model
+    The fresh process is a spare started before the fault: it loads its model while the crew serves, and
+    its Kafka clients wait for a gate (fault_injection: SCORER_TEST_START_GATE) that the fault opens once
+    its victim is gone. So a replacement joins the group about a second after the fault instead of after
+    its own start-up, whose CPU the crew shared anyway; no spare outlives the faults."""
+
+    def __init__(self, topics: Topics, model: Path, size: int, gates: Path, spares: int) -> None:
+        self.topics, self.model, self.gates = topics, model, gates
         self.started: list[WorkerProcess] = []
-        self.slots: list[WorkerProcess] = [self._start(k) for k in range(size)]
+        self.slots: list[WorkerProcess] = [self._start() for _ in range(size)]
+        self.spares_left = spares
+        self.spare = self._spare()
 
-    def _start(self, slot: int) -> WorkerProcess:
-        name = f"churn-{slot}-{len(self.started)}"
+    def _start(self, gate: Path | None = None) -> WorkerProcess:
+        name = f"churn-{len(self.started)}"
         # A small in-flight budget: each worker holds a few batches, not the stream, so a SIGTERM drains
         # in seconds and a SIGKILL throws away little (on a loaded 2-core machine the default 65,536
         # tokens queued 40 s of work per worker).
         settings = self.topics.settings(
             self.model, client_id=name, max_batch_tokens=64, max_inflight_tokens=1024
         )
-        worker = WorkerProcess(settings, name=name)
+        worker = WorkerProcess(settings, name=name, extra_env=gated(gate) if gate else None)
         self.started.append(worker)
         return worker
+
+    def _spare(self) -> tuple[WorkerProcess, Path] | None:
+        """The next replacement, loading now, held off Kafka by its gate (None once no fault is left)."""
+        if not self.spares_left:
+            return None
+        self.spares_left -= 1
+        gate = self.gates / f"gate-{len(self.started)}"
+        return self._start(gate), gate
 
     def ready(self) -> list[int]:
         return [k for k, w in enumerate(self.slots) if w.proc.poll() is None and "worker ready" in w.output()]
@@ -138,7 +154,10 @@ class Crew:
             except AssertionError:
                 raise AssertionError(f"SIGTERM: no exit in 90 s; lifecycle:\n{_lifecycle(victim)}") from None
             assert rc == 0 and "worker stopped cleanly" in victim.output(), _lifecycle(victim)
-        self.slots[slot] = self._start(slot)
+        assert self.spare is not None, "more faults than spares"
+        self.slots[slot], gate = self.spare
+        gate.touch()
+        self.spare = self._spare()
         return f"{kind} slot {slot}"
 
     async def stop(self) -> None:
@@ -155,7 +174,7 @@ class Crew:
 
 
 async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_ahead(
-    kafka, causal_model, causal_scorer, causal_reference
+    kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:
     topics = await fresh_topics(kafka, partitions=CHURN_PARTITIONS)
     sent = templated_jobs(CHURN_JOBS, CHURN_SEED, causal_scorer.model_name, prefix="churn")
@@ -168,7 +187,7 @@ async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_
     faults = rng.sample(CHURN_FAULTS, len(CHURN_FAULTS))
     thresholds = sorted(int(rng.uniform(0.05, 0.8) * CHURN_JOBS) for _ in faults)
 
-    crew = Crew(topics, causal_model, 3)
+    crew = Crew(topics, causal_model, 3, gates=tmp_path, spares=len(faults))
     done: list[str] = []
     try:
         async with (
