@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafka_scorer.embedded.broker import free_port
-from tests.integration.kafka_helpers import Out, decode_replies, produce, read_topic
+from tests.integration.kafka_helpers import Out, decode_replies, gated, produce, read_topic
 from tests.integration.processes import (
     FAST_GROUP,
     probe,
@@ -50,12 +50,15 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
         first = start("worker", "--model", str(models["causal"]), *common, "--metrics-port", str(first_port),
                       log=first_log)  # fmt: skip
         procs.append(first)
-        wait_for(first_log, "worker ready", first)
+        # The second loads its model meanwhile; its Kafka clients wait until the first serves (the gate).
+        gate = tmp_path / "second-gate"
         second = start(
             "worker", "--model", str(models["qwen3-reranker"]), "--template", "qwen3-reranker", *common,
-            "--metrics-port", str(second_port), log=second_log,
+            "--metrics-port", str(second_port), log=second_log, **gated(gate),
         )  # fmt: skip
         procs.append(second)
+        wait_for(first_log, "worker ready", first)
+        gate.touch()
         wait_for(second_log, "(group_id) already serves model", second)
         error = next(line for line in second_log.read_text().splitlines() if "already serves" in line)
         assert " ERROR " in error and "'kafka-scorer'" in error
