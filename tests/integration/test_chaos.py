@@ -482,7 +482,9 @@ async def test_a_broker_restart_mid_stream_loses_no_job_produced_after_it_and_co
                 )
                 await watch.wait_for(OUTAGE_BEFORE // 3, timeout_s=60, trouble=_exited(workers[0]))
                 answered_before = watch.distinct
-            broker.stop()  # mid-stream: most of the first jobs are still unanswered
+            # Mid-stream: most of the first jobs are still unanswered. A short grace, as elsewhere: tansu
+            # waits for its clients to hang up before it honours SIGTERM (5 s, then the SIGKILL anyway).
+            broker.stop(timeout_s=0.2)
             broker = EmbeddedBroker(port=broker.port).start()
             restarted_ms = int(time.time() * 1000)
             await _create_again(info.bootstrap, names, OUTAGE_PARTITIONS)
@@ -520,7 +522,7 @@ async def test_a_broker_restart_mid_stream_loses_no_job_produced_after_it_and_co
     finally:
         for worker in workers:
             worker.close()
-        broker.stop()
+        broker.stop(timeout_s=0.2)
 
     ids = {expected_id(s) for s in after}
     mine = [r for r in decode_replies(replies) if r.id in ids]  # the first jobs' late answers may land too
