@@ -20,10 +20,11 @@ from kafka_scorer.bench.probes import Measured, RunProbe
 from kafka_scorer.bench.records import RunLog, RunRecord, error_text, repeated_async
 from kafka_scorer.wire.protocol import Job
 
-QUICK_GROUP = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500}
+QUICK_GROUP = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 300}
 """Group timing with `--quick`: tansu settles a group join after about the session timeout, so the
 worker's defaults (10 s) made each quick turn of (d) mostly a wait to join; a quick run is not judged on
-its figures, and the join comes before the timed runs either way."""
+its figures, and the join comes before the timed runs either way. 1.5 s / 0.3 s: what the test suite
+runs its workers at on tansu (docs/worker.md, "The embedded brokers")."""
 
 
 def run_worker_contender(
