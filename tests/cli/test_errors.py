@@ -61,15 +61,7 @@ def test_submit_missing_jobs_file(tmp_path) -> None:
     assert "nope.jsonl: no such file" in _one_line(done.stderr)
 
 
-def test_demo_with_a_missing_model_dir_says_so_and_falls_back(tmp_path) -> None:
-    missing = tmp_path / "no-such-model"
-    done = run_cli("demo", "--model", str(missing), "--jobs", "2", "--no-progress", timeout=180)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    reasons = [line for line in done.stderr.splitlines() if "cannot load --model" in line]
-    assert len(reasons) == 1, done.stderr
-    assert str(missing) in reasons[0] and "local checkpoint directory" in reasons[0]
-    assert "RANDOM" in done.stdout
+# The demo's missing --model directory: tests/integration/test_demo_narrow.py, on a run it shares.
 
 
 # ---- the mapping itself ------------------------------------------------------------------------
