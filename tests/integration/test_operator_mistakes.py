@@ -85,7 +85,11 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
 
 def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models: dict[str, Path]) -> None:
     """The broker stopped for seconds under a running worker: /readyz 503 meanwhile and 200 after,
-    without a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs."""
+    without a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs.
+
+    The worker logs with `--log-format json`, so the same run (a worker start is seconds) also shows JSON
+    logs are JSON from start to exit, through an outage: no progress bar, no native-extension teardown
+    report, every line one JSON object."""
     port = free_port()
     broker_log, worker_log, metrics = tmp_path / "broker.log", tmp_path / "worker.log", free_port()
     broker = start("broker", "--port", str(port), log=broker_log)
@@ -93,7 +97,7 @@ def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models
         wait_for(broker_log, "broker ready", broker, timeout_s=30)
         worker = start(
             "worker", "--model", str(models["causal"]), "--bootstrap-servers", f"127.0.0.1:{port}",
-            "--metrics-port", str(metrics), *FAST_GROUP, log=worker_log,
+            "--metrics-port", str(metrics), "--log-format", "json", *FAST_GROUP, log=worker_log,
         )  # fmt: skip
         procs.append(worker)
         wait_for(worker_log, "worker ready", worker)
@@ -114,6 +118,17 @@ def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models
     outage = [line for line in during if "unreachable" in line]
     assert len(outage) == 1 and "no restart needed" in outage[0], during
     assert "reachable again after" in worker_log.read_text()
+    _every_line_is_json(worker_log.read_text())
+
+
+def _every_line_is_json(log: str) -> None:
+    lines = log.splitlines()
+    assert len(lines) > 5
+    entries = [json.loads(line) for line in lines]
+    assert all(isinstance(entry, dict) for entry in entries)
+    # the embedded broker's refusal of idempotent producing is expected on a laptop: INFO, not WARNING
+    (refusal,) = [e for e in entries if "refused idempotent producing" in e["msg"]]
+    assert refusal["level"] == "INFO" and "embedded tansu broker" in refusal["msg"]
 
 
 def test_a_wrong_bootstrap_server_is_named_before_the_model_loads(
@@ -137,25 +152,3 @@ def test_a_wrong_bootstrap_server_is_named_before_the_model_loads(
     unreachable = next(i for i, line in enumerate(lines) if f"Kafka broker {nobody} not reachable" in line)
     assert unreachable < next(i for i, line in enumerate(lines) if "loading model" in line)
     assert "Connection refused" in lines[unreachable] and "--bootstrap-servers" in lines[unreachable]
-
-
-def test_json_logs_are_json_from_start_to_exit(tmp_path: Path, models: dict[str, Path]) -> None:
-    """No progress bar, no native-extension teardown report: every stderr line of a worker started and
-    stopped with `--log-format json` is one JSON object."""
-    bootstrap, broker = _broker(tmp_path)
-    log = tmp_path / "worker.log"
-    with stopped_at_exit(broker):
-        worker = start(
-            "worker", "--model", str(models["causal"]), "--bootstrap-servers", bootstrap,
-            "--metrics-port", "0", "--log-format", "json", *FAST_GROUP, log=log,
-        )  # fmt: skip
-        with stopped_at_exit(worker):
-            wait_for(log, "worker ready", worker)
-        assert worker.returncode == 0
-    lines = log.read_text().splitlines()
-    assert len(lines) > 5
-    entries = [json.loads(line) for line in lines]
-    assert all(isinstance(entry, dict) for entry in entries)
-    # the embedded broker's refusal of idempotent producing is expected on a laptop: INFO, not WARNING
-    (refusal,) = [e for e in entries if "refused idempotent producing" in e["msg"]]
-    assert refusal["level"] == "INFO" and "embedded tansu broker" in refusal["msg"]
