@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError
 
 from kafka_scorer.wire.protocol import Result
 from tests.integration.jobs import Reference, Sent, expected_id, max_abs_diff, mixed_jobs
-from tests.integration.kafka_helpers import decode_replies
+from tests.integration.kafka_helpers import WorkerProcess, decode_replies
 
 # What a chaos run checks is delivery: every job answered with its *own* scores (a stale, swapped or
 # mixed-up answer is off by 1e-1 or more on these wide-init models). Exactness to 1e-5 is the engine
@@ -339,3 +339,14 @@ def gauge(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"{name} not exported")
+
+
+def exited(worker: WorkerProcess) -> Callable[[], str | None]:
+    """A `trouble` check for ReplyWatch: the worker process has ended (with its log)."""
+
+    def trouble() -> str | None:
+        if worker.proc.poll() is None:
+            return None
+        return f"the worker exited (rc={worker.proc.returncode}):\n{worker.output()[-4000:]}"
+
+    return trouble
