@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
+from kafka_scorer.bench.worker_contender import QUICK_GROUP
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
 
 
@@ -88,7 +89,7 @@ def run_backlog_bench(
 
         bulk = [job(f"bulk-{i}") for i in range(spec.bulk_jobs)]
         live = [job(f"live-{i}") for i in range(spec.live_jobs)]
-        runs = asyncio.run(_both(scorer, spec, bulk, live))
+        runs = asyncio.run(_both(scorer, spec, bulk, live, QUICK_GROUP if quick else {}))
     on, off = runs["lanes on"], runs["lanes off"]
     ratio = off["p99_s"] / on["p99_s"] if on["p99_s"] else None
     return {
@@ -101,18 +102,25 @@ def run_backlog_bench(
     }
 
 
-async def _both(scorer: Any, spec: BacklogSpec, bulk: list[Job], live: list[Job]) -> dict:
+async def _both(scorer: Any, spec: BacklogSpec, bulk: list[Job], live: list[Job], group: dict) -> dict:
     from kafka_scorer.embedded.broker import EmbeddedBroker
 
     async with EmbeddedBroker() as broker:
         runs = {}
         for name, lanes in (("lanes on", True), ("lanes off", False)):
-            runs[name] = await _run(broker.bootstrap_servers, scorer, spec, bulk, live, lanes, name)
+            runs[name] = await _run(broker.bootstrap_servers, scorer, spec, bulk, live, lanes, name, group)
         return runs
 
 
 async def _run(
-    bootstrap: str, scorer: Any, spec: BacklogSpec, bulk: list[Job], live: list[Job], lanes: bool, tag: str
+    bootstrap: str,
+    scorer: Any,
+    spec: BacklogSpec,
+    bulk: list[Job],
+    live: list[Job],
+    lanes: bool,
+    tag: str,
+    group: dict,
 ) -> dict:
     from kafka_scorer.config import Settings
     from kafka_scorer.kafka.admin import create_topics
@@ -139,6 +147,7 @@ async def _run(
         scheduling="priority" if lanes else "fifo",
         topic_priorities={bulk_t: -1, live_t: 1} if lanes else {},
         log_level="WARNING",
+        **group,  # QUICK_GROUP with --quick: the join is in each run's time, and not its subject
     )
     worker = Worker(settings, engine)
     stop = asyncio.Event()

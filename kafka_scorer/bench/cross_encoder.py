@@ -177,7 +177,9 @@ def run_cross_encoder_bench(
         runs["engine"] = timed(lambda: EngineContender(scorer, None))
         if not skip_worker:
             log("  worker via broker ...")
-            runs["worker"] = run_worker_contender(scorer, jobs, window, probe, repeats, repeat_budget_s)
+            runs["worker"] = run_worker_contender(
+                scorer, jobs, window, probe, repeats, repeat_budget_s, quick=quick
+            )
 
     config = model.config
     # Matmul FLOPs of the real tokens (projections and MLP, plus QKᵀ and PV over each pair), at the best

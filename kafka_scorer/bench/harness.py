@@ -173,7 +173,9 @@ def run_workload(
             log(f"  (b) engine on the steady stream [{default_backend}], turn {turn + 1} of {ROUNDS} ...")
             engine_runs.append(drive(EngineContender(scorer, None), stream.jobs, stream.window, env.probe))
             log(f"  (d) worker through the broker on the steady stream, turn {turn + 1} of {ROUNDS} ...")
-            worker_runs.append(run_worker_contender(scorer, stream.jobs, stream.window, env.probe))
+            worker_runs.append(
+                run_worker_contender(scorer, stream.jobs, stream.window, env.probe, quick=config.quick)
+            )
         runs[STEADY_ENGINE] = (
             f"engine, steady stream [{default_backend}]",
             steadiest(engine_runs, stream.jobs),

@@ -60,6 +60,19 @@ _PRODUCT_ONLY = (
 )
 
 
+def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`kafka-scorer ARGS` started, not awaited (`.communicate()` it): for children run side by side."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kafka_scorer", *args],
+        cwd=ROOT,
+        env=env or cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def run_cli(
     *args: str,
     timeout: float = 120,

@@ -11,7 +11,7 @@ import pytest
 
 from kafka_scorer import errors
 from kafka_scorer.embedded.broker import free_port
-from tests.cli.helpers import cli_env, run_cli
+from tests.cli.helpers import cli_env, run_cli, start_cli
 
 
 def _one_line(stderr: str) -> str:
@@ -61,15 +61,7 @@ def test_submit_missing_jobs_file(tmp_path) -> None:
     assert "nope.jsonl: no such file" in _one_line(done.stderr)
 
 
-def test_demo_with_a_missing_model_dir_says_so_and_falls_back(tmp_path) -> None:
-    missing = tmp_path / "no-such-model"
-    done = run_cli("demo", "--model", str(missing), "--jobs", "2", "--no-progress", timeout=180)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    reasons = [line for line in done.stderr.splitlines() if "cannot load --model" in line]
-    assert len(reasons) == 1, done.stderr
-    assert str(missing) in reasons[0] and "local checkpoint directory" in reasons[0]
-    assert "RANDOM" in done.stdout
+# The demo's missing --model directory: tests/integration/test_demo_narrow.py, on a run it shares.
 
 
 # ---- the mapping itself ------------------------------------------------------------------------
@@ -203,16 +195,28 @@ def _unusable_devices() -> list[tuple[str, str]]:
     return [("gpu", "is not a torch device"), (f"cuda:{count}", past)]
 
 
-@pytest.mark.parametrize(("device", "expected"), _unusable_devices())
-def test_a_device_this_machine_cannot_use_is_one_line(tmp_path, device: str, expected: str) -> None:
-    done = run_cli(
-        "worker",
-        *("--model", str(tmp_path), "--device", device, "--metrics-port", "0"),  # a directory, not a model
-        *("--bootstrap-servers", f"127.0.0.1:{free_port()}", "--log-level", "ERROR"),
-    )
-    assert done.returncode == 2
-    line = _one_line(done.stderr)
-    assert expected in line and "--device" in line
+def test_a_device_this_machine_cannot_use_is_one_line(tmp_path) -> None:
+    """Every unusable device, each its own worker, run side by side (each child is mostly torch's import)."""
+    children = {
+        device: (
+            expected,
+            start_cli(
+                "worker",
+                *("--model", str(tmp_path), "--device", device, "--metrics-port", "0"),  # a directory
+                *("--bootstrap-servers", f"127.0.0.1:{free_port()}", "--log-level", "ERROR"),
+            ),
+        )
+        for device, expected in _unusable_devices()
+    }
+    try:
+        for device, (expected, child) in children.items():
+            _, stderr = child.communicate(timeout=120)
+            assert child.returncode == 2, (device, stderr)
+            line = _one_line(stderr)
+            assert expected in line and "--device" in line, device
+    finally:
+        for _, child in children.values():
+            child.kill()  # a no-op once it exited
 
 
 def test_a_busy_metrics_port_is_one_line_before_the_model_loads(tmp_path) -> None:

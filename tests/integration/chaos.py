@@ -15,6 +15,7 @@ import contextlib
 import math
 import random
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from aiokafka.errors import KafkaError
 
 from kafka_scorer.wire.protocol import Result
 from tests.integration.jobs import Reference, Sent, expected_id, max_abs_diff, mixed_jobs
-from tests.integration.kafka_helpers import decode_replies
+from tests.integration.kafka_helpers import WorkerProcess, decode_replies
 
 # What a chaos run checks is delivery: every job answered with its *own* scores (a stale, swapped or
 # mixed-up answer is off by 1e-1 or more on these wide-init models). Exactness to 1e-5 is the engine
@@ -35,9 +36,12 @@ from tests.integration.kafka_helpers import decode_replies
 ATOL = 1e-3
 
 
-def templated_jobs(n: int, seed: int, model_name: str, prefix: str, templates: int = 24) -> list[Sent]:
+def templated_jobs(
+    n: int, seed: int, model_name: str, prefix: str, templates: int = 24, pooled_every: int = 0
+) -> list[Sent]:
     """`n` jobs cloned from a few `mixed_jobs` templates (text and token ids, packed or not, JSON and
-    MessagePack, ids in the body or in the correlation header), each with its own id and key.
+    MessagePack, ids in the body or in the correlation header), each with its own id and key; with
+    `pooled_every` k, every k-th job also asks for its pooled hidden states.
 
     Few distinct bodies keep the reference cheap (it runs once per template); the unique ids and keys
     let every request record be matched to its answer."""
@@ -48,7 +52,9 @@ def templated_jobs(n: int, seed: int, model_name: str, prefix: str, templates: i
         shape = rng.choice(shapes)
         by_header = rng.random() < 0.25
         job = msgspec.structs.replace(
-            shape.job, id=None if by_header else f"{prefix}-{i}", return_pooled_hidden_states=False
+            shape.job,
+            id=None if by_header else f"{prefix}-{i}",
+            return_pooled_hidden_states=bool(pooled_every) and i % pooled_every == 0,
         )
         correlation = f"{prefix}-corr-{i}".encode() if by_header else None
         sent.append(Sent(job, rng.choice(["json", "msgpack"]), f"{prefix}-key-{i}".encode(), correlation))
@@ -319,3 +325,28 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise ProcessLookupError(f"pid {pid} has exited (a zombie has no VmRSS)")
+
+
+def get_text(url: str) -> str:
+    """A worker's /metrics page (or any small HTTP answer) as text."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def gauge(text: str, name: str) -> float:
+    """One unlabelled sample of a Prometheus text page."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def exited(worker: WorkerProcess) -> Callable[[], str | None]:
+    """A `trouble` check for ReplyWatch: the worker process has ended (with its log)."""
+
+    def trouble() -> str | None:
+        if worker.proc.poll() is None:
+            return None
+        return f"the worker exited (rc={worker.proc.returncode}):\n{worker.output()[-4000:]}"
+
+    return trouble

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,30 @@ def transactional_kafka(kafka: BrokerInfo) -> Iterator[BrokerInfo]:
         yield BrokerInfo(broker.bootstrap_servers, "noida-db", transactions=True, min_session_timeout_ms=6000)
     finally:
         broker.stop()
+
+
+@dataclass(frozen=True)
+class QuickstartModel:
+    """A model as `kafka-scorer model NAME DIR` wrote it, with what the command printed."""
+
+    path: Path
+    printed: str
+
+
+@pytest.fixture(scope="session")
+def quickstart_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, QuickstartModel]:
+    """The quickstart's two models, written by `kafka-scorer model` side by side, once per session: the
+    quickstart test follows what the command printed, the operator-mistake tests serve the models."""
+    from tests.integration.processes import start
+
+    root = tmp_path_factory.mktemp("quickstart-models")
+    makers = {
+        name: start("model", name, str(root / name), log=root / f"{name}.out")
+        for name in ("causal", "qwen3-reranker")
+    }
+    for name, proc in makers.items():
+        assert proc.wait(120) == 0, (root / f"{name}.out").read_text()
+    return {name: QuickstartModel(root / name, (root / f"{name}.out").read_text()) for name in makers}
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,20 @@ from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.wire.protocol import Result, decode_result
 
 ROOT = Path(__file__).resolve().parents[2]
+FAULTS = Path(__file__).parent / "fault_injection"
+
+
+def with_faults(**env: str) -> dict[str, str]:
+    """A worker process's extra environment: `env` and fault_injection/ on PYTHONPATH, whose
+    sitecustomize.py reads the SCORER_TEST_* variables among them."""
+    path = os.pathsep.join([str(FAULTS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {"PYTHONPATH": path, **env}
+
+
+def gated(gate: Path, **env: str) -> dict[str, str]:
+    """`with_faults` for a worker whose Kafka clients start only once `gate` exists (a restart that loads
+    its model while the worker it replaces still runs)."""
+    return with_faults(SCORER_TEST_START_GATE=str(gate), **env)
 
 
 @dataclass(frozen=True)

@@ -10,25 +10,33 @@ import pytest
 
 from kafka_scorer.wire.protocol import decode_job
 from tests.integration.jobs import assert_answers, mixed_stream
-from tests.integration.kafka_helpers import WorkerProcess, committed_offsets, produce, read_topic
+from tests.integration.kafka_helpers import WorkerProcess, committed_offsets, gated, produce, read_topic
 
 pytestmark = pytest.mark.integration
 
 
 async def test_sigkill_mid_stream_and_restart_answers_every_job(
-    kafka, causal_model, causal_scorer, causal_reference
+    kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:
     stream = await mixed_stream(kafka, 240, seed=21, model_name=causal_scorer.model_name, prefix="kill")
     settings = stream.settings(causal_model, max_batch_tokens=64)
+    gate = tmp_path / "restart-gate"
+    # The restart's process loads its model meanwhile; its Kafka clients wait for the gate (fault_injection)
+    restart = WorkerProcess(settings, "restarted", extra_env=gated(gate))
 
-    async with WorkerProcess(settings, "killed") as first:
-        await produce(kafka.bootstrap, stream.records[:160])
-        before_kill = await stream.wait_for_answers(20, first, timeout_s=60)
-        first.signal(signal.SIGKILL)
-        assert await first.wait() == -signal.SIGKILL
-    await produce(kafka.bootstrap, stream.records[160:])  # arrives while no worker runs
+    try:
+        async with WorkerProcess(settings, "killed") as first:
+            await produce(kafka.bootstrap, stream.records[:160])
+            before_kill = await stream.wait_for_answers(20, first, timeout_s=60)
+            first.signal(signal.SIGKILL)
+            assert await first.wait() == -signal.SIGKILL
+        await produce(kafka.bootstrap, stream.records[160:])  # arrives while no worker is connected
+        gate.touch()
+    except BaseException:
+        restart.close()
+        raise
 
-    async with WorkerProcess(settings, "restarted") as second:
+    async with restart as second:
         results = await stream.wait_for_answers(len(stream.sent), second, timeout_s=120)
         committed, ends = await stream.wait_for_commits(len(stream.sent))
         second.signal(signal.SIGTERM)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafka_scorer.embedded.broker import free_port
-from tests.integration.kafka_helpers import Out, decode_replies, produce, read_topic
+from tests.integration.kafka_helpers import Out, decode_replies, gated, produce, read_topic
 from tests.integration.processes import (
     FAST_GROUP,
     probe,
@@ -26,16 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The quickstart's two models, written by `kafka-scorer model` side by side."""
-    root = tmp_path_factory.mktemp("models")
-    makers = {
-        name: start("model", name, str(root / name), log=root / f"{name}.out")
-        for name in ("causal", "qwen3-reranker")
-    }
-    for name, proc in makers.items():
-        assert proc.wait(120) == 0, (root / f"{name}.out").read_text()
-    return {name: root / name for name in makers}
+def models(quickstart_models) -> dict[str, Path]:
+    """The quickstart's two models, as `kafka-scorer model` wrote them (one pair per session)."""
+    return {name: model.path for name, model in quickstart_models.items()}
 
 
 def _broker(tmp_path: Path) -> tuple[str, object]:
@@ -57,12 +50,15 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
         first = start("worker", "--model", str(models["causal"]), *common, "--metrics-port", str(first_port),
                       log=first_log)  # fmt: skip
         procs.append(first)
-        wait_for(first_log, "worker ready", first)
+        # The second loads its model meanwhile; its Kafka clients wait until the first serves (the gate).
+        gate = tmp_path / "second-gate"
         second = start(
             "worker", "--model", str(models["qwen3-reranker"]), "--template", "qwen3-reranker", *common,
-            "--metrics-port", str(second_port), log=second_log,
+            "--metrics-port", str(second_port), log=second_log, **gated(gate),
         )  # fmt: skip
         procs.append(second)
+        wait_for(first_log, "worker ready", first)
+        gate.touch()
         wait_for(second_log, "(group_id) already serves model", second)
         error = next(line for line in second_log.read_text().splitlines() if "already serves" in line)
         assert " ERROR " in error and "'kafka-scorer'" in error
@@ -88,8 +84,12 @@ def test_a_second_model_in_the_group_takes_no_partitions(tmp_path: Path, models:
 
 
 def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models: dict[str, Path]) -> None:
-    """The broker stopped for 8 s under a running worker: /readyz 503 meanwhile and 200 after, without
-    a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs."""
+    """The broker stopped for seconds under a running worker: /readyz 503 meanwhile and 200 after,
+    without a restart, and a handful of lines instead of aiokafka's hundreds of ERRORs.
+
+    The worker logs with `--log-format json`, so the same run (a worker start is seconds) also shows JSON
+    logs are JSON from start to exit, through an outage: no progress bar, no native-extension teardown
+    report, every line one JSON object."""
     port = free_port()
     broker_log, worker_log, metrics = tmp_path / "broker.log", tmp_path / "worker.log", free_port()
     broker = start("broker", "--port", str(port), log=broker_log)
@@ -97,7 +97,7 @@ def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models
         wait_for(broker_log, "broker ready", broker, timeout_s=30)
         worker = start(
             "worker", "--model", str(models["causal"]), "--bootstrap-servers", f"127.0.0.1:{port}",
-            "--metrics-port", str(metrics), *FAST_GROUP, log=worker_log,
+            "--metrics-port", str(metrics), "--log-format", "json", *FAST_GROUP, log=worker_log,
         )  # fmt: skip
         procs.append(worker)
         wait_for(worker_log, "worker ready", worker)
@@ -105,16 +105,30 @@ def test_a_broker_outage_is_a_few_lines_and_red_readiness(tmp_path: Path, models
         assert stop(broker) == 0
         before = len(worker_log.read_text().splitlines())
         wait_for_probe(metrics, 503, worker, timeout_s=10)
-        time.sleep(8)  # aiokafka logs hundreds of lines in this time without the filter
+        time.sleep(4)  # unfiltered, aiokafka logs ~65 lines a second (outage.py): hundreds since the stop
         during = worker_log.read_text().splitlines()[before:]
         assert probe(metrics) == 503
         broker = start("broker", "--port", str(port), log=tmp_path / "broker-again.log")
-        procs.append(broker)
+        # Stopped after the worker: a worker stopped once its broker is gone spends its grace (30 s) on a
+        # final commit nobody takes, where stopped_at_exit gave up after 20 s and killed it.
+        procs.insert(0, broker)
         wait_for_probe(metrics, 200, worker, timeout_s=30)
+        assert stop(worker) == 0, worker_log.read_text()[-3000:]  # and it still stops cleanly
     assert len(during) < 10, "\n".join(during)
     outage = [line for line in during if "unreachable" in line]
     assert len(outage) == 1 and "no restart needed" in outage[0], during
     assert "reachable again after" in worker_log.read_text()
+    _every_line_is_json(worker_log.read_text())
+
+
+def _every_line_is_json(log: str) -> None:
+    lines = log.splitlines()
+    assert len(lines) > 5
+    entries = [json.loads(line) for line in lines]
+    assert all(isinstance(entry, dict) for entry in entries)
+    # the embedded broker's refusal of idempotent producing is expected on a laptop: INFO, not WARNING
+    (refusal,) = [e for e in entries if "refused idempotent producing" in e["msg"]]
+    assert refusal["level"] == "INFO" and "embedded tansu broker" in refusal["msg"]
 
 
 def test_a_wrong_bootstrap_server_is_named_before_the_model_loads(
@@ -138,25 +152,3 @@ def test_a_wrong_bootstrap_server_is_named_before_the_model_loads(
     unreachable = next(i for i, line in enumerate(lines) if f"Kafka broker {nobody} not reachable" in line)
     assert unreachable < next(i for i, line in enumerate(lines) if "loading model" in line)
     assert "Connection refused" in lines[unreachable] and "--bootstrap-servers" in lines[unreachable]
-
-
-def test_json_logs_are_json_from_start_to_exit(tmp_path: Path, models: dict[str, Path]) -> None:
-    """No progress bar, no native-extension teardown report: every stderr line of a worker started and
-    stopped with `--log-format json` is one JSON object."""
-    bootstrap, broker = _broker(tmp_path)
-    log = tmp_path / "worker.log"
-    with stopped_at_exit(broker):
-        worker = start(
-            "worker", "--model", str(models["causal"]), "--bootstrap-servers", bootstrap,
-            "--metrics-port", "0", "--log-format", "json", *FAST_GROUP, log=log,
-        )  # fmt: skip
-        with stopped_at_exit(worker):
-            wait_for(log, "worker ready", worker)
-        assert worker.returncode == 0
-    lines = log.read_text().splitlines()
-    assert len(lines) > 5
-    entries = [json.loads(line) for line in lines]
-    assert all(isinstance(entry, dict) for entry in entries)
-    # the embedded broker's refusal of idempotent producing is expected on a laptop: INFO, not WARNING
-    (refusal,) = [e for e in entries if "refused idempotent producing" in e["msg"]]
-    assert refusal["level"] == "INFO" and "embedded tansu broker" in refusal["msg"]

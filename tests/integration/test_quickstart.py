@@ -14,7 +14,7 @@ import pytest
 
 from kafka_scorer.embedded.broker import free_port
 from tests.cli.helpers import run_cli
-from tests.integration.processes import start, wait_for
+from tests.integration.processes import FAST_GROUP, start, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +32,10 @@ class Flow:
 FLOWS = (Flow("causal"), Flow("qwen3-reranker", "rerank-requests", "rerank"))
 
 
-def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> None:
+def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path, quickstart_models) -> None:
     """Both paths at once (each step is a process start paid in parallel): the CausalLM with the label
-    ids `model` printed, and the reranker served with `--template qwen3-reranker` and text jobs."""
+    ids `model` printed, and the reranker served with `--template qwen3-reranker` and text jobs. The
+    models are the session's `kafka-scorer model` runs (conftest.py), shared with the operator tests."""
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     broker_log = tmp_path / "broker.log"
@@ -42,25 +43,22 @@ def test_broker_model_worker_submit_as_the_quickstart_says(tmp_path: Path) -> No
     broker = start("broker", "--port", str(port), *topics, log=broker_log)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        makers = {
-            f.name: start("model", f.name, str(tmp_path / f.name), log=tmp_path / f"{f.name}.out")
-            for f in FLOWS
-        }
         wait_for(broker_log, "broker ready", broker, timeout_s=30)
         jobs = {}
         for flow in FLOWS:
-            assert makers[flow.name].wait(120) == 0, (tmp_path / f"{flow.name}.out").read_text()
             printed = dict(
                 line.split(":", 1)
-                for line in (tmp_path / f"{flow.name}.out").read_text().splitlines()
+                for line in quickstart_models[flow.name].printed.splitlines()
                 if line.startswith(("serve it:", "a job:"))
             )
             jobs[flow.name] = json.loads(printed["a job"])
             serve = printed["serve it"].split()  # kafka-scorer worker --model DIR [--template NAME]
             assert serve[:2] == ["kafka-scorer", "worker"], printed
+            assert serve[3] == str(quickstart_models[flow.name].path), printed
             workers[flow.name] = start(
                 *serve[1:],
-                *("--bootstrap-servers", bootstrap, "--metrics-port", "0", "--fetch-max-wait-ms", "20"),
+                # FAST_GROUP: at the worker's 10 s session timeout, tansu took 10 s to settle the join
+                *("--bootstrap-servers", bootstrap, "--metrics-port", "0", *FAST_GROUP),
                 *("--request-topics", flow.topic, "--group-id", flow.group),
                 log=tmp_path / f"{flow.name}-worker.log",
             )

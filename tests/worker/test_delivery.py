@@ -2,7 +2,7 @@
 
 `DeliveryContract` is written once and run for at-least-once and for exactly-once (transactions), with
 the broker faked (a unit test of the delivery rules); tests/integration/test_delivery.py and
-test_exactly_once.py run both modes against the real broker.
+test_chaos.py (exactly-once under repeated SIGKILLs) run both modes against the real broker.
 """
 
 from __future__ import annotations

@@ -7,9 +7,29 @@
 - SCORER_TEST_DEVICE_FAULT_AFTER=N: the model runner runs N forward passes, then every later one
   raises the error CUDA gives after an illegal memory access (printing a marker line first): a device
   fault that poisons the process, on a machine with no GPU.
+- SCORER_TEST_START_GATE=PATH: the worker's producer, its first Kafka client (the transactional one
+  fences its predecessor as it starts, the consumer joins the group after it), starts only once PATH
+  exists. A restart can then load its model while the worker it replaces still runs, and touch Kafka
+  only after that one was killed: the same restart, without the seconds of start-up in between.
 """
 
 import os
+
+if os.environ.get("SCORER_TEST_START_GATE"):
+    import asyncio
+    import pathlib
+
+    import aiokafka
+
+    _gate = pathlib.Path(os.environ["SCORER_TEST_START_GATE"])
+    _start = aiokafka.AIOKafkaProducer.start
+
+    async def _start_after_gate(self: aiokafka.AIOKafkaProducer) -> None:
+        while not _gate.exists():
+            await asyncio.sleep(0.02)
+        await _start(self)
+
+    aiokafka.AIOKafkaProducer.start = _start_after_gate
 
 if os.environ.get("SCORER_TEST_HANG_IN_COMMIT_AFTER"):
     import asyncio

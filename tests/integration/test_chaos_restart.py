@@ -1,0 +1,149 @@
+"""Chaos on a real broker: the broker killed and restarted empty under a running worker, while jobs
+keep arriving (the rest of the chaos suite: test_chaos.py). Every job produced after the restart must be
+answered with the reference's scores, and no commit sampled in the new log may pass an unanswered record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+
+import pytest
+from aiokafka.errors import TopicAlreadyExistsError
+
+from kafka_scorer.embedded.broker import EmbeddedBroker
+from tests.integration.chaos import (
+    CommitSampler,
+    ReplyWatch,
+    commit_violations,
+    exited,
+    tally,
+    templated_jobs,
+)
+from tests.integration.jobs import Sent, expected_id, to_record
+from tests.integration.kafka_helpers import (
+    BrokerInfo,
+    Topics,
+    WorkerProcess,
+    create_topics,
+    decode_replies,
+    produce,
+    read_topic,
+    unique,
+)
+
+pytestmark = pytest.mark.integration
+
+
+OUTAGE_BEFORE, OUTAGE_AFTER, OUTAGE_PARTITIONS, OUTAGE_SEED = 150, 450, 3, 1204
+
+
+async def _create_again(bootstrap: str, names: list[str], partitions: int) -> None:
+    """The restarted memory broker has no topics; the worker's own retries may auto-create some first."""
+    with contextlib.suppress(TopicAlreadyExistsError):
+        await create_topics(bootstrap, names, partitions)
+
+
+async def test_a_broker_restart_mid_stream_loses_no_job_produced_after_it_and_commits_nothing_unanswered(
+    causal_model, causal_scorer, causal_reference
+) -> None:
+    """tansu keeps its log in memory: a restart on the same port is an empty cluster at offset 0 while the
+    worker still holds its old positions (what a topic deleted and recreated is on real Kafka). The
+    worker must recover by itself or exit with one clear line, never hang silently; the jobs produced
+    after the restart must all be answered, and no commit in the new log may pass an unanswered record."""
+    before = templated_jobs(OUTAGE_BEFORE, OUTAGE_SEED, causal_scorer.model_name, prefix="outage-a")
+    after = templated_jobs(OUTAGE_AFTER, OUTAGE_SEED + 1, causal_scorer.model_name, prefix="outage-b")
+    broker = EmbeddedBroker().start()
+    info = BrokerInfo(
+        broker.bootstrap_servers, "tansu (private)", transactions=False, min_session_timeout_ms=0
+    )
+    topics = Topics(info, unique("req"), unique("res"), unique("group"), OUTAGE_PARTITIONS)
+    names = [topics.requests, topics.replies]
+    workers: list[WorkerProcess] = []
+    try:
+        await create_topics(info.bootstrap, names, OUTAGE_PARTITIONS)
+        settings = topics.settings(causal_model, client_id="outage", max_batch_tokens=64)
+        workers.append(WorkerProcess(settings, "outage"))
+        await workers[0].wait_for_log("worker ready", timeout_s=120)
+        async with CommitSampler(
+            info.bootstrap, topics.group, topics.requests, OUTAGE_PARTITIONS + 1
+        ) as sampler:
+            async with ReplyWatch(info.bootstrap, topics.replies) as watch:
+                await produce(
+                    info.bootstrap, [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(before)]
+                )
+                await watch.wait_for(OUTAGE_BEFORE // 3, timeout_s=60, trouble=exited(workers[0]))
+                answered_before = watch.distinct
+            # Mid-stream: most of the first jobs are still unanswered. A short grace, as elsewhere: tansu
+            # waits for its clients to hang up before it honours SIGTERM (5 s, then the SIGKILL anyway).
+            broker.stop(timeout_s=0.2)
+            broker = EmbeddedBroker(port=broker.port).start()
+            restarted_ms = int(time.time() * 1000)
+            await _create_again(info.bootstrap, names, OUTAGE_PARTITIONS)
+            records = [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(after)]
+            await produce(info.bootstrap, records)
+            async with ReplyWatch(info.bootstrap, topics.replies) as watch:
+
+                def answered() -> bool:
+                    return _answered(watch.records, after) == len(after)
+
+                exit_line = None
+                try:
+                    await watch.wait_until(
+                        answered, "the jobs sent after the restart", 60, exited(workers[-1])
+                    )
+                except AssertionError as exc:
+                    if workers[-1].proc.poll() is None:  # neither answering nor gone: stuck or skipping
+                        got = _answered(watch.records, after)
+                        raise AssertionError(
+                            f"{got} of {len(after)} jobs sent after the restart answered, and the worker "
+                            f"is still running ({exc})\n{workers[-1].output()[-3000:]}"
+                        ) from None
+                    exit_line = _one_clear_line(workers[-1])
+                    workers.append(WorkerProcess(settings, "outage-restarted"))
+                    await watch.wait_until(
+                        answered, "the jobs sent after the restart", 60, exited(workers[-1])
+                    )
+                committed, ends = await topics.wait_for_commits(OUTAGE_AFTER, timeout_s=30)
+            for worker in workers:
+                if worker.proc.poll() is None:
+                    worker.signal(signal.SIGTERM)
+                    assert await worker.wait() == 0, worker.output()[-3000:]
+        requests = await read_topic(info.bootstrap, topics.requests, lambda rs: len(rs) >= OUTAGE_AFTER, 30)
+        replies = await read_topic(info.bootstrap, topics.replies, lambda rs: False, timeout_s=1.0)
+    finally:
+        for worker in workers:
+            worker.close()
+        broker.stop(timeout_s=0.2)
+
+    ids = {expected_id(s) for s in after}
+    mine = [r for r in decode_replies(replies) if r.id in ids]  # the first jobs' late answers may land too
+    result = tally("broker restart (jobs sent after it)", mine, after, causal_reference)
+    id_by_key = {s.key: expected_id(s) for s in after}
+    violations = commit_violations(sampler.since(restarted_ms), requests, replies, lambda r: id_by_key[r.key])
+    result.extra.update(
+        answered_before_kill=answered_before,
+        worker_exited=exit_line or "no, recovered",
+        commit_samples=len(sampler.since(restarted_ms)),
+        commit_violations=len(violations),
+    )
+    logs = "\n".join(f"{w.args[-1]} log:\n{w.output()[-3000:]}" for w in workers)
+    message = result.report() + "".join(f"\n  {v}" for v in violations[:10]) + f"\n{logs}"
+    assert result.clean, message
+    assert not violations, message
+    assert sampler.since(restarted_ms), "no commit sampled after the restart: the check saw nothing"
+    assert committed == ends, message
+
+
+def _answered(records: list, sent: list[Sent]) -> int:
+    ids = {expected_id(s) for s in sent}
+    return len({r.id for r in decode_replies(records)} & ids)
+
+
+def _one_clear_line(worker: WorkerProcess) -> str:
+    """A worker that gave up must say why in one ERROR line, and exit non-zero."""
+    assert worker.proc.returncode != 0, worker.output()[-3000:]
+    errors = [line for line in worker.output().splitlines() if " ERROR " in line or " CRITICAL " in line]
+    assert errors, f"the worker exited without an error line:\n{worker.output()[-3000:]}"
+    return errors[-1]
