@@ -6,11 +6,7 @@ float64, so the only differences left are the kernels' float32 accumulation and 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,8 +17,8 @@ from kafka_scorer.engine.kernels.label_scores import (
     logsumexp_chunked,
     reference_label_logprobs,
 )
+from tests.engine.kernels.interpreter import run_interpreted
 
-HERE = Path(__file__).parent
 TOLERANCE = {
     torch.float32: {"rtol": 1e-5, "atol": 1e-5},
     torch.float16: {"rtol": 1e-4, "atol": 1e-4},
@@ -240,19 +236,7 @@ def interpreted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str,
         if case.blocks is not None:
             blocks = dict(zip(("BLOCK_R", "BLOCK_V", "BLOCK_K"), case.blocks, strict=True))
         payload[name] = {**make_inputs(case), "num_splits": case.num_splits, "blocks": blocks}
-    torch.save(payload, tmp / "in.pt")
-    root = str(HERE.parents[2])  # the child imports kafka_scorer from this checkout, installed or not
-    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_interpreted_label_kernel.py"), str(tmp / "in.pt"), str(tmp / "out.pt")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(tmp / "out.pt")
+    return run_interpreted("_interpreted_label_kernel.py", payload, tmp)
 
 
 @pytest.mark.parametrize("name", list(KERNEL_CASES))

@@ -14,18 +14,14 @@ the GPU's bfloat16 probabilities: tests/cuda/test_spans_cuda.py scores through t
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.engine.kernels.interpreter import run_interpreted
 from tests.engine.test_attention import LAYOUTS, layout_of, naive_attention
 
-HERE = Path(__file__).parent
 SGLANG = [(20, (30,) * 5)]  # SGLang's benchmark shape (query 120, 10 items of 180), scaled down
 TWO_JOBS = [(20, (30,) * 5), (7, (13, 0, 40)), (0, ())]
 TOLERANCE = {
@@ -116,19 +112,8 @@ def interpreted(inputs: dict, tiny_models, tmp_path_factory: pytest.TempPathFact
     """All cases in one interpreter subprocess (triton + torch import once, not per case)."""
     tmp = tmp_path_factory.mktemp("span_kernel")
     jobs = [{**job, "label_token_ids": LABELS, "multi_item": True} for job in ENGINE_JOBS]
-    torch.save({**inputs, "engine": {"model": str(tiny_models.get()), "jobs": jobs}}, tmp / "in.pt")
-    root = str(HERE.parents[2])  # the child imports kafka_scorer from this checkout, installed or not
-    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_interpreted_span_kernel.py"), str(tmp / "in.pt"), str(tmp / "out.pt")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return torch.load(tmp / "out.pt")
+    payload = {**inputs, "engine": {"model": str(tiny_models.get()), "jobs": jobs}}
+    return run_interpreted("_interpreted_span_kernel.py", payload, tmp)
 
 
 def reference(case: Case, given: dict, softcap: float | None) -> torch.Tensor:

@@ -1,0 +1,35 @@
+"""Running a Triton kernel's cases under its interpreter, in one subprocess for all of them.
+
+Triton 3.x reads TRITON_INTERPRET when `triton` is first imported, so the variable cannot be switched
+on inside the test process: the inputs go to a script of this folder by `torch.save`, the script runs
+the kernel with TRITON_INTERPRET=1 and saves what it computed, and the tests compare that with their
+reference. One subprocess per test module: triton and torch import once, not per case.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+
+
+def run_interpreted(script: str, payload: dict, tmp: Path) -> dict:
+    """`script` (a file of this folder) run over `payload` under the interpreter; what it saved."""
+    torch.save(payload, tmp / "in.pt")
+    root = str(HERE.parents[2])  # the child imports kafka_scorer from this checkout, installed or not
+    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": pythonpath}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), str(tmp / "in.pt"), str(tmp / "out.pt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(tmp / "out.pt")
