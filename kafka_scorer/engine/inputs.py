@@ -89,7 +89,7 @@ class JobPreparer(ItemWindows, ScoreFields):
                 results=[] if is_rerank(job) else None,
             )
 
-        truncate, chunking = self.long_item_policy(job)
+        truncate, chunking = self.limits.long_item_policy(job)
         job, precut = self._cut_overlong(job) if truncate else (job, set())
         templated = self._templated(job)
         plan = None
@@ -351,7 +351,7 @@ class JobPreparer(ItemWindows, ScoreFields):
             if text
             else f"max_pair_tokens={self.limits.max_pair_tokens}"
         )
-        _, chunking = self.long_item_policy(job)
+        _, chunking = self.limits.long_item_policy(job)
         chunks = self.limits.max_chunks_per_job if chunking is not None else 1
         item_why = f"{why} × max_chunks_per_job={chunks}" if chunking is not None else why
         named = [("query", job.query, None, limit, why)]

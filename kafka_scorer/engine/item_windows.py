@@ -30,24 +30,6 @@ class ItemWindows:
 
     def _tokenizer(self): ...  # provided by JobPreparer
 
-    def long_item_policy(self, job: Job) -> tuple[bool, Chunking | None]:
-        """(truncate, chunking) for this job: SPEC §8 and §9 give two answers to an item too long for
-        a pair, so a job picks at most one. A job's own field wins over the worker's defaults, and a
-        job that sends `truncate` (true or false) is not chunked by the worker's `chunking` default."""
-        if job.chunking is not None:
-            if job.truncate:
-                raise InputError(
-                    ErrorCode.INVALID_REQUEST,
-                    "truncate: true and chunking: send one of them (truncate cuts a long item, chunking "
-                    "scores all of it)",
-                )
-            return False, job.chunking
-        if job.truncate is not None:
-            return job.truncate, None
-        if self.limits.chunking is not None:
-            return False, self.limits.chunking
-        return self.limits.truncate, None
-
     def _window(self, chunking: Chunking, room: int) -> int:
         """The window in item tokens: the job's `window`, at most what fits the pair limit (`room`)."""
         if room < 1:

@@ -84,3 +84,21 @@ class InputLimits:
     """What a job's `chunking: null` means (the worker's `chunking` setting); None: no chunking."""
     max_chunks_per_job: int = 256
     """Most windows the chunked items of one job may produce (SPEC §9)."""
+
+    def long_item_policy(self, job: Job) -> tuple[bool, Chunking | None]:
+        """(truncate, chunking) for `job`: SPEC §8 and §9 give two answers to an item too long for a
+        pair, so a job picks at most one. A job's own field wins over the worker's defaults, and a job
+        that sends `truncate` (true or false) is not chunked by the worker's `chunking` default."""
+        if job.chunking is not None:
+            if job.truncate:
+                raise InputError(
+                    ErrorCode.INVALID_REQUEST,
+                    "truncate: true and chunking: send one of them (truncate cuts a long item, chunking "
+                    "scores all of it)",
+                )
+            return False, job.chunking
+        if job.truncate is not None:
+            return job.truncate, None
+        if self.chunking is not None:
+            return False, self.chunking
+        return self.truncate, None

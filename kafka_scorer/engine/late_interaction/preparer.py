@@ -163,18 +163,9 @@ class LatePreparer:
             )
 
     def _chunking(self, job: Job) -> Chunking | None:
-        """SPEC §9 as for every kind: the job's `chunking` wins, a job that sends `truncate` is not
-        chunked by the worker's default; without chunking a long document is cut as the checkpoint
-        defines (`truncate` changes nothing there)."""
-        if job.chunking is not None:
-            if job.truncate:
-                raise InputError(
-                    ErrorCode.INVALID_REQUEST,
-                    "truncate: true and chunking: send one of them (truncate cuts a long item, chunking "
-                    "scores all of it)",
-                )
-            return job.chunking
-        return None if job.truncate is not None else self.limits.chunking
+        """SPEC §9 as for every kind (`InputLimits.long_item_policy`); without chunking a long document
+        is cut as the checkpoint defines (`truncate` changes nothing there)."""
+        return self.limits.long_item_policy(job)[1]
 
     def _offsets(self, job: Job) -> list[list[tuple[int, int]] | None]:
         """Each text item's token offsets in the item as sent (before stripping), for `chunks` spans."""
