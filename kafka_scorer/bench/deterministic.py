@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 
 from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, timed, write_report
-from kafka_scorer.bench.models import build_shaped_model
 from kafka_scorer.bench.workloads import build_workload, workload_spec
 from kafka_scorer.engine.scorer import Scorer
 
@@ -23,16 +22,14 @@ DECODER_WORKLOADS = ("rerank", "many-items", "short", "mixed")
 
 def run(args: argparse.Namespace) -> dict:
     run_ = resolve_run(args, "determinism")
-    device, dtype, shape, root = run_.device, run_.dtype, run_.shape, run_.root
+    device, dtype, shape = run_.device, run_.dtype, run_.shape
     report: dict = {"device": device, "dtype": dtype, "shape": shape.name, "workloads": {}}
     scorers: dict[str, dict[bool, Scorer]] = {}
     for name in args.workload or DECODER_WORKLOADS:
         spec = workload_spec(name, quick=args.quick, device_type=device.split(":")[0])
         kind = spec.model_kind
         if kind not in scorers:
-            path = root / f"{shape.name}-{kind}-{dtype}"
-            if not (path / "config.json").exists():
-                build_shaped_model(path, shape, kind, dtype=dtype)
+            path = run_.checkpoint(kind)
             scorers[kind] = {
                 mode: Scorer(
                     str(path),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from kafka_scorer.bench.models import SHAPES, ModelShape
+from kafka_scorer.bench.models import SHAPES, ModelShape, build_shaped_model
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job, Result
 
@@ -24,6 +24,13 @@ class EngineRun:
     shape: ModelShape
     root: Path
     """Where the generated checkpoints go (`--model-dir`, else a fresh temporary folder)."""
+
+    def checkpoint(self, kind: str = "causal") -> Path:
+        """The run's random checkpoint of `kind`, built once per `--model-dir`."""
+        path = self.root / f"{self.shape.name}-{kind}-{self.dtype}"
+        if not (path / "config.json").exists():
+            build_shaped_model(path, self.shape, kind, dtype=self.dtype)
+        return path
 
 
 def engine_parser(prog: str, description: str | None) -> argparse.ArgumentParser:

@@ -12,43 +12,20 @@ without a capture (what the CPU tier checks), so the CPU ratio is the padding's 
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 
 from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, timed, write_report
-from kafka_scorer.bench.models import build_shaped_model
-from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobShape, fold_into_vocab
+from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.wire.protocol import Job
 
 BATCHES = ((1, 1), (1, None), (2, None), (4, None))
 """(requests, items per request: None = the shape's) per measured batch; the first is one lone item."""
 
 
-def fresh_jobs(
-    shape: JobShape, vocab: int, requests: int, items: int | None, rng: random.Random
-) -> list[Job]:
-    def ids(n: int) -> list[int]:
-        return fold_into_vocab([rng.randrange(10, 1 << 17) for _ in range(n)], vocab)
-
-    return [
-        Job(
-            id=f"graphs-{n}",
-            query=ids(shape.query_len),
-            items=[ids(shape.item_len) for _ in range(items or shape.num_items)],
-            label_token_ids=fold_into_vocab(shape.label_ids, vocab),
-            apply_softmax=shape.apply_softmax,
-        )
-        for n in range(requests)
-    ]
-
-
 def run(args: argparse.Namespace) -> dict:
     run_ = resolve_run(args, "graphs")
-    device, dtype, shape, root = run_.device, run_.dtype, run_.shape, run_.root
-    path = root / f"{shape.name}-causal-{dtype}"
-    if not (path / "config.json").exists():
-        build_shaped_model(path, shape, "causal", dtype=dtype)
+    device, dtype, shape = run_.device, run_.dtype, run_.shape
+    path = run_.checkpoint()
     job_shape = QUICK_SHAPE if args.quick else SGLANG_SHAPE
     budget = max(args.graph_tokens, job_shape.tokens * max(r for r, _ in BATCHES))
     scorers = {
@@ -67,19 +44,17 @@ def run(args: argparse.Namespace) -> dict:
         scorer.warm_up()
     on = scorers[args.graph_tokens]
     report = {"device": device, "dtype": dtype, "shape": shape.name, "graphs": on.description["cuda_graphs"]}
-    rng = random.Random(0)
-    report["batches"] = [
-        _measure(scorers, job_shape, shape.vocab_size, batch, rng, args) for batch in BATCHES
-    ]
+    maker = JobMaker(job_shape, 0, shape.vocab_size)
+    report["batches"] = [_measure(scorers, maker, batch, args) for batch in BATCHES]
     return report
 
 
-def _measure(scorers: dict[int, Scorer], job_shape: JobShape, vocab: int, batch, rng, args) -> dict:
+def _measure(scorers: dict[int, Scorer], maker: JobMaker, batch, args) -> dict:
     requests, items = batch
     seconds: dict[int, list[float]] = {tokens: [] for tokens in scorers}
     worst = 0.0
     for _ in range(args.repeats):
-        jobs = fresh_jobs(job_shape, vocab, requests, items, rng)
+        jobs = [maker.job(f"graphs-{n}", items) for n in range(requests)]
         results = {}
         for tokens, scorer in scorers.items():
             elapsed, results[tokens] = timed(scorer, jobs)
@@ -95,7 +70,8 @@ def _measure(scorers: dict[int, Scorer], job_shape: JobShape, vocab: int, batch,
             ]
         )
     off_ms, on_ms = (1000 * statistics.median(s) for s in seconds.values())
-    tokens = requests * (job_shape.query_len + (items or job_shape.num_items) * job_shape.item_len)
+    job = maker.shape
+    tokens = requests * (job.query_len + (items or job.num_items) * job.item_len)
     row = {
         "requests": requests,
         "tokens": tokens,

@@ -135,11 +135,12 @@ def fold_into_vocab(ids: Sequence[int], vocab: int) -> list[int]:
 
 
 class JobMaker:
-    """Fresh jobs: every request its own random query and items (no prefix or cache can serve it)."""
+    """Fresh jobs: every request its own random query and items (no prefix or cache can serve it).
+    Also the engine-alone GPU benches' jobs (`bench/graphs.py`, `bench/profile_forward.py`)."""
 
-    def __init__(self, plan: Plan, seed: int, vocab: int) -> None:
-        self.plan = plan
-        self.vocab = vocab
+    def __init__(self, shape: JobShape, seed: int, vocab: int) -> None:
+        self.shape = shape
+        self.labels = fold_into_vocab(shape.label_ids, vocab)
         self.rng = random.Random(f"open-loop:{seed}")
         self.ids = range(FIRST_REGULAR_ID, vocab)
 
@@ -147,16 +148,19 @@ class JobMaker:
         # choices, not randrange per token: thousands of jobs per rate are made before it starts
         return self.rng.choices(self.ids, k=n)
 
-    def encoded(self, job_id: str) -> bytes:
-        shape = self.plan.job
-        job = Job(
+    def job(self, job_id: str, items: int | None = None) -> Job:
+        """One request of the shape (`items`: another item count)."""
+        shape = self.shape
+        return Job(
             id=job_id,
             query=self._tokens(shape.query_len),
-            items=[self._tokens(shape.item_len) for _ in range(shape.num_items)],
-            label_token_ids=self.plan.labels,
+            items=[self._tokens(shape.item_len) for _ in range(items or shape.num_items)],
+            label_token_ids=self.labels,
             apply_softmax=shape.apply_softmax,
         )
-        return encode_job(job)
+
+    def encoded(self, job_id: str) -> bytes:
+        return encode_job(self.job(job_id))
 
 
 def run_open_loop_bench(config: OpenLoopConfig, log=print) -> dict:
@@ -173,7 +177,7 @@ def run_open_loop_bench(config: OpenLoopConfig, log=print) -> dict:
             log(f"building a random {shape.name} checkpoint ...")
             init = "cuda" if plan.device.startswith("cuda") else "cpu"
             build_shaped_model(path, shape, "causal", dtype=plan.dtype, init_device=init)
-        maker = JobMaker(plan, config.seed, shape.vocab_size)
+        maker = JobMaker(plan.job, config.seed, shape.vocab_size)
         started = time.time()
         measured = asyncio.run(_measure(config, plan, str(path), maker, log))
     rates = measured.pop("rates")

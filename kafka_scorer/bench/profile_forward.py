@@ -12,16 +12,14 @@ unfused ones), copies, concatenations and gathers, the rest.
 
 from __future__ import annotations
 
-import random
 import re
 
 import torch
 
 from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
-from kafka_scorer.bench.graphs import fresh_jobs
-from kafka_scorer.bench.models import build_shaped_model
-from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE
+from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.wire.protocol import Job
 
 CATEGORIES = (
     ("attention", re.compile(r"flex|attention|sdpa|flash|triton_tem")),
@@ -46,21 +44,21 @@ def category(name: str) -> str:
 
 def run(args) -> dict:
     run_ = resolve_run(args, "profile")
-    path = run_.root / f"{run_.shape.name}-causal-{run_.dtype}"
-    if not (path / "config.json").exists():
-        build_shaped_model(path, run_.shape, "causal", dtype=run_.dtype)
-    scorer = Scorer(str(path), dtype=run_.dtype, device=run_.device, prefix_cache_mb=0)
+    scorer = Scorer(str(run_.checkpoint()), dtype=run_.dtype, device=run_.device, prefix_cache_mb=0)
     scorer.warm_up()
     shape = QUICK_SHAPE if args.quick else SGLANG_SHAPE
-    rng = random.Random(0)
-    jobs = fresh_jobs(shape, run_.shape.vocab_size, args.requests, None, rng)
-    scorer.score_jobs(jobs)  # untimed: the same shapes once more before the profile
+    maker = JobMaker(shape, 0, run_.shape.vocab_size)
+
+    def jobs() -> list[Job]:
+        return [maker.job(f"profile-{n}") for n in range(args.requests)]
+
+    scorer.score_jobs(jobs())  # untimed: the same shapes once more before the profile
     cuda = scorer.loaded.device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU]
     activities += [torch.profiler.ProfilerActivity.CUDA] if cuda else []
     with torch.profiler.profile(activities=activities) as profile:
         for _ in range(args.forwards):
-            scorer.score_jobs(fresh_jobs(shape, run_.shape.vocab_size, args.requests, None, rng))
+            scorer.score_jobs(jobs())
         if cuda:
             torch.cuda.synchronize()
     rows = _rows(profile.key_averages(), cuda)
