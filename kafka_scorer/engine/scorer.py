@@ -255,9 +255,10 @@ class Scorer:
 
     @property
     def _pad_to(self):
-        """The packing thread pads a forward to its CUDA graph's bucket once graphs are captured."""
+        """The packing thread pads a forward to its CUDA graph's bucket once graphs are captured (the
+        warm-up captures them over the flex backend only)."""
         graphs = self._runner.graphs
-        return graphs.bucket_for if graphs is not None and self.attention_backend == "flex" else None
+        return graphs.bucket_for if graphs is not None else None
 
     def run_packed(self, packed: PackedBatch) -> list[Result]:
         """On the device thread: the forwards of one packed batch; results in the jobs' order.
