@@ -11,8 +11,13 @@ the miss path. Deterministic mode removes each:
 - the heads run by fixed-shape row blocks (`invariant_heads.py`);
 - the prefix cache is off: every job computes its head itself, so a cached state can never stand in
   for a computed one.
-The price is stated in docs/performance.md. Encoders and families without the engine's own decoder
-layers are refused with a line naming the setting.
+Encoders (cross-encoders and ColBERT's) keep transformers' layers: their stream is padded to whole row
+blocks around the stock body (`models/fixed_rows_encoder.py`) and every `nn.Linear` of the model and
+its heads is swapped for the fixed-shape one (`layers/invariant.py`). A ColBERT model keeps its
+document embedding cache: a document's vectors no longer depend on what they were computed with, so a
+cached copy is the vectors the document would get now (`late_interaction/forward.py`).
+The price is stated in docs/performance.md. Decoder families without the engine's own layers are
+refused with a line naming the setting.
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
     from kafka_scorer.engine.models.decoder_layer import Regions
 
     body = loaded.body
-    if not isinstance(body, FusedDecoder):
+    if loaded.encoder is None and not isinstance(body, FusedDecoder):
         raise SettingError(
             "deterministic",
             f"deterministic=true needs the engine's own decoder layers, but {loaded.name!r} runs "
-            f"{type(body).__name__} (encoders, families outside the fused decoder, or "
-            "decoder_forward=transformers): unset --deterministic (KAFKA_SCORER_DETERMINISTIC) for it",
+            f"{type(body).__name__} (a family outside the fused decoder, or decoder_forward=transformers): "
+            "unset --deterministic (KAFKA_SCORER_DETERMINISTIC) for it",
         )
     if attention_backend not in ("auto", BACKEND):
         raise SettingError(
@@ -44,6 +49,20 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
             f"deterministic=true computes attention with its own backend, not attention_backend="
             f"{attention_backend!r}: unset --attention-backend (KAFKA_SCORER_ATTENTION_BACKEND)",
         )
+    if loaded.encoder is not None:
+        _fix_encoder(loaded)
+        return BACKEND
     body.shape = dataclasses.replace(body.shape, fixed_rows=True)
     body.regions = Regions.eager(body.shape)
     return BACKEND
+
+
+def _fix_encoder(loaded: LoadedModel) -> None:
+    """The stock encoder body padded to whole row blocks, its and its heads' matmuls by fixed blocks."""
+    from kafka_scorer.engine.layers.invariant import fix_linears
+    from kafka_scorer.engine.models.fixed_rows_encoder import FixedRowsEncoder
+
+    assert loaded.encoder is not None
+    fix_linears(loaded.model)
+    fix_linears(loaded.head)  # a ColBERT projection lives outside the model; a classifier's is inside
+    loaded.body = FixedRowsEncoder(loaded.body, loaded.encoder)

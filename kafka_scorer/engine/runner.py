@@ -52,7 +52,8 @@ class ModelRunner:
         if hidden is None:
             hidden = self._body(batch, to_device)
         if batch.token_rows is not None:
-            rows = _mean_rows(hidden, to_device(batch.token_rows), batch.score_index.numel())
+            mean = _ordered_mean_rows if self.deterministic else _mean_rows
+            rows = mean(hidden, to_device(batch.token_rows), batch.score_index.numel())
         else:
             rows = hidden.index_select(0, to_device(batch.score_index))
         softmax_rows = to_device(batch.softmax_rows)
@@ -95,3 +96,10 @@ def _mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> to
     sums.index_add_(0, token_rows, hidden)
     sizes = torch.bincount(token_rows, minlength=count).to(hidden.dtype)
     return sums / sizes[:, None]
+
+
+def _ordered_mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> torch.Tensor:
+    """`_mean_rows` one pair at a time: each sum a reduction of that pair's rows alone (on CUDA
+    `index_add_` adds by atomics, in no fixed order), for deterministic mode."""
+    sizes = torch.bincount(token_rows, minlength=count).tolist()
+    return torch.stack([pair.mean(0) for pair in hidden.split(sizes)])

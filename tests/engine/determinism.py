@@ -22,8 +22,9 @@ def _words(rng: random.Random, count: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
-def jobs_and_mates(causal: bool, seed: int = 0) -> tuple[list[Job], list[Job]]:
-    """Six jobs (MIS and pairs, softmax and log-probabilities, 2 or 3 labels) and eight batch-mates."""
+def jobs_and_mates(causal: bool, seed: int = 0, softmax: bool = True) -> tuple[list[Job], list[Job]]:
+    """Six jobs (MIS and pairs, softmax and log-probabilities, 2 or 3 labels) and eight batch-mates;
+    `softmax=False` for a kind whose scores take no activation (ColBERT's MaxSim)."""
     rng = random.Random(seed)
     jobs = [
         Job(
@@ -31,7 +32,7 @@ def jobs_and_mates(causal: bool, seed: int = 0) -> tuple[list[Job], list[Job]]:
             query=HEAD + _words(rng, rng.randint(4, 30)),
             items=[_words(rng, rng.randint(3, 25)) for _ in range(rng.randint(1, 5))],
             label_token_ids=[5, 9, 11][: 2 + n % 2] if causal else None,
-            apply_softmax=n % 2 == 0,
+            apply_softmax=n % 2 == 0 if softmax else None,
             multi_item=(n % 3 != 2) if causal else None,
         )
         for n in range(6)
@@ -76,9 +77,11 @@ def situations(make: Callable[..., Scorer], jobs: list[Job], mates: list[Job]) -
     }
 
 
-def count_identical(make: Callable[..., Scorer], causal: bool) -> tuple[int, int, list[str]]:
+def count_identical(
+    make: Callable[..., Scorer], causal: bool, softmax: bool = True
+) -> tuple[int, int, list[str]]:
     """(bit-identical results, results, the situations that differed)."""
-    jobs, mates = jobs_and_mates(causal)
+    jobs, mates = jobs_and_mates(causal, softmax=softmax)
     alone = [make().score_jobs([job])[0] for job in jobs]
     same = total = 0
     differed = []

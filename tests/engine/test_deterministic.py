@@ -37,6 +37,20 @@ def test_48_of_48_scores_bit_identical_across_batches_positions_and_cache(tiny_m
     assert (same, total) == (48, 48), differed
 
 
+def test_48_of_48_for_an_encoder_cross_encoder(tiny_encoder):
+    """BERT, whose pooler is a matmul of one row per pair: 17 of 48 before the mode served encoders
+    (RoBERTa 15, measured the same way; its padding position is checked against the stock model in
+    test_encoder_families.py). ModernBERT (mean pooling, local windows) and ColBERT (its embedding cache
+    on) are the GPU tier's, whose `cpu` variants run in CI (tests/cuda/test_deterministic_cuda.py)."""
+    path = str(tiny_encoder("bert", 2))
+
+    def make(**options) -> Scorer:
+        return Scorer(path, dtype="float32", device="cpu", deterministic=True, **options)
+
+    same, total, differed = count_identical(make, causal=False)
+    assert (same, total) == (48, 48), differed
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "qwen2", "llama", "gemma2"])
 @pytest.mark.parametrize("apply_softmax", [False, True])
 @pytest.mark.parametrize("multi_item", [False, True])
@@ -125,7 +139,7 @@ def test_tiled_attention_by_fixed_tile_chunks_as_on_cuda_gives_the_same_bits():
         for fixed in (False, True)
     )
     assert chunked.shape[2] > whole.shape[2]  # padded to whole chunks
-    valid = metadata.real.reshape(-1)  # padded rows are nan (they see no key) and dropped
+    valid = metadata.real.reshape(-1)  # padded rows (they see no key) are dropped
     assert torch.equal(chunked[:, :, : whole.shape[2]][:, :, valid], whole[:, :, valid])
 
 
@@ -160,7 +174,7 @@ def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
     assert scorer.deterministic and scorer.attention_backend == "deterministic"
 
 
-def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models, tiny_encoder):
+def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models):
     with pytest.raises(SettingError, match="attention-backend") as raised:
         Scorer(
             str(tiny_models.get()),
@@ -171,4 +185,24 @@ def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models, t
         )
     assert raised.value.setting == "deterministic"
     with pytest.raises(SettingError, match="KAFKA_SCORER_DETERMINISTIC"):
-        Scorer(str(tiny_encoder()), dtype="float32", device="cpu", deterministic=True)
+        Scorer(
+            str(tiny_models.get()),
+            dtype="float32",
+            device="cpu",
+            deterministic=True,
+            decoder_forward="transformers",
+        )
+
+
+@pytest.mark.parametrize("window", [None, 9])
+def test_tiled_attention_hides_bidirectional_hidden_keys_as_dense_does(window):
+    """A ColBERT query whose expansion tokens are no keys (an "item" of a bidirectional sequence): they
+    see the query's other tokens only, and nobody sees them; beside plain encoder pairs. Windows count
+    positions in the sequence (ModernBERT's local layers); a hidden token a window keeps from every key
+    gets zeros, as in the dense path."""
+    torch.manual_seed(0)
+    layout = AttentionLayout([0, 30, 50], [30, 20, 40], [30, 12, 25], [(), (8,), (15,)], causal=False)
+    q, k, v = (torch.randn(h, 90, 16) for h in (4, 2, 2))
+    got = tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, None, window)
+    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, None, window)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()

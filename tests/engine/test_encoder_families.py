@@ -64,8 +64,14 @@ def family_scorer(tiny_encoder):
         path = tiny_encoder(arch, 3, **overrides)
         key = (family, backend, tuple(sorted(options.items())))
         if key not in cache:
+            deterministic = backend == "deterministic"  # the mode's own backend (engine/deterministic.py)
             cache[key] = Scorer(
-                str(path), dtype="float32", device="cpu", attention_backend=backend, **options
+                str(path),
+                dtype="float32",
+                device="cpu",
+                attention_backend=backend,
+                deterministic=deterministic,
+                **options,
             )
         return cache[key], path
 
@@ -77,11 +83,11 @@ def _assert_close(got, want, what: str, tolerance: float = 1e-5) -> None:
     assert diff <= tolerance, f"{what}: max |engine - transformers| = {diff:.2e}"
 
 
-@pytest.mark.parametrize("backend", ["cascade", "dense"])
+@pytest.mark.parametrize("backend", ["cascade", "dense", "deterministic"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_scores_equal_the_stock_model(family_scorer, family, backend):
     """Both orders of a pair, an empty item, and pairs longer than ModernBERT's local window, all jobs in
-    one flat varlen forward."""
+    one flat varlen forward (in deterministic mode: padded to whole row blocks, fixed-shape matmuls)."""
     scorer, path = family_scorer(family, backend)
     assert scorer.loaded.encoder is not None
     jobs = [Job(query=QUERY, items=ITEMS), Job(query=QUERY, items=ITEMS, item_first=True)]

@@ -90,7 +90,11 @@ class TiledMetadata:
         query_index = start[:, None] + torch.where(real, rows, 0)
         # each tile's key blocks in order: its shared keys' blocks, then its own run's up to its last row
         shared_blocks = -(-shared_len // KEYS)
-        own_end = offset + count if layout.causal else segment_len  # an encoder pair sees itself whole
+        if layout.causal:
+            own_end = offset + count
+        else:  # an encoder pair sees itself whole; hidden keys (an "item" of its sequence) see only the rest
+            own_end = torch.where(shared_len > 0, 0, segment_len)
+            offset = offset + shared_len  # rows' positions in their sequence, where the shared keys count
         steps = int((shared_blocks + -(-own_end // KEYS)).max()) if tiles else 0
         step = torch.arange(steps)[:, None]  # [S, 1]
         own = step >= shared_blocks  # [S, N]
@@ -212,13 +216,15 @@ def _step_mask(
     keys = torch.arange(KEYS, device=real.device)
     allowed = (keys < keys_in[:, None])[:, None, :] & real[:, :, None]
     if causal or window is not None:
-        distance = query_pos[:, :, None] - (key_pos[:, None] + keys)[:, None, :]  # own blocks only
+        # causal: own blocks only (a packed sequence is never longer than a window); bidirectional:
+        # every block, the positions being the sequence's (see `TiledMetadata.build`)
+        distance = query_pos[:, :, None] - (key_pos[:, None] + keys)[:, None, :]
         inside = torch.ones_like(allowed)
         if causal:
             inside &= distance >= 0
         if window is not None:
             inside &= (distance if causal else distance.abs()) < window
-        allowed &= ~own[:, None, None] | inside
+        allowed &= (~own[:, None, None] | inside) if causal else inside
     return allowed
 
 
@@ -267,5 +273,8 @@ def _attend_tiles(
         norm = norm * rescale + probs.sum(-1, keepdim=True)
         acc = acc * rescale + torch.bmm(probs, vb)
         top = new_top
+    # a row that sees no key (padding; a hidden ColBERT expansion token a window keeps from every key)
+    # gets 0, as the dense path gives it; every other row's norm is at least 1, unchanged by the clamp
+    norm = norm.clamp_min(torch.finfo(torch.float32).tiny)
     result = (acc / norm).view(tiles, kv_heads, groups, ROWS, dim).permute(1, 2, 0, 3, 4)
     return result.reshape(kv_heads, groups, tiles * ROWS, dim)

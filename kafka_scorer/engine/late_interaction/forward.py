@@ -10,6 +10,10 @@ only hold their tensor.
 Run on the device thread: the encoder over the stream, the projection and L2 normalisation over just
 the rows that are vectors (every query token, every kept document token), new document vectors into
 the cache, then MaxSim one job at a time (`maxsim.py`).
+
+In deterministic mode (`engine/deterministic.py`) the attention is the tiled backend's, built from the
+same layout, and MaxSim runs one document at a time: a document's vectors and score then depend on
+nothing but its own tokens and its query, so a cached copy equals a fresh one bit for bit.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from kafka_scorer.engine.attention.dense import DenseMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host
 from kafka_scorer.engine.attention.pairs import PairGroup, PairMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
+from kafka_scorer.engine.attention.tiled import TiledMetadata
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
-from kafka_scorer.engine.late_interaction.maxsim import maxsim
+from kafka_scorer.engine.late_interaction.maxsim import maxsim, maxsim_each
 from kafka_scorer.engine.late_interaction.preparer import LateJob
 from kafka_scorer.engine.model import LoadedModel
 
@@ -55,7 +60,7 @@ class LateForward:
     group: list[tuple[int, LateJob]]
     input_ids: torch.Tensor
     positions: torch.Tensor
-    attention: PairMetadata
+    attention: PairMetadata | TiledMetadata
     vector_rows: torch.Tensor
     queries: list[tuple[int, int]]
     """Each piece's query vectors among the forward's vectors."""
@@ -68,7 +73,10 @@ class LateForward:
 
 
 def build_late_forward(
-    group: list[tuple[int, LateJob]], model: LoadedModel, cache: EmbeddingCache | None
+    group: list[tuple[int, LateJob]],
+    model: LoadedModel,
+    cache: EmbeddingCache | None,
+    deterministic: bool = False,
 ) -> LateForward:
     encoder = model.encoder
     assert encoder is not None
@@ -99,7 +107,7 @@ def build_late_forward(
         group=group,
         input_ids=host(torch.tensor(stream.ids, dtype=torch.long), pin),
         positions=host(torch.tensor(stream.positions, dtype=torch.long), pin),
-        attention=_metadata(stream, pin),
+        attention=_metadata(stream, pin, deterministic),
         vector_rows=host(torch.tensor(stream.vector_rows, dtype=torch.long), pin),
         queries=queries,
         documents=documents,
@@ -108,16 +116,18 @@ def build_late_forward(
     )
 
 
-def _metadata(stream: _Stream, pin: bool) -> PairMetadata:
+def _metadata(stream: _Stream, pin: bool, deterministic: bool) -> PairMetadata | TiledMetadata:
     """Pair groups by length for sequences whose every token is a key; one group per (length, keys)
-    for queries whose expansion tokens are hidden, with a key mask."""
+    for queries whose expansion tokens are hidden, with a key mask. Deterministic mode: the tiles."""
     starts = [start for start, _ in stream.spans]
     lens = [length for _, length in stream.spans]
     # a hidden query's expansion tokens are an "item" of its sequence: the dense path (windowed
-    # layers) then hides them as keys too (`attention/dense.py`, `sequence_mask`)
+    # layers) and the tiles then hide them as keys too (`attention/dense.py`, `sequence_mask`)
     prefixes = list(stream.hidden_keys)
     items = [(n - k,) if k < n else () for n, k in zip(lens, prefixes)]
     layout = AttentionLayout(starts, lens, prefixes, items, causal=False)
+    if deterministic:
+        return TiledMetadata.build(layout, pin)
     plain = [(s, n) for (s, n), k in zip(stream.spans, stream.hidden_keys) if k == n]
     masked: dict[tuple[int, int], list[int]] = {}
     for (s, n), k in zip(stream.spans, stream.hidden_keys):
@@ -149,7 +159,7 @@ def _group(spans: list[tuple[int, int]], keys: int | None, pin: bool) -> PairGro
 
 @torch.inference_mode()
 def run_late_forward(
-    forward: LateForward, model: LoadedModel, cache: EmbeddingCache | None
+    forward: LateForward, model: LoadedModel, cache: EmbeddingCache | None, deterministic: bool = False
 ) -> list[list[float]]:
     """Each piece's MaxSim scores, one per document, in the group's order."""
     spec = model.late
@@ -160,10 +170,11 @@ def run_late_forward(
         for key, start, end in forward.fills:
             cache.put(key, vectors[start:end].clone())
     scores = []
+    score = maxsim_each if deterministic else maxsim
     for (qs, qe), docs in zip(forward.queries, forward.documents):
         assert vectors is not None
         parts = [vectors[d[0] : d[1]] if isinstance(d, tuple) else d.to(device) for d in docs]
-        scores.append(maxsim(vectors[qs:qe], parts))
+        scores.append(score(vectors[qs:qe], parts))
     return [piece.tolist() for piece in scores]
 
 

@@ -1,6 +1,7 @@
 """MaxSim for one job: for each query vector the best dot product with any token of a document, summed
 over the query vectors. One job's [query tokens, document tokens] similarity matrix is formed at a time
-(on the device, in float32), never the whole batch's."""
+(on the device, in float32), never the whole batch's; in deterministic mode one document's at a time
+(`maxsim_each`), so a score's arithmetic follows from its document alone, not from the job's others."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ def maxsim(query: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
     best = torch.full((query.shape[0], len(documents)), float("-inf"), device=query.device)
     best.scatter_reduce_(1, owner.expand(query.shape[0], -1), similarity, reduce="amax")
     return best.sum(dim=0)
+
+
+def maxsim_each(query: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
+    """`maxsim`, one document at a time: each score's matmul and sum have that document's shape only."""
+    q = query.float()
+    return torch.stack([(q @ doc.float().T).amax(dim=1).sum() for doc in documents])

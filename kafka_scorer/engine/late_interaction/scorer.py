@@ -51,8 +51,10 @@ class LateInteractionScorer(Scorer):
     def description(self) -> dict[str, str]:
         cache = self._embeddings
         mb = f"{cache.capacity_bytes / 2**20:g}" if cache is not None else "0"
-        # its forwards always use the pair groups (`forward.py`), whatever backend was configured
-        return {**super().description, "attention_backend": "cascade", "embedding_cache_mb": mb}
+        # its forwards use the pair groups (`forward.py`), or deterministic mode's tiles, whatever backend
+        # was configured
+        backend = self.attention_backend if self.deterministic else "cascade"
+        return {**super().description, "attention_backend": backend, "embedding_cache_mb": mb}
 
     @property
     def embedding_cache_stats(self) -> EmbeddingCacheStats | None:
@@ -68,7 +70,7 @@ class LateInteractionScorer(Scorer):
 
     def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]
         """Scorer.pack's plan and guard; a forward here is the documents' and queries' late forward."""
-        return group, build_late_forward(group, self.loaded, self._embeddings)
+        return group, build_late_forward(group, self.loaded, self._embeddings, self.deterministic)
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
         jobs = packed.runnable()
@@ -76,7 +78,7 @@ class LateInteractionScorer(Scorer):
         cached = [0] * len(jobs)
         for _, forward in packed.forwards:
             assert isinstance(forward, LateForward)
-            scores = run_late_forward(forward, self.loaded, self._embeddings)
+            scores = run_late_forward(forward, self.loaded, self._embeddings, self.deterministic)
             for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens):
                 rows[index].extend([score] for score in piece_scores)
                 cached[index] += piece_cached

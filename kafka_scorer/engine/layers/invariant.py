@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 ROWS = 128
 """Rows of every fixed-shape block (a multiple of the widest CPU vector, so no elementwise op over a
@@ -44,3 +45,37 @@ def fixed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     else:
         out = torch.cat([F.linear(block, weight) for block in x.split(ROWS)])
     return out if bias is None else out + bias
+
+
+class FixedRowsLinear(nn.Linear):
+    """An `nn.Linear` of a stock (transformers) module that computes by `fixed_linear`'s blocks.
+
+    The encoders of deterministic mode keep transformers' own layers, so their projections are swapped
+    in place (`fix_linears`); the input's rows are padded to whole blocks here, since a stock layer may
+    also project a handful of rows (BERT's pooler reads one token per pair)."""
+
+    @classmethod
+    def over(cls, linear: nn.Linear) -> FixedRowsLinear:
+        """The same weight and bias (shared, not copied), computed by fixed-shape blocks."""
+        fixed = cls.__new__(cls)
+        nn.Module.__init__(fixed)
+        fixed.in_features, fixed.out_features = linear.in_features, linear.out_features
+        fixed.weight, fixed.bias = linear.weight, linear.bias
+        return fixed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        count = rows.shape[0]
+        out = fixed_linear(pad_rows(rows, padded_length(count)), self.weight, self.bias)[:count]
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def fix_linears(module: nn.Module) -> int:
+    """Every `nn.Linear` under `module` (itself included) computed by fixed-shape blocks; returns how many."""
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, FixedRowsLinear.over(child))
+                swapped += 1
+    return swapped

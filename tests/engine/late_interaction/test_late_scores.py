@@ -33,6 +33,7 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
     return out
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 @pytest.mark.parametrize(
     "checkpoint",
     VARIANTS,
@@ -45,8 +46,8 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
         "modernbert-hidden",
     ],
 )
-def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint):
-    scorer = colbert_scorer(checkpoint)
+def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint, deterministic):
+    scorer = colbert_scorer(checkpoint, deterministic=deterministic)
     assert isinstance(scorer, LateInteractionScorer)
     encoder = reference_encoder(**checkpoint)
     for query in QUERIES[:2]:
