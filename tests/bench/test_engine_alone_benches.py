@@ -1,6 +1,7 @@
-"""The engine-alone GPU-day benches at CPU size: `bench.graphs --quick` (both Scorers run, the "on" one
-through its padded static buffers, their scores agree) and `bench.profile_forward --quick`; the
-gpu-check sections render their reports."""
+"""The engine-alone benches at CPU size: `bench.graphs --quick` (both Scorers run, the "on" one
+through its padded static buffers, their scores agree), `bench.profile_forward --quick` (the
+gpu-check sections render their reports) and `bench.deterministic --quick` (a decoder and an encoder
+workload; in deterministic mode each job alone equals its batched scores bit for bit)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,26 @@ def test_quick_profile_splits_the_forward_into_categories(tmp_path: Path) -> Non
     outcome = SimpleNamespace(name="profile", report=report, summary="", note="", status="ok")
     assert "| category | share |" in step_markdown(outcome)
     assert "ms per forward: " in step_summary(outcome)
+
+
+def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path: Path, capsys) -> None:
+    from kafka_scorer.bench.deterministic import main
+
+    report = tmp_path / "deterministic.json"
+    main(
+        [
+            "--quick",
+            "--workload", "short",
+            "--workload", "late-interaction",
+            "--repeats", "1",
+            "--model-dir", str(tmp_path / "models"),
+            "--json", str(report),
+        ]
+    )  # fmt: skip
+    workloads = json.loads(report.read_text())["workloads"]
+    assert set(workloads) == {"short", "late-interaction"}
+    for row in workloads.values():
+        assert row["alone_equals_batched"] is True
+        assert row["default_items_per_s"] > 0 and row["deterministic_items_per_s"] > 0
+        assert row["max_abs_diff"] < 1e-4
+    assert "late-interaction" in capsys.readouterr().out
