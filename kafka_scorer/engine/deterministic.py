@@ -7,7 +7,9 @@ the miss path. Deterministic mode removes each:
 
 - the fused decoder pads the stream to whole row blocks and runs every projection at one fixed shape
   (`layers/invariant.py`), eagerly (a compiled region may pick kernels per shape);
-- attention is the tiled backend (`attention/tiled.py`), blocked by each token's own sequence only;
+- attention is computed by each token's own run only: one SDPA call per run on the CPU
+  (`attention/segmented.py`), the tiled backend on CUDA (`attention/tiled.py`), where a call per item
+  would launch thousands of kernels per layer;
 - the heads run by fixed-shape row blocks (`invariant_heads.py`);
 - the prefix cache is off: every job computes its head itself, so a cached state can never stand in
   for a computed one.
@@ -28,10 +30,13 @@ from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.errors import SettingError
 
 BACKEND = "deterministic"
+"""The mode's attention as the `attention_backend` setting names it; on the CPU it runs `CPU_BACKEND`."""
+CPU_BACKEND = "segmented"
 
 
 def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
-    """Switch `loaded`'s body to fixed-shape blocks, eager; returns the attention backend to use."""
+    """Switch `loaded`'s body to fixed-shape blocks, eager; returns the attention backend to use (its
+    registry name: the tiles on CUDA, a call per segment on the CPU)."""
     from kafka_scorer.engine.models.decoder import FusedDecoder
     from kafka_scorer.engine.models.decoder_layer import Regions
 
@@ -43,7 +48,7 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
             f"{type(body).__name__} (a family outside the fused decoder, or decoder_forward=transformers): "
             "unset --deterministic (KAFKA_SCORER_DETERMINISTIC) for it",
         )
-    if attention_backend not in ("auto", BACKEND):
+    if attention_backend not in ("auto", BACKEND, CPU_BACKEND):
         raise SettingError(
             "deterministic",
             f"deterministic=true computes attention with its own backend, not attention_backend="
@@ -51,10 +56,10 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
         )
     if loaded.encoder is not None:
         _fix_encoder(loaded)
-        return BACKEND
-    body.shape = dataclasses.replace(body.shape, fixed_rows=True)
-    body.regions = Regions.eager(body.shape)
-    return BACKEND
+    else:
+        body.shape = dataclasses.replace(body.shape, fixed_rows=True)
+        body.regions = Regions.eager(body.shape)
+    return CPU_BACKEND if loaded.device.type == "cpu" else BACKEND
 
 
 def _fix_encoder(loaded: LoadedModel) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout
+from kafka_scorer.engine.attention.segmented import SegmentedMetadata, segmented_attention
 from kafka_scorer.engine.attention.tiled import TiledMetadata, _attend_tiles, _tile_chunks, tiled_attention
 from kafka_scorer.engine.layers.invariant import ROWS, fixed_linear
 from kafka_scorer.engine.scorer import Scorer
@@ -103,8 +104,10 @@ def _random_layout(rng: random.Random, mates: int) -> AttentionLayout:
     return AttentionLayout(starts, lens, [p for p, _ in shapes], [i for _, i in shapes])
 
 
+@pytest.mark.parametrize("backend", ["tiled", "segmented"])
 @pytest.mark.parametrize("softcap", [None, 30.0])
-def test_tiled_attention_equals_dense_and_does_not_depend_on_the_sequence_s_place(softcap):
+def test_attention_equals_dense_and_does_not_depend_on_the_sequence_s_place(softcap, backend):
+    """Both of the mode's backends (the tiles on CUDA, a call per segment on the CPU)."""
     rng = random.Random(1)
     torch.manual_seed(0)
     tail = 45 + 7 + 33 + 70
@@ -114,11 +117,17 @@ def test_tiled_attention_equals_dense_and_does_not_depend_on_the_sequence_s_plac
         layout = _random_layout(rng, mates)
         front = layout.seq_starts[-1]
         q, k, v = (torch.cat([torch.randn(x.shape[0], front, 16), x], 1) for x in (q_tail, k_tail, v_tail))
-        got = tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, softcap)
+        got = _attend(backend, q, k, v, layout, softcap)
         want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, softcap)
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
         outs.append(got[:, front:])
     assert all(torch.equal(out, outs[0]) for out in outs[1:])
+
+
+def _attend(backend: str, q, k, v, layout: AttentionLayout, softcap=None, window=None) -> torch.Tensor:
+    if backend == "tiled":
+        return tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, softcap, window)
+    return segmented_attention(q, k, v, SegmentedMetadata.build(layout), 0.25, softcap, window)
 
 
 def test_tiled_attention_by_fixed_tile_chunks_as_on_cuda_gives_the_same_bits():
@@ -143,12 +152,14 @@ def test_tiled_attention_by_fixed_tile_chunks_as_on_cuda_gives_the_same_bits():
     assert torch.equal(chunked[:, :, : whole.shape[2]][:, :, valid], whole[:, :, valid])
 
 
-def test_tiled_attention_windows_plain_pairs_as_dense_does():
+@pytest.mark.parametrize("backend", ["tiled", "segmented"])
+@pytest.mark.parametrize("softcap", [None, 30.0])
+def test_attention_windows_plain_pairs_as_dense_does(backend, softcap):
     torch.manual_seed(0)
     layout = AttentionLayout([0, 50], [50, 90], [50, 90], [(), ()])
     q, k, v = (torch.randn(h, 140, 16) for h in (4, 4, 4))
-    got = tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, None, 20)
-    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, None, 20)
+    got = _attend(backend, q, k, v, layout, softcap, 20)
+    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, softcap, 20)
     assert torch.allclose(got, want, atol=1e-5)
 
 
@@ -171,7 +182,7 @@ def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
     monkeypatch.setenv("KAFKA_SCORER_DETERMINISTIC", "true")
     config = EngineSettings(model=str(tiny_models.get()), dtype="float32", device="cpu").engine_config()
     scorer = Scorer.from_config(config)
-    assert scorer.deterministic and scorer.attention_backend == "deterministic"
+    assert scorer.deterministic and scorer.attention_backend == "segmented"  # the CPU's (CUDA: tiles)
 
 
 def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models):
@@ -194,8 +205,9 @@ def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models):
         )
 
 
-@pytest.mark.parametrize("window", [None, 9])
-def test_tiled_attention_hides_bidirectional_hidden_keys_as_dense_does(window):
+@pytest.mark.parametrize("backend", ["tiled", "segmented"])
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (9, None), (None, 30.0), (100, None)])
+def test_attention_hides_bidirectional_hidden_keys_as_dense_does(window, softcap, backend):
     """A ColBERT query whose expansion tokens are no keys (an "item" of a bidirectional sequence): they
     see the query's other tokens only, and nobody sees them; beside plain encoder pairs. Windows count
     positions in the sequence (ModernBERT's local layers); a hidden token a window keeps from every key
@@ -203,6 +215,6 @@ def test_tiled_attention_hides_bidirectional_hidden_keys_as_dense_does(window):
     torch.manual_seed(0)
     layout = AttentionLayout([0, 30, 50], [30, 20, 40], [30, 12, 25], [(), (8,), (15,)], causal=False)
     q, k, v = (torch.randn(h, 90, 16) for h in (4, 2, 2))
-    got = tiled_attention(q, k, v, TiledMetadata.build(layout, False), 0.25, None, window)
-    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, None, window)
+    got = _attend(backend, q, k, v, layout, softcap, window)
+    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25, softcap, window)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()

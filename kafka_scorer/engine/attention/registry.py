@@ -26,6 +26,7 @@ from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
 from kafka_scorer.engine.attention.flex import FlexMetadata, flex_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.pairs import PairMetadata
+from kafka_scorer.engine.attention.segmented import SegmentedMetadata, segmented_attention
 from kafka_scorer.engine.attention.spans import SpanMetadata, spans_attention
 from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
 
@@ -35,7 +36,13 @@ METADATA_KWARG = "scorer_attention_metadata"
 log = logging.getLogger(__name__)
 
 AttentionMetadata = (
-    DenseMetadata | CascadeMetadata | PairMetadata | FlexMetadata | TiledMetadata | SpanMetadata
+    DenseMetadata
+    | CascadeMetadata
+    | PairMetadata
+    | FlexMetadata
+    | TiledMetadata
+    | SegmentedMetadata
+    | SpanMetadata
 )
 """One batch's attention metadata; its `backend` names the registry entry that reads it."""
 
@@ -56,7 +63,9 @@ BACKENDS: dict[str, Backend[Any]] = {
     "dense": Backend(DenseMetadata.build, dense_attention),
     "cascade": Backend(prepare_cascade, cascade_attention),
     "flex": Backend(FlexMetadata.build, flex_attention),
+    # deterministic mode's two (engine/deterministic.py): the tiles on CUDA, a call per segment on the CPU
     "deterministic": Backend(TiledMetadata.build, tiled_attention),
+    "segmented": Backend(SegmentedMetadata.build, segmented_attention),
     # Opt-in until a GPU has timed it next to flex (`bench/gpu_check.py`); `auto` never picks it.
     "spans": Backend(SpanMetadata.build, spans_attention),
 }

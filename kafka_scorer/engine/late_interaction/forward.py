@@ -11,7 +11,7 @@ Run on the device thread: the encoder over the stream, the projection and L2 nor
 the rows that are vectors (every query token, every kept document token), new document vectors into
 the cache, then MaxSim one job at a time (`maxsim.py`).
 
-In deterministic mode (`engine/deterministic.py`) the attention is the tiled backend's, built from the
+In deterministic mode (`engine/deterministic.py`) the attention is the mode's backend, built from the
 same layout, and MaxSim runs one document at a time: a document's vectors and score then depend on
 nothing but its own tokens and its query, so a cached copy equals a fresh one bit for bit.
 """
@@ -25,8 +25,7 @@ import torch
 from kafka_scorer.engine.attention.dense import DenseMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host
 from kafka_scorer.engine.attention.pairs import PairGroup, PairMetadata
-from kafka_scorer.engine.attention.registry import METADATA_KWARG
-from kafka_scorer.engine.attention.tiled import TiledMetadata
+from kafka_scorer.engine.attention.registry import METADATA_KWARG, AttentionMetadata, prepare_attention
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.late_interaction.maxsim import maxsim, maxsim_each
 from kafka_scorer.engine.late_interaction.preparer import LateJob
@@ -60,7 +59,7 @@ class LateForward:
     group: list[tuple[int, LateJob]]
     input_ids: torch.Tensor
     positions: torch.Tensor
-    attention: PairMetadata | TiledMetadata
+    attention: AttentionMetadata
     vector_rows: torch.Tensor
     queries: list[tuple[int, int]]
     """Each piece's query vectors among the forward's vectors."""
@@ -76,8 +75,9 @@ def build_late_forward(
     group: list[tuple[int, LateJob]],
     model: LoadedModel,
     cache: EmbeddingCache | None,
-    deterministic: bool = False,
+    deterministic_backend: str | None = None,
 ) -> LateForward:
+    """`deterministic_backend`: deterministic mode's attention backend (None: the pair groups)."""
     encoder = model.encoder
     assert encoder is not None
     stream = _Stream()
@@ -107,7 +107,7 @@ def build_late_forward(
         group=group,
         input_ids=host(torch.tensor(stream.ids, dtype=torch.long), pin),
         positions=host(torch.tensor(stream.positions, dtype=torch.long), pin),
-        attention=_metadata(stream, pin, deterministic),
+        attention=_metadata(stream, pin, deterministic_backend),
         vector_rows=host(torch.tensor(stream.vector_rows, dtype=torch.long), pin),
         queries=queries,
         documents=documents,
@@ -116,18 +116,19 @@ def build_late_forward(
     )
 
 
-def _metadata(stream: _Stream, pin: bool, deterministic: bool) -> PairMetadata | TiledMetadata:
+def _metadata(stream: _Stream, pin: bool, deterministic_backend: str | None) -> AttentionMetadata:
     """Pair groups by length for sequences whose every token is a key; one group per (length, keys)
-    for queries whose expansion tokens are hidden, with a key mask. Deterministic mode: the tiles."""
+    for queries whose expansion tokens are hidden, with a key mask. Deterministic mode: its backend's."""
     starts = [start for start, _ in stream.spans]
     lens = [length for _, length in stream.spans]
     # a hidden query's expansion tokens are an "item" of its sequence: the dense path (windowed
-    # layers) and the tiles then hide them as keys too (`attention/dense.py`, `sequence_mask`)
+    # layers, `attention/dense.py`'s `sequence_mask`) and deterministic mode's backends then hide them
+    # as keys too
     prefixes = list(stream.hidden_keys)
     items = [(n - k,) if k < n else () for n, k in zip(lens, prefixes)]
     layout = AttentionLayout(starts, lens, prefixes, items, causal=False)
-    if deterministic:
-        return TiledMetadata.build(layout, pin)
+    if deterministic_backend is not None:
+        return prepare_attention(layout, deterministic_backend, pin)
     plain = [(s, n) for (s, n), k in zip(stream.spans, stream.hidden_keys) if k == n]
     masked: dict[tuple[int, int], list[int]] = {}
     for (s, n), k in zip(stream.spans, stream.hidden_keys):

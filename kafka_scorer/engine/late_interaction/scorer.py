@@ -70,7 +70,8 @@ class LateInteractionScorer(Scorer):
 
     def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]
         """Scorer.pack's plan and guard; a forward here is the documents' and queries' late forward."""
-        return group, build_late_forward(group, self.loaded, self._embeddings, self.deterministic)
+        backend = self.attention_backend if self.deterministic else None
+        return group, build_late_forward(group, self.loaded, self._embeddings, backend)
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
         jobs = packed.runnable()
