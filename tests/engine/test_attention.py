@@ -248,4 +248,7 @@ def test_moving_the_metadata_moves_every_tensor_it_holds(backend, causal) -> Non
     moved = metadata.to(torch.device("meta"))
     assert type(moved) is type(metadata) and moved.layout == metadata.layout
     tensors = metadata_tensors(moved).values()
+    if backend == "segmented":  # plain numbers only: its calls slice the layer's own tensors
+        assert not tensors and moved.calls == metadata.calls
+        return
     assert tensors and all(t.device.type == "meta" for t in tensors)
