@@ -12,6 +12,8 @@ One file per step of a batch's path:
   `FlexMetadata`, `SpanMetadata`). The metadata is built from the layout on the packing thread
   (`engine/batch.py`), moved to the device once per batch by the runner (`.to(device)`), and read by
   every layer as plain fields.
+- `tiled.py` (CUDA) and `segmented.py` (CPU): deterministic mode's, each computing a token's attention
+  from its own run alone (`engine/deterministic.py`).
 - `registry.py`: the backend registry and `scorer_attention`, the function transformers' decoder and
   encoder layers call (RoPE already applied); it finds the batch's metadata in the forward's kwargs.
 """
