@@ -75,6 +75,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         backends: list[str] = []
         graphs = ["--quick", "--graph-tokens", "1024", "--repeats", "2"]
         profile = ["--quick", "--requests", "2", "--forwards", "1"]
+        determinism = ["--quick", "--workload", "short", "--repeats", "1"]
     else:
         device, big, small = (
             ["--device", "cuda"],
@@ -89,6 +90,8 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         backends = ["--backend", "flex", "--backend", "cascade", "--backend", "spans"]
         graphs = ["--model-shape", "qwen3-0.6b"]
         profile = ["--model-shape", "qwen3-0.6b"]
+        determinism = ["--model-shape", "qwen3-0.6b", "--workload", "rerank", "--workload", "many-items"]
+        determinism += ["--repeats", "2", "--max-batch-tokens", "16384"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
         Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
@@ -186,6 +189,22 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             ],
             200,
             "floor-8b.json",
+        ),
+        Step(
+            "deterministic",
+            "What deterministic mode costs, 0.6B",
+            [
+                "-m",
+                "kafka_scorer.bench.deterministic",
+                *device,
+                *determinism,
+                "--model-dir",
+                models,
+                "--json",
+                str(work / "deterministic.json"),
+            ],
+            120,
+            "deterministic.json",
         ),
     ]
 

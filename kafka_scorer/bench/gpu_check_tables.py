@@ -16,6 +16,7 @@ TITLES = {
     "profile": "Where a served forward's time goes",
     "bench-0.6b": "Rerank and many-items, 0.6B",
     "floor-8b": "Many-items floor fraction, 8B",
+    "deterministic": "What deterministic mode costs (engine alone)",
 }
 
 
@@ -42,6 +43,8 @@ def step_markdown(outcome: Any) -> str:
         from kafka_scorer.bench.profile_forward import format_profile
 
         lines.append(format_profile(report))
+    elif outcome.name == "deterministic":
+        lines += _determinism_table(report)
     else:
         lines += _bench_tables(report)
     return "\n".join(lines)
@@ -66,6 +69,11 @@ def step_summary(outcome: Any) -> str:
     if outcome.name == "graphs":
         ratios = ", ".join(f"{b['tokens']} tokens {b['ratio']:.2f}x" for b in report["batches"])
         return f"graphs off/on per forward: {ratios}"
+    if outcome.name == "deterministic":
+        rows = report["workloads"]
+        ratios = ", ".join(f"{name} {row['ratio']:.2f}" for name, row in rows.items())
+        same = all(row["alone_equals_batched"] for row in rows.values())
+        return f"deterministic / default: {ratios}; alone == batched: {'yes' if same else 'NO'}"
     if "speedup_vs_baseline" in report:
         return (
             ", ".join(f"{k} {v:.1f}x" for k, v in report["speedup_vs_baseline"].items()) + " vs log_softmax"
@@ -96,6 +104,22 @@ def _graph_table(report: dict) -> list[str]:
         lines.append(
             f"| {b['requests']} | {b['tokens']:,} | {b['off_ms']:.2f} | {b['on_ms']:.2f} | "
             f"{b['ratio']:.2f} | {b['max_abs_diff']:.1e} |"
+        )
+    return lines
+
+
+def _determinism_table(report: dict) -> list[str]:
+    lines = [
+        f"{report['device']}, {report['dtype']}, {report['shape']}",
+        "",
+        "| workload | default items/s | deterministic items/s | ratio | max diff | alone = batched |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, row in report["workloads"].items():
+        same = "yes" if row["alone_equals_batched"] else "NO"
+        lines.append(
+            f"| {name} | {row['default_items_per_s']:,.1f} | {row['deterministic_items_per_s']:,.1f} | "
+            f"{row['ratio']:.2f} | {row['max_abs_diff']:.1e} | {same} |"
         )
     return lines
 

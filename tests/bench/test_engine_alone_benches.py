@@ -66,3 +66,9 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
         assert row["default_items_per_s"] > 0 and row["deterministic_items_per_s"] > 0
         assert row["max_abs_diff"] < 1e-4
     assert "late-interaction" in capsys.readouterr().out
+    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+
+    outcome = SimpleNamespace(name="deterministic", report=json.loads(report.read_text()), summary="")
+    outcome.note, outcome.status = "", "ok"
+    assert "| late-interaction |" in step_markdown(outcome) and "| yes |" in step_markdown(outcome)
+    assert step_summary(outcome).endswith("alone == batched: yes")
