@@ -76,6 +76,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         graphs = ["--quick", "--graph-tokens", "1024", "--repeats", "2"]
         profile = ["--quick", "--requests", "2", "--forwards", "1"]
         determinism = ["--quick", "--workload", "short", "--repeats", "1"]
+        attention = ["--quick", "--repeats", "1"]
     else:
         device, big, small = (
             ["--device", "cuda"],
@@ -92,6 +93,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         profile = ["--model-shape", "qwen3-0.6b"]
         determinism = ["--model-shape", "qwen3-0.6b", "--workload", "rerank", "--workload", "many-items"]
         determinism += ["--repeats", "2", "--max-batch-tokens", "16384"]
+        attention = ["--model-shape", "qwen3-0.6b", "--repeats", "5"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
         Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
@@ -147,6 +149,20 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             ],
             60,
             "profile.json",
+        ),
+        Step(
+            "attention",
+            "One layer's attention alone, every backend, 0.6B heads",
+            [
+                "-m",
+                "kafka_scorer.bench.attention",
+                *device,
+                *attention,
+                "--json",
+                str(work / "attention.json"),
+            ],
+            60,
+            "attention.json",
         ),
         Step(
             "bench-0.6b",

@@ -17,6 +17,7 @@ TITLES = {
     "bench-0.6b": "Rerank and many-items, 0.6B",
     "floor-8b": "Many-items floor fraction, 8B",
     "deterministic": "What deterministic mode costs (engine alone)",
+    "attention": "One layer's attention alone, every backend",
 }
 
 
@@ -45,6 +46,8 @@ def step_markdown(outcome: Any) -> str:
         lines.append(format_profile(report))
     elif outcome.name == "deterministic":
         lines += _determinism_table(report)
+    elif outcome.name == "attention":
+        lines += _attention_table(report)
     else:
         lines += _bench_tables(report)
     return "\n".join(lines)
@@ -69,6 +72,9 @@ def step_summary(outcome: Any) -> str:
     if outcome.name == "graphs":
         ratios = ", ".join(f"{b['tokens']} tokens {b['ratio']:.2f}x" for b in report["batches"])
         return f"graphs off/on per forward: {ratios}"
+    if outcome.name == "attention":
+        fastest = {name: min(row["ms"], key=row["ms"].get) for name, row in report["layouts"].items()}
+        return "fastest: " + ", ".join(f"{name} {backend}" for name, backend in fastest.items())
     if outcome.name == "deterministic":
         rows = report["workloads"]
         ratios = ", ".join(f"{name} {row['ratio']:.2f}" for name, row in rows.items())
@@ -105,6 +111,20 @@ def _graph_table(report: dict) -> list[str]:
             f"| {b['requests']} | {b['tokens']:,} | {b['off_ms']:.2f} | {b['on_ms']:.2f} | "
             f"{b['ratio']:.2f} | {b['max_abs_diff']:.1e} |"
         )
+    return lines
+
+
+def _attention_table(report: dict) -> list[str]:
+    backends = list(next(iter(report["layouts"].values()))["ms"])
+    lines = [
+        f"{report['device']}, {report['dtype']}, {report['shape']} heads; ms per call (max diff vs dense)",
+        "",
+        "| layout | tokens | " + " | ".join(backends) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in backends) + " |",
+    ]
+    for name, row in report["layouts"].items():
+        cells = [f"{row['ms'][b]:.2f} ({row['max_abs_diff'][b]:.0e})" for b in backends]
+        lines.append(f"| {name} | {row['tokens']:,} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -1,7 +1,8 @@
 """The engine-alone benches at CPU size: `bench.graphs --quick` (both Scorers run, the "on" one
 through its padded static buffers, their scores agree), `bench.profile_forward --quick` (the
-gpu-check sections render their reports) and `bench.deterministic --quick` (a decoder and an encoder
-workload; in deterministic mode each job alone equals its batched scores bit for bit)."""
+gpu-check sections render their reports), `bench.deterministic --quick` (a decoder and an encoder
+workload; in deterministic mode each job alone equals its batched scores bit for bit) and
+`bench.attention --quick` (every CPU backend agrees with the dense reference)."""
 
 from __future__ import annotations
 
@@ -72,3 +73,19 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
     outcome.note, outcome.status = "", "ok"
     assert "| late-interaction |" in step_markdown(outcome) and "| yes |" in step_markdown(outcome)
     assert step_summary(outcome).endswith("alone == batched: yes")
+
+
+def test_quick_attention_bench_times_every_cpu_backend_against_dense(tmp_path: Path) -> None:
+    from kafka_scorer.bench.attention import CPU_SKIPS, main
+    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from kafka_scorer.engine.attention.registry import BACKENDS
+
+    out = tmp_path / "attention.json"
+    main(["--quick", "--device", "cpu", "--repeats", "1", "--json", str(out)])
+    report = json.loads(out.read_text())
+    expected = sorted(set(BACKENDS) - set(CPU_SKIPS))
+    for row in report["layouts"].values():
+        assert sorted(row["ms"]) == expected and all(ms > 0 for ms in row["ms"].values())
+        assert max(row["max_abs_diff"].values()) < 1e-5
+    outcome = SimpleNamespace(name="attention", report=report, summary="", note="", status="ok")
+    assert "| rerank |" in step_markdown(outcome) and step_summary(outcome).startswith("fastest: rerank ")

@@ -25,6 +25,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
         "open-loop",
         "graphs",
         "profile",
+        "attention",
         "bench-0.6b",
         "floor-8b",
         "deterministic",
@@ -36,6 +37,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert "--backend flex --backend cascade --backend spans" in steps["bench-0.6b"]
     assert "kafka_scorer.bench.graphs --device cuda --model-shape qwen3-0.6b" in steps["graphs"]
     assert "qwen3-8b" in steps["floor-8b"] and "--workload many-items" in steps["floor-8b"]
+    assert "kafka_scorer.bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]
     assert "kafka_scorer.bench.deterministic --device cuda --model-shape qwen3-0.6b" in steps["deterministic"]
     assert lines[-1] == "budget 480 s in all; tables to somewhere"
 

@@ -11,10 +11,11 @@ and whatever else the forward holds, so their bits are too. A ColBERT query's hi
 (an "item" of a bidirectional sequence) see the query's other tokens only and are keys for nobody, as
 in the dense path.
 
-Measured on the CPU, one thread, cpu-small's heads (8 × 64, 4 kv heads), attention alone, against the
-tiled backend (`tiled.py`): rerank 255 → 65 ms, many-items 239 → 80 ms, SGLang's shape 451 → 81 ms
-(the cascade, not batch-invariant: 53, 62, 90 ms). On CUDA a call per item would launch thousands of
-kernels per layer, so deterministic mode keeps the tiles there (`engine/deterministic.py`).
+Measured on the CPU (`python -m kafka_scorer.bench.attention`: cpu-small's heads, one thread, float32),
+ms per call against the tiled backend (`tiled.py`) and the cascade (not batch-invariant): rerank 62
+vs 199 and 61, many-items 84 vs 316 and 63, SGLang's shape 82 vs 427 and 90, plain pairs 29 vs 138 and
+33. On CUDA a call per item would launch thousands of kernels per layer, so deterministic mode keeps
+the tiles there (`engine/deterministic.py`).
 
 Per-layer variations arrive with the call: a window (only a plain pair or a bidirectional segment
 longer than it is ever windowed, as in the dense path) and a soft cap (Gemma 2) take one explicit,
