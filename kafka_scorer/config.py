@@ -142,9 +142,10 @@ class EngineSettings(BaseSettings):
     deterministic: bool = Field(
         False,
         description="Scores bit-identical for the same job whatever its batch-mates, its place in the "
-        "packed stream and the prefix or embedding cache's state: fixed-shape matmul blocks, a tiled "
-        "attention, the prefix cache off (docs/engine.md, Deterministic mode; its cost in "
-        "docs/performance.md). Encoders, ColBERT models and decoders with the engine's own layers.",
+        "packed stream and the prefix or embedding cache's state: fixed-shape matmul blocks, attention "
+        "by each token's own run, the caches kept on the CPU (on CUDA the prefix cache is off) "
+        "(docs/engine.md, Deterministic mode; its cost in docs/performance.md). Encoders, ColBERT "
+        "models and decoders with the engine's own layers.",
     )
     cuda_graph_tokens: int = Field(
         -1,

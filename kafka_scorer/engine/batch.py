@@ -79,6 +79,15 @@ class _Sequence:
     """(job index, that job's items) in the order they are laid out after the prefix."""
     types: list[int] | None = None
     """Token type ids of an encoder pair (the whole sequence)."""
+    cuts: tuple[int, ...] = ()
+    """Where the prefix may be cut for the prefix cache (`AttentionLayout.cuts`)."""
+
+
+def _cuts(job: PreparedJob, length: int) -> tuple[int, ...]:
+    """The job's prefix marks inside a leading run of `length` tokens, in the stream's coordinates
+    (a cached piece's run starts after its cached tokens)."""
+    cached = getattr(job, "cached", 0)
+    return tuple(sorted({m - cached for m in job.prefix_marks if 0 < m - cached < length}))
 
 
 def _group_sequences(jobs: Sequence[PreparedJob]) -> list[_Sequence]:
@@ -88,13 +97,14 @@ def _group_sequences(jobs: Sequence[PreparedJob]) -> list[_Sequence]:
         if job.packed:
             seq = shared.get(job.query_key)
             if seq is None:
-                seq = shared[job.query_key] = _Sequence(prefix=job.query, members=[])
+                cuts = _cuts(job, len(job.query))
+                seq = shared[job.query_key] = _Sequence(prefix=job.query, members=[], cuts=cuts)
                 sequences.append(seq)
             seq.members.append((index, job.items))
         else:
             types = job.token_types or [None] * len(job.items)
             sequences.extend(
-                _Sequence(prefix=pair, members=[(index, [])], types=pair_types)
+                _Sequence(prefix=pair, members=[(index, [])], types=pair_types, cuts=_cuts(job, len(pair)))
                 for pair, pair_types in zip(job.items, types)
             )
     return sequences
@@ -118,6 +128,7 @@ def build_forward_batch(
     seq_lens: list[int] = []
     prefix_lens: list[int] = []
     item_lens: list[tuple[int, ...]] = []
+    cuts: list[tuple[int, ...]] = []
     scoring: list[list[int]] = [[] for _ in jobs]
 
     for seq in _group_sequences(jobs):
@@ -144,12 +155,14 @@ def build_forward_batch(
         seq_lens.append(len(ids) - start)
         prefix_lens.append(prefix_len)
         item_lens.append(tuple(lens))
+        cuts.append(seq.cuts)
     target = pad_to(len(ids)) if pad_to is not None and encoder is None else None
     for length in padding_lengths(len(ids), target) if target else ():
         seq_starts.append(len(ids))
         seq_lens.append(length)
         prefix_lens.append(length)
         item_lens.append(())
+        cuts.append(())
         ids.extend([0] * length)
         positions.extend(range(length))
 
@@ -192,6 +205,7 @@ def build_forward_batch(
         item_lens=item_lens,
         sliding_window=sliding_window,
         causal=encoder is None,
+        cuts=cuts,
     )
     return ForwardBatch(
         jobs=list(jobs),

@@ -11,8 +11,11 @@ the miss path. Deterministic mode removes each:
   (`attention/segmented.py`), the tiled backend on CUDA (`attention/tiled.py`), where a call per item
   would launch thousands of kernels per layer;
 - the heads run by fixed-shape row blocks (`invariant_heads.py`);
-- the prefix cache is off: every job computes its head itself, so a cached state can never stand in
-  for a computed one.
+- the prefix cache stays on where the attention is the CPU's segmented one: each job's query is
+  computed in pieces cut at its prefix marks (the cache's own boundaries), each piece seeing the
+  pieces before it, so a prefix's states are a function of its tokens alone, and a hit attends its
+  cached head by the very calls its miss would make (`attention/cached.py`'s segment calls). With
+  the tiles (CUDA) the cache is off: every job computes its head itself.
 Encoders (cross-encoders and ColBERT's) keep transformers' layers: their stream is padded to whole row
 blocks around the stock body (`models/fixed_rows_encoder.py`) and every `nn.Linear` of the model and
 its heads is swapped for the fixed-shape one (`layers/invariant.py`). A ColBERT model keeps its
@@ -32,6 +35,11 @@ from kafka_scorer.errors import SettingError
 BACKEND = "deterministic"
 """The mode's attention as the `attention_backend` setting names it; on the CPU it runs `CPU_BACKEND`."""
 CPU_BACKEND = "segmented"
+
+
+def keeps_prefix_cache(backend: str) -> bool:
+    """Whether the mode's attention `backend` has a hit path that computes what a miss does."""
+    return backend == CPU_BACKEND
 
 
 def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:

@@ -227,13 +227,17 @@ def _with_prefixes(batch: ForwardBatch, plan: _Plan, backend: str, pin: bool) ->
         assert isinstance(piece, CachedPiece)
         start, length = layout.seq_starts[seq], layout.seq_lens[seq]
         positions[start : start + length] += piece.cached
-        sequences.append(HitSequence(start, layout.prefix_lens[seq], layout.item_lens[seq], piece.source))
+        cuts = layout.cuts[seq] if layout.cuts is not None else ()
+        sequences.append(
+            HitSequence(start, layout.prefix_lens[seq], layout.item_lens[seq], piece.source, cuts)
+        )
     front_layout = AttentionLayout(
         seq_starts=layout.seq_starts[:count],
         seq_lens=layout.seq_lens[:count],
         prefix_lens=layout.prefix_lens[:count],
         item_lens=layout.item_lens[:count],
         sliding_window=layout.sliding_window,
+        cuts=layout.cuts[:count] if layout.cuts is not None else None,
     )
     fills = [(source, layout.seq_starts[first_seq[position]]) for source, position in plan.fillers]
     hit_start = [
@@ -249,6 +253,7 @@ def _with_prefixes(batch: ForwardBatch, plan: _Plan, backend: str, pin: bool) ->
         sequences,
         pin,
         extends,
+        backend,
     )
     return dataclasses.replace(batch, positions=host(positions, pin), attention=attention)
 

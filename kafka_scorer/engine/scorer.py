@@ -24,7 +24,7 @@ from kafka_scorer.engine.bisection import Bisection
 from kafka_scorer.engine.chunking import aggregate
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
 from kafka_scorer.engine.description import describe
-from kafka_scorer.engine.deterministic import make_deterministic
+from kafka_scorer.engine.deterministic import keeps_prefix_cache, make_deterministic
 from kafka_scorer.engine.failures import failed_results
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, GraphStats, graphs_for
 from kafka_scorer.engine.inputs import JobPreparer
@@ -126,9 +126,11 @@ class Scorer:
                 f"template={template!r} but {model!r} is an encoder cross-encoder, whose pairs are its "
                 "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
             )
-        if deterministic:  # engine/deterministic.py: fixed-shape blocks, tiled attention, no prefix cache
+        if deterministic:  # engine/deterministic.py: fixed-shape blocks, the mode's attention
             self.attention_backend = make_deterministic(self.loaded, attention_backend)
-            self._auto_backend, prefix_cache_mb = False, 0
+            self._auto_backend = False
+            if not keeps_prefix_cache(self.attention_backend):
+                prefix_cache_mb = 0
         self.deterministic = deterministic
         self.revision = model_revision or self.loaded.revision
         # what every result is stamped with: fixed at load (the description, which `served` adds for the

@@ -1,7 +1,8 @@
 """The engine-alone benches at CPU size: `bench.graphs --quick` (both Scorers run, the "on" one
 through its padded static buffers, their scores agree), `bench.profile_forward --quick` (the
-gpu-check sections render their reports), `bench.deterministic --quick` (a decoder and an encoder
-workload; in deterministic mode each job alone equals its batched scores bit for bit) and
+gpu-check sections render their reports), `bench.deterministic --quick` (a templated decoder
+workload with the prefix cache on, and ColBERT; in deterministic mode each job alone equals its
+batched scores bit for bit) and
 `bench.attention --quick` (every CPU backend agrees with the dense reference)."""
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
     main(
         [
             "--quick",
-            "--workload", "short",
+            "--workload", "templated",
             "--workload", "late-interaction",
             "--repeats", "1",
             "--model-dir", str(tmp_path / "models"),
@@ -61,7 +62,8 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
         ]
     )  # fmt: skip
     workloads = json.loads(report.read_text())["workloads"]
-    assert set(workloads) == {"short", "late-interaction"}
+    assert set(workloads) == {"templated", "late-interaction"}
+    assert workloads["templated"]["cached_share"] > 0  # the prefix cache served the mode's hits
     for row in workloads.values():
         assert row["alone_equals_batched"] is True
         assert row["default_items_per_s"] > 0 and row["deterministic_items_per_s"] > 0

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import NamedTuple
+
+import msgspec
 
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job, Result
@@ -22,9 +25,18 @@ def _words(rng: random.Random, count: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
-def jobs_and_mates(causal: bool, seed: int = 0, softmax: bool = True) -> tuple[list[Job], list[Job]]:
+def jobs_and_mates(
+    causal: bool, seed: int = 0, softmax: bool = True, templated: bool = False
+) -> tuple[list[Job], list[Job]]:
     """Six jobs (MIS and pairs, softmax and log-probabilities, 2 or 3 labels) and eight batch-mates;
-    `softmax=False` for a kind whose scores take no activation (ColBERT's MaxSim)."""
+    `softmax=False` for a kind whose scores take no activation (ColBERT's MaxSim); `templated`: text
+    for a scorer's prompt template, which brings its own head and labels."""
+    if templated:
+        jobs, mates = jobs_and_mates(causal, seed, softmax)
+        strip = dict(label_token_ids=None)
+        return [msgspec.structs.replace(j, query=j.query[len(HEAD) :], **strip) for j in jobs], [
+            msgspec.structs.replace(j, query=j.query[len(HEAD) :], **strip) for j in mates
+        ]
     rng = random.Random(seed)
     jobs = [
         Job(
@@ -77,21 +89,31 @@ def situations(make: Callable[..., Scorer], jobs: list[Job], mates: list[Job]) -
     }
 
 
+class Identity(NamedTuple):
+    same: int
+    """Results bit-identical to the job's scores alone on a fresh scorer."""
+    total: int
+    differed: list[str]
+    """The situations (and jobs) that were not."""
+    cached: int
+    """Results served in part from the prefix (or embedding) cache: what proves the cache was tried."""
+
+
 def count_identical(
-    make: Callable[..., Scorer], causal: bool, softmax: bool = True
-) -> tuple[int, int, list[str]]:
-    """(bit-identical results, results, the situations that differed)."""
-    jobs, mates = jobs_and_mates(causal, softmax=softmax)
+    make: Callable[..., Scorer], causal: bool, softmax: bool = True, templated: bool = False
+) -> Identity:
+    jobs, mates = jobs_and_mates(causal, softmax=softmax, templated=templated)
     alone = [make().score_jobs([job])[0] for job in jobs]
-    same = total = 0
+    same = total = cached = 0
     differed = []
     for name, run in situations(make, jobs, mates).items():
         for i, job in enumerate(jobs):
             got = next(result for result in run(i) if result.id == job.id)
             assert got.error is None, got.error
             total += 1
+            cached += bool(got.cached_tokens)
             if got.scores == alone[i].scores:
                 same += 1
             else:
                 differed.append(f"{name}: {job.id}")
-    return same, total, differed
+    return Identity(same, total, differed, cached)

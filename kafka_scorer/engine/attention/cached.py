@@ -31,6 +31,13 @@ import torch
 
 from kafka_scorer.engine.attention.dense import soft_cap
 from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host, to_device
+from kafka_scorer.engine.attention.segmented import (
+    Cached,
+    SegmentCall,
+    SegmentedMetadata,
+    attend_calls,
+    sequence_calls,
+)
 from kafka_scorer.engine.prefix_cache import PrefixEntry
 
 # float32 scores formed at once per hit group (256 MiB); a larger group goes by slices of its sequences.
@@ -46,6 +53,8 @@ class HitSequence:
     prefix: int
     items: tuple[int, ...]
     source: int
+    cuts: tuple[int, ...] = ()
+    """Where its cut query may be cut again (`AttentionLayout.cuts`): deterministic mode's hit path."""
 
     @property
     def length(self) -> int:
@@ -90,6 +99,9 @@ class PrefixedMetadata:
     extends: tuple[tuple[int, int, int], ...] = ()
     """(entry index, index of the shorter entry it extends, stream start of the hit sequence whose
     first tokens complete it): stored per layer after the fills, before any hit reads it."""
+    segment_calls: list[SegmentCall] | None = None
+    """Deterministic mode on the CPU: the hits as the segmented backend's calls, their cached heads
+    read from the entries, in place of `hits` (a hit then computes what its miss computes, bit for bit)."""
     backend: ClassVar[str] = "prefixed"
 
     @classmethod
@@ -103,7 +115,18 @@ class PrefixedMetadata:
         sequences: list[HitSequence],
         pin: bool,
         extends: tuple[tuple[int, int, int], ...] = (),
+        front_backend: str = "",
     ) -> PrefixedMetadata:
+        if front_backend == SegmentedMetadata.backend:
+            calls = [
+                call
+                for seq in sequences
+                for call in sequence_calls(
+                    seq.start, seq.length, seq.prefix, seq.items, seq.cuts, True,
+                    Cached(seq.source, entries[seq.source].length),
+                )
+            ]  # fmt: skip
+            return cls(layout, front, front_tokens, entries, fills, [], extends, calls)
         groups = []
         for source in sorted({seq.source for seq in sequences}):
             # causal blocks: plain pairs whole, packed sequences' cut queries; bucketed by length
@@ -184,6 +207,11 @@ def prefixed_attention(
     if metadata.front is not None:
         part = attend_front(q[:, :front], k[:, :front], v[:, :front], metadata.front, scale, softcap, window)
         out[:front] = part.transpose(0, 1)
+    if metadata.segment_calls is not None:
+        cached = lambda entry: metadata.entries[entry].layer(layer)  # noqa: E731
+        hits = attend_calls(q, k, v, metadata.segment_calls, True, scale, softcap, window, cached)
+        out[front:] = hits[:, front:].transpose(0, 1)
+        return out.transpose(0, 1)
     if metadata.hits:
         flat_out = out.view(total, heads * dim)
         rows = [x.transpose(0, 1).reshape(total, -1) for x in (q, k, v)]

@@ -28,6 +28,11 @@ class AttentionLayout:
     """The model's window, for layers whose call does not name their own (see `scorer_attention`)."""
     causal: bool = True
     """False for encoders: plain pairs only, each token sees its whole pair (a window is then |i - j|)."""
+    cuts: list[tuple[int, ...]] | None = None
+    """Per sequence, where its leading run (a packed query, or a plain pair) may be cut for the prefix
+    cache (the job's prefix marks, in the sequence's own coordinates, ascending): read only by
+    deterministic mode's CPU attention (`segmented.py`), which computes each piece as a run of its own
+    so that a prefix's states are the same whether it was cached or not."""
 
     @property
     def total_tokens(self) -> int:

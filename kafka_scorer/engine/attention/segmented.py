@@ -24,7 +24,9 @@ masked call per segment over its keys in order (`dense.capped_attention` for the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import ClassVar
 
 import torch
@@ -38,22 +40,67 @@ Run = tuple[int, int]
 
 
 @dataclass(frozen=True)
+class Cached:
+    """The first `length` keys of the forward's prefix entry `entry` (`engine/prefix_cache.py`): a hit
+    sequence's head, which its tokens see before the stream's keys."""
+
+    entry: int
+    length: int
+
+
+Source = Run | Cached
+
+
+@dataclass(frozen=True)
 class SegmentCall:
-    """One segment's attention: its query rows and the runs of keys they see."""
+    """One segment's attention: its query rows, the keys before them, and whether they see themselves."""
 
     query: Run
-    shared: Run | None
-    """The sequence's query keys, which an item sees whole; None for a run over itself."""
+    shared: tuple[Source, ...]
+    """Keys every row sees whole, at sequence indices 0, 1, ... in order: the earlier pieces of the
+    sequence's query (for an item: all of it), a hit's cached head first. Empty for a run over itself."""
     own: bool
     """Whether the rows see themselves (causally in a decoder): False for hidden expansion tokens."""
     offset: int
     """Index in its sequence of the query's first row (windows count sequence indices)."""
+    windowed: bool = True
+    """Whether a layer's window applies: a plain pair's pieces and bidirectional segments, as in the
+    dense path (a packed sequence longer than a window is refused at preparation)."""
 
     @property
-    def keys(self) -> list[tuple[Run, int]]:
-        """Each key run with the sequence index of its first key, in attention order."""
-        runs = [(self.shared, 0)] if self.shared is not None else []
-        return [*runs, (self.query, self.offset)] if self.own else runs
+    def shared_len(self) -> int:
+        return sum(source.length if isinstance(source, Cached) else source[1] for source in self.shared)
+
+
+def sequence_calls(
+    start: int,
+    length: int,
+    prefix: int,
+    items: tuple[int, ...],
+    cuts: tuple[int, ...],
+    causal: bool,
+    head: Cached | None = None,
+) -> list[SegmentCall]:
+    """One sequence's calls: its leading run (query or plain pair) cut at `cuts`, each piece seeing the
+    pieces before it, then its items. `head`: a hit's cached prefix, before the stream's tokens."""
+    lead: tuple[Source, ...] = (head,) if head is not None else ()
+    before = head.length if head is not None else 0
+    run = prefix if items else length  # a plain pair is one run
+    bounds = [0, *(c for c in (cuts if causal else ()) if 0 < c < run), run] if run else []
+    windowed = not items or not causal
+    calls = [
+        SegmentCall((start + a, b - a), (*lead, (start, a)) if a else lead, True, before + a, windowed)
+        for a, b in pairwise(bounds)
+    ]
+    shared = (*lead, (start, prefix)) if prefix else lead  # (the fused kernel refuses empty keys)
+    offset = prefix
+    for rows in items:
+        # hidden keys (bidirectional items) see the sequence's other tokens only: none without a query,
+        # where they are left 0 as in the dense path
+        if rows and (shared or causal):
+            calls.append(SegmentCall((start + offset, rows), shared, causal, before + offset, windowed))
+        offset += rows
+    return calls
 
 
 @dataclass(frozen=True)
@@ -66,25 +113,22 @@ class SegmentedMetadata:
 
     @classmethod
     def build(cls, layout: AttentionLayout, pin: bool = False) -> SegmentedMetadata:
-        calls = []
-        for start, length, prefix, items in zip(
-            layout.seq_starts, layout.seq_lens, layout.prefix_lens, layout.item_lens
-        ):
-            own = prefix if items else length  # a plain pair is one run
-            if own:
-                calls.append(SegmentCall((start, own), None, True, 0))
-            offset = prefix
-            shared = (start, prefix) if prefix else None  # (the fused kernel refuses empty keys)
-            for rows in items:
-                # hidden keys (bidirectional items) see the sequence's other tokens only: none without
-                # a query, where they are left 0 as in the dense path
-                if rows and (shared is not None or layout.causal):
-                    calls.append(SegmentCall((start + offset, rows), shared, layout.causal, offset))
-                offset += rows
+        cuts = layout.cuts or [()] * len(layout.seq_starts)
+        calls = [
+            call
+            for start, length, prefix, items, seq_cuts in zip(
+                layout.seq_starts, layout.seq_lens, layout.prefix_lens, layout.item_lens, cuts
+            )
+            for call in sequence_calls(start, length, prefix, items, seq_cuts, layout.causal)
+        ]
         return cls(layout, calls)
 
     def to(self, device: torch.device) -> SegmentedMetadata:
         return to_device(self, device)
+
+
+CachedKeys = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+"""A prefix entry's keys and values of the layer being computed, [Hkv, C, d] each."""
 
 
 def segmented_attention(
@@ -97,57 +141,82 @@ def segmented_attention(
     window: int | None = None,
 ) -> torch.Tensor:
     """q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]; rows outside the layout (stream padding) are 0."""
+    return attend_calls(q, k, v, metadata.calls, metadata.layout.causal, scale, softcap, window)
+
+
+def attend_calls(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    calls: list[SegmentCall],
+    causal: bool,
+    scale: float,
+    softcap: float | None = None,
+    window: int | None = None,
+    cached: CachedKeys | None = None,
+) -> torch.Tensor:
+    """The calls' rows of q [H, T, d] attended, the other rows 0; `cached` resolves `Cached` keys (the
+    prefix cache's hit path, `attention/cached.py`)."""
     out = torch.zeros_like(q)
-    causal = metadata.layout.causal
-    keys = _KeysByHead(k, v, q.shape[0] // k.shape[0])
-    for call in metadata.calls:
+    keys = _Keys(k, v, q.shape[0] // k.shape[0], cached)
+    for call in calls:
         start, rows = call.query
         mask = _explicit_mask(call, window, causal, softcap is not None, q.device)
         if mask is not None:
-            result = _masked(q, k, v, call, mask, scale, softcap)
+            result = _masked(q, keys, call, mask, scale, softcap)
         else:
             result = _fused(q[None, :, start : start + rows], keys, call, causal, scale)
         out[:, start : start + rows] = result
     return out
 
 
-class _KeysByHead:
-    """A run's keys and values with one head per query head ([1, H, n, d]; GQA repeats them), made once
-    per layer for a sequence's query, which every item of it reads."""
+class _Keys:
+    """Keys and values of a call's sources: as they are ([Hkv, n, d]), or with one head per query head
+    ([1, H, n, d]; GQA repeats them), the latter made once per layer for a sequence's shared keys,
+    which every item of it reads."""
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor, groups: int) -> None:
-        self.k, self.v, self.groups = k, v, groups
-        self.made: dict[Run, tuple[torch.Tensor, torch.Tensor]] = {}
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, groups: int, cached: CachedKeys | None) -> None:
+        self.k, self.v, self.groups, self.cached = k, v, groups, cached
+        self.made: dict[tuple[Source, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def __call__(self, run: Run, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        if run in self.made:
-            return self.made[run]
-        start, length = run
+    def plain(self, sources: tuple[Source, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [self._source(source) for source in sources]
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
+
+    def by_head(self, sources: tuple[Source, ...], keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if sources in self.made:
+            return self.made[sources]
         pair = tuple(
-            (
-                x[:, start : start + length].repeat_interleave(self.groups, 0)
-                if self.groups > 1
-                else x[:, start : start + length]
-            )[None]
-            for x in (self.k, self.v)
+            (x.repeat_interleave(self.groups, 0) if self.groups > 1 else x)[None] for x in self.plain(sources)
         )
         if keep:
-            self.made[run] = pair  # type: ignore[assignment]
+            self.made[sources] = pair  # type: ignore[assignment]
         return pair  # type: ignore[return-value]
+
+    def _source(self, source: Source) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(source, Cached):
+            assert self.cached is not None, "a cached prefix's keys outside the prefix cache's path"
+            k, v = self.cached(source.entry)
+            return k[:, : source.length], v[:, : source.length]
+        start, length = source
+        return self.k[:, start : start + length], self.v[:, start : start + length]
 
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 """The CPU's fused kernel, which also returns each row's log-sum-exp (to merge an item's two parts)."""
 
 
-def _fused(q: torch.Tensor, keys: _KeysByHead, call: SegmentCall, causal: bool, scale: float) -> torch.Tensor:
+def _fused(q: torch.Tensor, keys: _Keys, call: SegmentCall, causal: bool, scale: float) -> torch.Tensor:
     """One segment by the fused kernel: q [1, H, rows, d] -> [H, rows, d]."""
-    if call.shared is None:  # a run over itself
-        return _flash(q, *keys(call.query, False), 0.0, causal, scale=scale)[0][0]
-    shared, lse_shared = _flash(q, *keys(call.shared, True), 0.0, False, scale=scale)
+    own_keys = (call.query,)
+    if not call.shared:  # a run over itself
+        return _flash(q, *keys.by_head(own_keys, False), 0.0, causal, scale=scale)[0][0]
+    shared, lse_shared = _flash(q, *keys.by_head(call.shared, True), 0.0, False, scale=scale)
     if not call.own:
         return shared[0]
-    own, lse_own = _flash(q, *keys(call.query, False), 0.0, True, scale=scale)
+    own, lse_own = _flash(q, *keys.by_head(own_keys, False), 0.0, True, scale=scale)
     lse = torch.logaddexp(lse_shared, lse_own)
     merged = shared.float() * torch.exp(lse_shared - lse)[..., None]
     merged += own.float() * torch.exp(lse_own - lse)[..., None]
@@ -155,21 +224,15 @@ def _fused(q: torch.Tensor, keys: _KeysByHead, call: SegmentCall, causal: bool, 
 
 
 def _masked(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    call: SegmentCall,
-    mask: torch.Tensor,
-    scale: float,
-    softcap: float | None,
+    q: torch.Tensor, keys: _Keys, call: SegmentCall, mask: torch.Tensor, scale: float, softcap: float | None
 ) -> torch.Tensor:
     """One segment by an explicit mask over its keys in order (windows, soft caps): -> [H, rows, d]."""
     start, rows = call.query
     qs = q[:, start : start + rows]
-    ks, vs = (torch.cat([x[:, s : s + n] for (s, n), _ in call.keys], dim=1) for x in (k, v))
+    ks, vs = keys.plain((*call.shared, call.query) if call.own else call.shared)
     if softcap is not None:
         return capped_attention(qs[None], ks[None], vs[None], mask, scale, softcap)[0].to(q.dtype)
-    gqa = q.shape[0] != k.shape[0]
+    gqa = q.shape[0] != ks.shape[0]
     return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)
 
 
@@ -177,20 +240,21 @@ def _explicit_mask(
     call: SegmentCall, window: int | None, causal: bool, capped: bool, device: torch.device
 ) -> torch.Tensor | None:
     """[rows, keys] True = may attend, for a segment the fused calls cannot take: a soft-capped layer,
-    or a window that bites (a run over itself, or any bidirectional segment, whose keys reach further
-    than the window: where the dense path applies it). None: the fused calls."""
+    or a window that bites (`SegmentCall.windowed`, keys further than the window). None: the fused
+    calls."""
     if window is None and not capped:
         return None
     rows = call.query[1]
     q_pos = call.offset + torch.arange(rows, device=device)
-    k_pos = torch.cat([first + torch.arange(n, device=device) for (_, n), first in call.keys])
+    k_pos = torch.arange(call.shared_len, device=device)
+    if call.own:
+        k_pos = torch.cat([k_pos, q_pos])
     distance = q_pos[:, None] - k_pos[None, :]
-    windowed = window is not None and not (causal and call.shared is not None)
-    windowed = windowed and int(distance.abs().max()) >= window  # type: ignore[operator]
+    windowed = window is not None and call.windowed and int(distance.abs().max()) >= window
     if not (capped or windowed):
         return None
     allowed = torch.ones_like(distance, dtype=torch.bool)
-    if causal:  # an item's shared keys all lie before its rows, so this is also the item's rule
+    if causal:  # a segment's shared keys all lie before its rows, so this is also the item's rule
         allowed &= distance >= 0
     if windowed:
         allowed &= distance.abs() < window  # type: ignore[operator]
