@@ -86,7 +86,7 @@ class _Sequence:
 def _cuts(job: PreparedJob, length: int) -> tuple[int, ...]:
     """The job's prefix marks inside a leading run of `length` tokens, in the stream's coordinates
     (a cached piece's run starts after its cached tokens)."""
-    cached = getattr(job, "cached", 0)
+    cached = getattr(job, "cached", 0)  # `prefix_batch.CachedPiece`, whose module imports this one
     return tuple(sorted({m - cached for m in job.prefix_marks if 0 < m - cached < length}))
 
 

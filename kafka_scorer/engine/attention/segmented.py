@@ -7,7 +7,11 @@ keys) and then itself. A segment over itself is one flash call (causal for decod
 encoder pair); an item is two, its shared keys and its own causally, merged by their log-sum-exps
 (as the cascade merges, `cascade._merge`), so the query's keys are expanded to the query heads once
 per sequence, never copied per item. The calls are the same wherever the sequence sits in the stream
-and whatever else the forward holds, so their bits are too. A ColBERT query's hidden expansion tokens
+and whatever else the forward holds, so their bits are too. A query (or a plain pair) is moreover cut
+at its prefix marks (`AttentionLayout.cuts`, the prefix cache's boundaries), each piece seeing the
+pieces before it as shared keys: a cached head's states are then those of the head alone, and the
+cache's hit path (`cached.py`, a `Cached` source in place of the head's stream keys) makes the very
+calls its miss makes. A ColBERT query's hidden expansion tokens
 (an "item" of a bidirectional sequence) see the query's other tokens only and are keys for nobody, as
 in the dense path.
 
