@@ -7,8 +7,8 @@ the miss path. Deterministic mode removes each:
 
 - the fused decoder pads the stream to whole row blocks and runs every projection at one fixed shape
   (`layers/invariant.py`), eagerly (a compiled region may pick kernels per shape);
-- attention is computed by each token's own run only: one SDPA call per run on the CPU
-  (`attention/segmented.py`), the tiled backend on CUDA (`attention/tiled.py`), where a call per item
+- attention is computed by each token's own run only: fused flash calls shaped by that run on the
+  CPU (`attention/segmented.py`), the tiled backend on CUDA (`attention/tiled.py`), where a call per item
   would launch thousands of kernels per layer;
 - the heads run by fixed-shape row blocks (`invariant_heads.py`);
 - the prefix cache stays on where the attention is the CPU's segmented one: each job's query is
@@ -33,7 +33,8 @@ from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.errors import SettingError
 
 BACKEND = "deterministic"
-"""The mode's attention as the `attention_backend` setting names it; on the CPU it runs `CPU_BACKEND`."""
+"""The mode's attention as `Scorer(attention_backend=...)` may name it (the tiles, CUDA's); on the CPU the
+mode runs `CPU_BACKEND`."""
 CPU_BACKEND = "segmented"
 
 
