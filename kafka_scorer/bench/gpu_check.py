@@ -161,7 +161,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
                 "--json",
                 str(work / "attention.json"),
             ],
-            60,
+            90,  # flex compiles once per layout, in the untimed first call
             "attention.json",
         ),
         Step(
