@@ -171,7 +171,7 @@ def cascade_attention(
             o_pre, lse_pre = _attention_with_lse(
                 q_items.reshape(kv_heads, groups, n * longest, dim), k_prefix, v_prefix, scale, softcap
             )
-            o = _merge(o_pre.view_as(o_own), lse_pre.view_as(lse_own), o_own, lse_own)
+            o = merge_parts(o_pre.view_as(o_own), lse_pre.view_as(lse_own), o_own, lse_own)
         else:
             o = o_own
         rows = o.reshape(heads, n * longest, dim)
@@ -239,7 +239,9 @@ def _own_item_attention(
     return torch.einsum("hgnij,hnjd->hgnid", probs, v_items), lse
 
 
-def _merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
+def merge_parts(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
+) -> torch.Tensor:
     """Softmax over the union of two disjoint key sets, from each part's output and log-sum-exp."""
     lse = torch.logaddexp(lse_a, lse_b)
     return o_a.float() * torch.exp(lse_a - lse)[..., None] + o_b.float() * torch.exp(lse_b - lse)[..., None]

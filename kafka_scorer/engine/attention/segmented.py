@@ -5,7 +5,7 @@ a token's attention is batch-invariant when its calls hold nothing but its own r
 plain pair, a packed sequence's query, or one item, which sees the sequence's query (its *shared*
 keys) and then itself. A segment over itself is one flash call (causal for decoders, whole for an
 encoder pair); an item is two, its shared keys and its own causally, merged by their log-sum-exps
-(as the cascade merges, `cascade._merge`), so the query's keys are expanded to the query heads once
+(`cascade.merge_parts`, as the cascade merges), so the query's keys are expanded to the query heads once
 per sequence, never copied per item. The calls are the same wherever the sequence sits in the stream
 and whatever else the forward holds, so their bits are too. A query (or a plain pair) is moreover cut
 at its prefix marks (`AttentionLayout.cuts`, the prefix cache's boundaries), each piece seeing the
@@ -36,6 +36,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from kafka_scorer.engine.attention.cascade import merge_parts
 from kafka_scorer.engine.attention.dense import capped_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout, to_device
 
@@ -221,10 +222,7 @@ def _fused(q: torch.Tensor, keys: _Keys, call: SegmentCall, causal: bool, scale:
     if not call.own:
         return shared[0]
     own, lse_own = _flash(q, *keys.by_head(own_keys, False), 0.0, True, scale=scale)
-    lse = torch.logaddexp(lse_shared, lse_own)
-    merged = shared.float() * torch.exp(lse_shared - lse)[..., None]
-    merged += own.float() * torch.exp(lse_own - lse)[..., None]
-    return merged[0].to(q.dtype)
+    return merge_parts(shared, lse_shared, own, lse_own)[0].to(q.dtype)
 
 
 def _masked(
