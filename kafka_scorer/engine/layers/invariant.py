@@ -38,13 +38,16 @@ def fixed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     tokens, width = x.shape
     if tokens % ROWS:
         raise ValueError(f"fixed_linear: {tokens} rows is not a multiple of {ROWS}")
-    if x.device.type == "cpu":
-        blocks = x.reshape(-1, ROWS, width)
-        out = torch.bmm(blocks, weight.t()[None].expand(blocks.shape[0], *weight.t().shape))
-        out = out.reshape(tokens, -1)
-    else:
-        out = torch.cat([F.linear(block, weight) for block in x.split(ROWS)])
-    return out if bias is None else out + bias
+    if x.device.type != "cpu":
+        return torch.cat([F.linear(block, weight, bias) for block in x.split(ROWS)])
+    blocks = x.reshape(-1, ROWS, width)
+    weights = weight.t()[None].expand(blocks.shape[0], *weight.t().shape)
+    if bias is None:
+        return torch.bmm(blocks, weights).reshape(tokens, -1)
+    # the bias inside the batched matmul, as addmm has it: a separate add was a quarter of a MiniLM
+    # projection's time (384 -> 1,536 over 6,144 rows: addmm 90 ms, bmm + add 114, baddbmm 94)
+    start = bias[None, None].expand(blocks.shape[0], ROWS, bias.shape[0])
+    return torch.baddbmm(start, blocks, weights).reshape(tokens, -1)
 
 
 class FixedRowsLinear(nn.Linear):
