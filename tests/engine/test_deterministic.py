@@ -267,3 +267,20 @@ def test_segmented_cuts_keep_a_head_s_rows_independent_of_what_follows_it(window
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
         if win is None:
             assert torch.equal(got[:, :40], alone)
+
+
+def test_segmented_attention_off_the_cpu_s_flash_kernel_equals_dense():
+    """Where the CPU's flash kernel cannot run (CUDA, when the backend is named there), every call is an
+    explicit masked SDPA call: the same attention (checked here on the CPU by asking for that path)."""
+    from kafka_scorer.engine.attention.segmented import attend_calls
+
+    torch.manual_seed(0)
+    layout = _random_layout(random.Random(3), 5)
+    layout = AttentionLayout(
+        layout.seq_starts, layout.seq_lens, layout.prefix_lens, layout.item_lens, cuts=[(3,)] * 6
+    )
+    q, k, v = (torch.randn(h, layout.total_tokens, 16) for h in (4, 2, 2))
+    calls = SegmentedMetadata.build(layout).calls
+    got = attend_calls(q, k, v, calls, True, 0.25, fused=False)
+    want = dense_attention(q, k, v, DenseMetadata.build(layout, False), 0.25)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()

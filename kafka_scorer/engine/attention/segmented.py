@@ -159,14 +159,18 @@ def attend_calls(
     softcap: float | None = None,
     window: int | None = None,
     cached: CachedKeys | None = None,
+    fused: bool | None = None,
 ) -> torch.Tensor:
     """The calls' rows of q [H, T, d] attended, the other rows 0; `cached` resolves `Cached` keys (the
-    prefix cache's hit path, `attention/cached.py`)."""
+    prefix cache's hit path, `attention/cached.py`). `fused`: the CPU's flash kernel (the default on the
+    CPU); elsewhere each call is one SDPA call with an explicit mask (deterministic mode runs the tiles
+    on CUDA, so this backend only runs there when named, as `bench/attention.py` does)."""
     out = torch.zeros_like(q)
     keys = _Keys(k, v, q.shape[0] // k.shape[0], cached)
+    fused = q.device.type == "cpu" if fused is None else fused
     for call in calls:
         start, rows = call.query
-        mask = _explicit_mask(call, window, causal, softcap is not None, q.device)
+        mask = _explicit_mask(call, window, causal, softcap is not None, q.device, fused)
         if mask is not None:
             result = _masked(q, keys, call, mask, scale, softcap)
         else:
@@ -239,12 +243,12 @@ def _masked(
 
 
 def _explicit_mask(
-    call: SegmentCall, window: int | None, causal: bool, capped: bool, device: torch.device
+    call: SegmentCall, window: int | None, causal: bool, capped: bool, device: torch.device, fused: bool
 ) -> torch.Tensor | None:
     """[rows, keys] True = may attend, for a segment the fused calls cannot take: a soft-capped layer,
-    or a window that bites (`SegmentCall.windowed`, keys further than the window). None: the fused
-    calls."""
-    if window is None and not capped:
+    a window that bites (`SegmentCall.windowed`, keys further than the window), or every segment where
+    the fused calls cannot run (`fused` False). None: the fused calls."""
+    if window is None and not capped and fused:
         return None
     rows = call.query[1]
     q_pos = call.offset + torch.arange(rows, device=device)
@@ -253,7 +257,7 @@ def _explicit_mask(
         k_pos = torch.cat([k_pos, q_pos])
     distance = q_pos[:, None] - k_pos[None, :]
     windowed = window is not None and call.windowed and int(distance.abs().max()) >= window
-    if not (capped or windowed):
+    if not (capped or windowed or not fused):
         return None
     allowed = torch.ones_like(distance, dtype=torch.bool)
     if causal:  # a segment's shared keys all lie before its rows, so this is also the item's rule
