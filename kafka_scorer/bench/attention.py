@@ -17,8 +17,7 @@ import time
 
 import torch
 
-from kafka_scorer.bench.engine_alone import engine_parser, write_report
-from kafka_scorer.bench.models import SHAPES
+from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import BACKENDS, attend, prepare_attention
 
@@ -41,15 +40,11 @@ def layout_of(sequence: tuple[int, tuple[int, ...]], count: int) -> AttentionLay
 
 
 def run(args: argparse.Namespace) -> dict:
-    auto = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(auto if args.device == "auto" else args.device)
-    shape = SHAPES[args.model_shape or ("tiny" if args.quick else "cpu-small")]
-    auto = torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtype = auto if args.dtype == "auto" else getattr(torch, args.dtype)
+    run_ = resolve_run(args, "attention")  # the device, dtype and shape rule of the engine-alone benches
+    device, dtype, shape = torch.device(run_.device), getattr(torch, run_.dtype), run_.shape
     skips = CPU_SKIPS if device.type == "cpu" else ()
     backends = [name for name in args.backend or sorted(BACKENDS) if name not in skips]
-    report: dict = {"device": str(device), "dtype": str(dtype).removeprefix("torch."), "shape": shape.name}
-    report["layouts"] = {}
+    report: dict = {"device": run_.device, "dtype": run_.dtype, "shape": shape.name, "layouts": {}}
     for name, (sequence, count) in (QUICK_LAYOUTS if args.quick else LAYOUTS).items():
         layout = layout_of(sequence, count)
         q, k, v = (

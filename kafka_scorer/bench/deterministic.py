@@ -78,12 +78,9 @@ def _templated(run_: EngineRun, quick: bool) -> _Case:
     the cache serves after the first pass, as it would a running worker's."""
     from transformers import AutoTokenizer
 
-    from kafka_scorer.bench.models import build_shaped_model
     from kafka_scorer.bench.templated import _text
 
-    path = run_.root / f"{run_.shape.name}-causal-chat-{run_.dtype}"
-    if not (path / "config.json").exists():
-        build_shaped_model(path, run_.shape, "causal", chat=True, dtype=run_.dtype)
+    path = run_.checkpoint("causal", chat=True)
     tokenizer = AutoTokenizer.from_pretrained(path)
     count, items = (2, 3) if quick else (TEMPLATED_JOBS, 16)
 

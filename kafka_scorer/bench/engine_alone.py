@@ -8,6 +8,7 @@ import json
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -22,14 +23,21 @@ class EngineRun:
     device: str
     dtype: str
     shape: ModelShape
-    root: Path
-    """Where the generated checkpoints go (`--model-dir`, else a fresh temporary folder)."""
+    name: str
+    model_dir: str | None = None
 
-    def checkpoint(self, kind: str = "causal") -> Path:
-        """The run's random checkpoint of `kind`, built once per `--model-dir`."""
-        path = self.root / f"{self.shape.name}-{kind}-{self.dtype}"
+    @cached_property
+    def root(self) -> Path:
+        """Where the generated checkpoints go (`--model-dir`, else a fresh temporary folder, made when
+        the first checkpoint is: a bench that builds none leaves none behind)."""
+        return Path(self.model_dir or tempfile.mkdtemp(prefix=f"kafka-scorer-{self.name}-"))
+
+    def checkpoint(self, kind: str = "causal", chat: bool = False) -> Path:
+        """The run's random checkpoint of `kind` (`chat`: with a chat tokenizer, for a prompt template),
+        built once per `--model-dir`."""
+        path = self.root / f"{self.shape.name}-{kind}{'-chat' if chat else ''}-{self.dtype}"
         if not (path / "config.json").exists():
-            build_shaped_model(path, self.shape, kind, dtype=self.dtype)
+            build_shaped_model(path, self.shape, kind, dtype=self.dtype, chat=chat)
         return path
 
 
@@ -54,8 +62,7 @@ def resolve_run(args: argparse.Namespace, name: str) -> EngineRun:
         args.model_shape or ("tiny" if args.quick else "qwen3-0.6b" if device == "cuda" else "cpu-small")
     ]
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    root = Path(args.model_dir or tempfile.mkdtemp(prefix=f"kafka-scorer-{name}-"))
-    return EngineRun(device, dtype, shape, root)
+    return EngineRun(device, dtype, shape, name, args.model_dir)
 
 
 def timed(scorer: Scorer, jobs: list[Job]) -> tuple[float, list[Result]]:
