@@ -69,6 +69,8 @@ class LateForward:
     """Documents computed here, to be cached after the forward: key and span."""
     cached_tokens: list[int]
     """Each piece's document tokens served from the cache."""
+    per_document: bool = False
+    """MaxSim one document at a time (`maxsim_each`): deterministic mode's forwards."""
 
 
 def build_late_forward(
@@ -113,6 +115,7 @@ def build_late_forward(
         documents=documents,
         fills=fills,
         cached_tokens=cached,
+        per_document=deterministic_backend is not None,
     )
 
 
@@ -160,7 +163,7 @@ def _group(spans: list[tuple[int, int]], keys: int | None, pin: bool) -> PairGro
 
 @torch.inference_mode()
 def run_late_forward(
-    forward: LateForward, model: LoadedModel, cache: EmbeddingCache | None, deterministic: bool = False
+    forward: LateForward, model: LoadedModel, cache: EmbeddingCache | None
 ) -> list[list[float]]:
     """Each piece's MaxSim scores, one per document, in the group's order."""
     spec = model.late
@@ -171,7 +174,7 @@ def run_late_forward(
         for key, start, end in forward.fills:
             cache.put(key, vectors[start:end].clone())
     scores = []
-    score = maxsim_each if deterministic else maxsim
+    score = maxsim_each if forward.per_document else maxsim
     for (qs, qe), docs in zip(forward.queries, forward.documents):
         assert vectors is not None
         parts = [vectors[d[0] : d[1]] if isinstance(d, tuple) else d.to(device) for d in docs]

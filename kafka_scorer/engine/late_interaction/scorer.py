@@ -79,7 +79,7 @@ class LateInteractionScorer(Scorer):
         cached = [0] * len(jobs)
         for _, forward in packed.forwards:
             assert isinstance(forward, LateForward)
-            scores = run_late_forward(forward, self.loaded, self._embeddings, self.deterministic)
+            scores = run_late_forward(forward, self.loaded, self._embeddings)
             for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens):
                 rows[index].extend([score] for score in piece_scores)
                 cached[index] += piece_cached

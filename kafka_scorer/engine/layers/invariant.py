@@ -73,12 +73,9 @@ class FixedRowsLinear(nn.Linear):
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def fix_linears(module: nn.Module) -> int:
-    """Every `nn.Linear` under `module` (itself included) computed by fixed-shape blocks; returns how many."""
-    swapped = 0
+def fix_linears(module: nn.Module) -> None:
+    """Every `nn.Linear` under `module` computed by fixed-shape blocks, swapped in place."""
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
                 setattr(parent, name, FixedRowsLinear.over(child))
-                swapped += 1
-    return swapped
