@@ -320,8 +320,15 @@ def write_outputs(out: Path, work: Path, outcomes: list[Outcome], meta: dict) ->
     payload = {"meta": meta, "steps": [o.__dict__ for o in outcomes]}
     (out / "gpu-check.json").write_text(json.dumps(payload, indent=2))
     with tarfile.open(out / "gpu-check-logs.tar.gz", "w:gz") as tar:
-        for log in sorted(work.glob("*.log")):
-            tar.add(log, arcname=log.name)
+        for outcome in outcomes:  # this run's steps only: the work dir keeps an earlier call's logs
+            log = work / f"{outcome.name}.log"
+            if log.is_file() and outcome.status != "running":
+                tar.add(log, arcname=log.name)
+
+
+def _running(step: Step) -> Outcome:
+    """The row of the step under way, as the files say it while it runs."""
+    return Outcome(step.name, "running", note="the check was stopped during this step")
 
 
 def _meta(budget_s: float, started: float) -> dict:
@@ -354,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         "--work-dir", default="/tmp/kafka-scorer-gpu-check", help="checkpoints and step files"
     )
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="the whole check's time")
-    parser.add_argument("--steps", help="comma-separated subset of the steps, in their order (default: all)")
+    parser.add_argument("--steps", help="comma-separated steps, run in the order given (default: all)")
     parser.add_argument("--tiny", action="store_true", help="the same steps at CPU test size")
     parser.add_argument("--dry-run", action="store_true", help="print the steps and their limits only")
     args = parser.parse_args(argv)
@@ -367,25 +374,31 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(
                 f"--steps: unknown {', '.join(unknown)}; the steps are {', '.join(s.name for s in steps)}"
             )
-        steps = [s for s in steps if s.name in wanted]
+        by_name = {s.name: s for s in steps}
+        steps = [by_name[name] for name in dict.fromkeys(wanted)]  # in the order asked: decisive first
     if args.dry_run:
         for step in steps:
             print(f"{step.name} (at most {step.timeout_s:.0f} s): {command_line(step)}")
         print(f"budget {args.budget_s:.0f} s in all; tables to {args.out}")
         return 0
     work.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
     started, deadline = time.time(), time.monotonic() + args.budget_s
-    outcomes = []
+    meta = _meta(args.budget_s, started)
+    outcomes: list[Outcome] = []
     for step in steps:
         print(f"gpu-check: {step.name} ...", flush=True)
+        # The files are rewritten before every step: a check stopped from outside (the device's own time
+        # limit, which may be shorter than --budget-s) leaves every finished step's tables and says
+        # which one it was stopped in.
+        write_outputs(out, work, [*outcomes, _running(step)], {**meta, "seconds": time.time() - started})
         outcome = run_step(step, work, deadline - time.monotonic())
         print(
             f"gpu-check: {step.name} {outcome.status} in {outcome.seconds:.0f} s {outcome.note}", flush=True
         )
         outcomes.append(outcome)
-    meta = _meta(args.budget_s, started)
-    write_outputs(Path(args.out), work, outcomes, meta)
-    print((Path(args.out) / "gpu-check.md").read_text())
+    write_outputs(out, work, outcomes, {**meta, "seconds": time.time() - started})
+    print((out / "gpu-check.md").read_text())
     return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
 
 

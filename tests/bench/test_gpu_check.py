@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.bench.gpu_check import Step, main, run_step
+from kafka_scorer.bench import gpu_check
+from kafka_scorer.bench.gpu_check import Outcome, Step, main, run_step
 
 
 def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
@@ -40,6 +41,13 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert "kafka_scorer.bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]
     assert "kafka_scorer.bench.deterministic --device cuda --model-shape qwen3-0.6b" in steps["deterministic"]
     assert lines[-1] == "budget 480 s in all; tables to somewhere"
+
+
+def test_steps_run_in_the_order_asked(capsys) -> None:
+    """A session's device time may end before the check does: the decisive steps go first."""
+    assert main(["--dry-run", "--steps", "attention,cuda-tier,graphs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines[:-1]] == ["attention", "cuda-tier", "graphs"]
 
 
 def test_unknown_step_is_named_with_the_known_ones(capsys) -> None:
@@ -100,6 +108,31 @@ def test_tiny_check_writes_the_tables_json_and_logs(tmp_path: Path) -> None:
     assert "vs log_softmax" in markdown  # the step's figure in its status line
     with tarfile.open(out / "gpu-check-logs.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["cuda-tier.log", "label-kernel.log"]
+
+
+def test_a_check_stopped_from_outside_keeps_its_finished_steps(tmp_path: Path, monkeypatch) -> None:
+    """The device's own time limit may end the whole check mid-step: what finished is already written,
+    and the files name the step it stopped in; a log an earlier call left is not passed off as this one's."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    work.mkdir()
+    (work / "open-loop.log").write_text("from an earlier call")
+
+    def first_step_then_stopped(step: Step, work: Path, remaining_s: float) -> Outcome:
+        if step.name != "cuda-tier":
+            raise KeyboardInterrupt  # stands for the kill: nothing after this line runs
+        (work / "cuda-tier.log").write_text("3 passed")
+        return Outcome("cuda-tier", "ok", 1.0, 0, summary="3 passed")
+
+    monkeypatch.setattr(gpu_check, "run_step", first_step_then_stopped)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--tiny", "--steps", "cuda-tier,label-kernel", "--out", str(out), "--work-dir", str(work)])
+    markdown = (out / "gpu-check.md").read_text()
+    assert "| cuda-tier | ok |" in markdown and "3 passed" in markdown
+    assert "| label-kernel | running |" in markdown and "stopped during this step" in markdown
+    steps = json.loads((out / "gpu-check.json").read_text())["steps"]
+    assert [(s["name"], s["status"]) for s in steps] == [("cuda-tier", "ok"), ("label-kernel", "running")]
+    with tarfile.open(out / "gpu-check-logs.tar.gz") as tar:
+        assert tar.getnames() == ["cuda-tier.log"]
 
 
 def test_a_report_from_an_earlier_run_is_not_taken_for_this_ones(tmp_path: Path) -> None:
