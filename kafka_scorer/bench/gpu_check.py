@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import re
@@ -308,7 +309,8 @@ def write_outputs(out: Path, work: Path, outcomes: list[Outcome], meta: dict) ->
         f"# GPU check: {meta['device_name']}",
         "",
         f"{meta['started_at']}, {meta['seconds']:.0f} s of a {meta['budget_s']:.0f} s budget; torch "
-        f"{meta['torch']}, kafka-scorer at {meta['commit'] or 'an unknown commit'}",
+        f"{meta['torch']}, transformers {meta['transformers']}, triton {meta['triton']}, kafka-scorer at "
+        f"{meta['commit'] or 'an unknown commit'}",
         "",
         "| step | status | seconds | note |",
         "| --- | --- | ---: | --- |",
@@ -324,6 +326,13 @@ def write_outputs(out: Path, work: Path, outcomes: list[Outcome], meta: dict) ->
             log = work / f"{outcome.name}.log"
             if log.is_file() and outcome.status != "running":
                 tar.add(log, arcname=log.name)
+
+
+def _installed(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 def _running(step: Step) -> Outcome:
@@ -346,6 +355,9 @@ def _meta(budget_s: float, started: float) -> dict:
     return {
         "device_name": name,
         "torch": torch.__version__,
+        # a lent machine's image is not the dev venv (torch 2.11 and triton 3.6 there, for one)
+        "transformers": _installed("transformers"),
+        "triton": _installed("triton"),
         "commit": commit,
         "budget_s": budget_s,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),

@@ -3,6 +3,7 @@ and the rest goes on, and two real steps at CPU size write the tables, the JSON 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import sys
@@ -103,6 +104,7 @@ def test_tiny_check_writes_the_tables_json_and_logs(tmp_path: Path) -> None:
     kernel = steps["label-kernel"]
     assert kernel["status"] == "ok" and kernel["report"]["shape"]["rows"] == 16
     markdown = (out / "gpu-check.md").read_text()
+    assert f"transformers {importlib.metadata.version('transformers')}, triton " in markdown
     assert "## CUDA tier" in markdown and "## Label kernel" in markdown
     assert "| cuda-tier | ok |" in markdown and "| label-kernel | ok |" in markdown
     assert "vs log_softmax" in markdown  # the step's figure in its status line
