@@ -78,6 +78,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         profile = ["--quick", "--requests", "2", "--forwards", "1"]
         determinism = ["--quick", "--workload", "short", "--repeats", "1"]
         attention = ["--quick", "--repeats", "1"]
+        fixed = ["--quick", "--repeats", "1"]
     else:
         device, big, small = (
             ["--device", "cuda"],
@@ -95,6 +96,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         determinism = ["--model-shape", "qwen3-0.6b", "--workload", "rerank", "--workload", "many-items"]
         determinism += ["--repeats", "2", "--max-batch-tokens", "16384"]
         attention = ["--model-shape", "qwen3-0.6b", "--repeats", "5"]
+        fixed = ["--model-shape", "qwen3-0.6b"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
         Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
@@ -222,6 +224,20 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             ],
             120,
             "deterministic.json",
+        ),
+        Step(
+            "fixed-matmul",
+            "Deterministic mode's projections, per block or batched, 0.6B",
+            [
+                "-m",
+                "kafka_scorer.bench.fixed_matmul",
+                *device,
+                *fixed,
+                "--json",
+                str(work / "fixed-matmul.json"),
+            ],
+            45,
+            "fixed-matmul.json",
         ),
     ]
 

@@ -18,6 +18,7 @@ TITLES = {
     "floor-8b": "Many-items floor fraction, 8B",
     "deterministic": "What deterministic mode costs (engine alone)",
     "attention": "One layer's attention alone, every backend",
+    "fixed-matmul": "Deterministic mode's projections, per block or batched",
 }
 
 
@@ -48,6 +49,10 @@ def step_markdown(outcome: Any) -> str:
         lines += _determinism_table(report)
     elif outcome.name == "attention":
         lines += _attention_table(report)
+    elif outcome.name == "fixed-matmul":
+        from kafka_scorer.bench.fixed_matmul import format_table
+
+        lines += format_table(report)
     else:
         lines += _bench_tables(report)
     return "\n".join(lines)
@@ -80,6 +85,15 @@ def step_summary(outcome: Any) -> str:
         ratios = ", ".join(f"{name} {row['ratio']:.2f}" for name, row in rows.items())
         same = all(row["alone_equals_batched"] for row in rows.values())
         return f"deterministic / default: {ratios}; alone == batched: {'yes' if same else 'NO'}"
+    if outcome.name == "fixed-matmul":
+        rows = report["projections"].values()
+        same = all(not row["batched_counts_differing"] for row in rows)
+        per_block = sum(row["per_block_ms"] for row in rows)
+        batched = sum(row["batched_ms"] for row in rows)
+        return (
+            f"batched blocks keep their bits at every count: {'yes' if same else 'NO'}; "
+            f"per block / batched time {per_block / batched:.2f}x"
+        )
     if "speedup_vs_baseline" in report:
         return (
             ", ".join(f"{k} {v:.1f}x" for k, v in report["speedup_vs_baseline"].items()) + " vs log_softmax"

@@ -3,7 +3,8 @@ through its padded static buffers, their scores agree), `bench.profile_forward -
 gpu-check sections render their reports), `bench.deterministic --quick` (a templated decoder
 workload with the prefix cache on, and ColBERT; in deterministic mode each job alone equals its
 batched scores bit for bit) and
-`bench.attention --quick` (every CPU backend agrees with the dense reference)."""
+`bench.attention --quick` (every CPU backend agrees with the dense reference), `bench.fixed_matmul
+--quick` (on the CPU the batched blocks keep their bits at every count, as the engine relies on)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,36 @@ def test_quick_attention_bench_times_every_cpu_backend_against_dense(tmp_path: P
         assert max(row["max_abs_diff"].values()) < 1e-5
     outcome = SimpleNamespace(name="attention", report=report, summary="", note="", status="ok")
     assert "| rerank |" in step_markdown(outcome) and step_summary(outcome).startswith("fastest: rerank ")
+
+
+def test_quick_fixed_matmul_bench_finds_the_cpus_batched_blocks_invariant(tmp_path: Path) -> None:
+    from kafka_scorer.bench.fixed_matmul import main, projections
+    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from kafka_scorer.bench.models import SHAPES
+
+    out = tmp_path / "fixed-matmul.json"
+    main(["--quick", "--device", "cpu", "--tokens", "1024", "--repeats", "1", "--json", str(out)])
+    report = json.loads(out.read_text())
+    rows = report["projections"]
+    assert {name: (r["in"], r["out"]) for name, r in rows.items()} == projections(SHAPES["tiny"])
+    assert projections(SHAPES["qwen3-0.6b"])["qkv"] == (1024, 2048 + 2 * 1024)  # 16 q heads, 8 kv, 128 wide
+    for row in rows.values():
+        assert row["counts_checked"] == [2, 3, 4, 7, 8] and row["batched_counts_differing"] == []
+        assert row["strategies_agree"] and min(row["plain_ms"], row["per_block_ms"], row["batched_ms"]) > 0
+    outcome = SimpleNamespace(name="fixed-matmul", report=report, summary="", note="", status="ok")
+    assert step_markdown(outcome).count("| yes | yes |") == 4
+    assert step_summary(outcome).startswith("batched blocks keep their bits at every count: yes")
+
+
+def test_the_invariance_check_names_the_counts_that_change_a_block() -> None:
+    """A matmul whose result follows the block count is caught at exactly those counts."""
+    import torch
+
+    from kafka_scorer.bench.fixed_matmul import counts_that_differ
+    from kafka_scorer.engine.layers.invariant import ROWS
+
+    def drifts(x, weight, bias):  # the bits of block 0 move once there are more than three blocks
+        return x @ weight.T + (1e-3 if x.shape[0] > 3 * ROWS else 0.0)
+
+    x, weight = torch.randn(8 * ROWS, 16), torch.randn(4, 16)
+    assert counts_that_differ(drifts, x, weight, [2, 3, 4, 8]) == [4, 8]

@@ -31,6 +31,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
         "bench-0.6b",
         "floor-8b",
         "deterministic",
+        "fixed-matmul",
     ]
     assert "-m pytest" in steps["cuda-tier"] and "-m cuda tests/cuda" in steps["cuda-tier"]
     assert "--device cuda" in steps["label-kernel"]
@@ -41,6 +42,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert "qwen3-8b" in steps["floor-8b"] and "--workload many-items" in steps["floor-8b"]
     assert "kafka_scorer.bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]
     assert "kafka_scorer.bench.deterministic --device cuda --model-shape qwen3-0.6b" in steps["deterministic"]
+    assert "kafka_scorer.bench.fixed_matmul --device cuda --model-shape qwen3-0.6b" in steps["fixed-matmul"]
     assert lines[-1] == "budget 480 s in all; tables to somewhere"
 
 

@@ -35,13 +35,27 @@ def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 def fixed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)` for x [T, in] with T a multiple of `ROWS`, by fixed-shape blocks."""
-    tokens, width = x.shape
-    if tokens % ROWS:
-        raise ValueError(f"fixed_linear: {tokens} rows is not a multiple of {ROWS}")
+    if x.shape[0] % ROWS:
+        raise ValueError(f"fixed_linear: {x.shape[0]} rows is not a multiple of {ROWS}")
     if x.device.type != "cpu":
-        return torch.cat([F.linear(block, weight, bias) for block in x.split(ROWS)])
+        return linear_per_block(x, weight, bias)
+    return linear_batched_blocks(x, weight, bias)
+
+
+def linear_per_block(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """One `F.linear` per block: the same call, hence the same kernel, for every block on any device
+    (off the CPU a batched call may pick its kernel by the batch count: unmeasured so far, see
+    `bench/fixed_matmul.py`), at the price of a launch per block."""
+    return torch.cat([F.linear(block, weight, bias) for block in x.split(ROWS)])
+
+
+def linear_batched_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """All blocks in one batched matmul over a stride-0 view of the weight: as fast as the plain matmul
+    on the CPU, where every block count gives each block the same bits (measured, but for one output
+    column: `_one_output`)."""
     if weight.shape[0] == 1:
         return _one_output(x, weight, bias)
+    tokens, width = x.shape
     blocks = x.reshape(-1, ROWS, width)
     weights = weight.t()[None].expand(blocks.shape[0], *weight.t().shape)
     if bias is None:
@@ -53,14 +67,14 @@ def fixed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 
 def _one_output(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """A one-output projection (a one-label classifier) by `fixed_linear`, its weight padded to two.
+    """A one-output projection (a one-label classifier) by batched blocks, its weight padded to two.
 
     The CPU's batched matmul takes another kernel for a single output column when there is more than
     one block, so a block's result differed between one block and several (measured: every block count
     from 2 to 12 against 1, every width tried); with two columns every count agrees."""
     weight = torch.cat([weight, weight.new_zeros(weight.shape)])
     bias = None if bias is None else torch.cat([bias, bias.new_zeros(bias.shape)])
-    return fixed_linear(x, weight, bias)[:, :1]
+    return linear_batched_blocks(x, weight, bias)[:, :1]
 
 
 class FixedRowsLinear(nn.Linear):

@@ -1,0 +1,135 @@
+"""`python -m kafka_scorer.bench.fixed_matmul`: deterministic mode's projections, per block or batched.
+
+Deterministic mode computes every projection as fixed `ROWS`-row blocks (`engine/layers/invariant.py`),
+so a token's result never depends on how many tokens share its forward. On the CPU all blocks go into
+one batched matmul over a stride-0 view of the weight, measured to give each block the same bits
+whatever the block count. Off the CPU each block is its own `F.linear` call: a launch per block (a
+16,384-token forward of the 0.6B shape is 128 blocks × 4 projections × 28 layers, about 14,000
+launches), because whether a GPU's batched matmul keeps a block's bits across batch counts has not been
+measured. This measures both on the device at hand, on the model shape's four projections: ms per
+projection for the plain matmul, the per-block calls and the batched call, whether the batched call
+gives block 0 the same bits at every block count tried, and whether the two strategies agree bit for
+bit (if so, switching would not change a single score). A GPU session reads it to decide whether
+`fixed_linear` may take the batched call on CUDA too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
+from kafka_scorer.bench.models import ModelShape
+from kafka_scorer.bench.probes import sync
+from kafka_scorer.engine.layers.invariant import ROWS, linear_batched_blocks, linear_per_block
+
+Linear = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def projections(shape: ModelShape) -> dict[str, tuple[int, int]]:
+    """(in, out) features of a decoder layer's projections as the fused forward runs them (q/k/v and
+    gate/up merged)."""
+    q, kv = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    return {
+        "qkv": (shape.hidden_size, q + 2 * kv),
+        "o": (q, shape.hidden_size),
+        "gate_up": (shape.hidden_size, 2 * shape.intermediate_size),
+        "down": (shape.intermediate_size, shape.hidden_size),
+    }
+
+
+def counts_that_differ(linear: Linear, x: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> list[int]:
+    """The block counts at which `linear` gives the first block other bits than it gets alone."""
+    alone = linear(x[:ROWS], weight, None)
+    return [c for c in counts if not torch.equal(linear(x[: c * ROWS], weight, None)[:ROWS], alone)]
+
+
+def best_ms(call: Callable[[], torch.Tensor], device: torch.device, repeats: int) -> float:
+    """The fastest of `repeats` timed calls (after two untimed), in ms."""
+    fastest = math.inf
+    for i in range(repeats + 2):
+        sync(device)
+        started = time.perf_counter()
+        call()
+        sync(device)
+        if i >= 2:
+            fastest = min(fastest, time.perf_counter() - started)
+    return fastest * 1e3
+
+
+def probe(
+    features: tuple[int, int], tokens: int, device: torch.device, dtype: torch.dtype, repeats: int
+) -> dict:
+    """One projection at `tokens` rows: the three timings and the two bit-for-bit checks."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(tokens, features[0], generator=generator).to(device, dtype)
+    weight = (torch.randn(features[1], features[0], generator=generator) / features[0] ** 0.5).to(
+        device, dtype
+    )
+    blocks = tokens // ROWS
+    counts = sorted({c for c in (2, 3, 4, 7, 8, 16, 32, blocks) if 1 < c <= blocks})
+    differ = counts_that_differ(linear_batched_blocks, x, weight, counts)
+    return {
+        "in": features[0],
+        "out": features[1],
+        "plain_ms": best_ms(lambda: F.linear(x, weight), device, repeats),
+        "per_block_ms": best_ms(lambda: linear_per_block(x, weight, None), device, repeats),
+        "batched_ms": best_ms(lambda: linear_batched_blocks(x, weight, None), device, repeats),
+        "counts_checked": counts,
+        "batched_counts_differing": differ,
+        "strategies_agree": torch.equal(
+            linear_per_block(x, weight, None), linear_batched_blocks(x, weight, None)
+        ),
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    run_ = resolve_run(args, "fixed-matmul")
+    device, dtype = torch.device(run_.device), getattr(torch, run_.dtype)
+    tokens = args.tokens or (4 * ROWS if args.quick else 16384 if device.type == "cuda" else 4096)
+    report = {"device": run_.device, "dtype": run_.dtype, "shape": run_.shape.name, "tokens": tokens}
+    report["projections"] = {
+        name: probe(features, tokens, device, dtype, args.repeats)
+        for name, features in projections(run_.shape).items()
+    }
+    for line in format_table(report):
+        print(line, flush=True)
+    return report
+
+
+def format_table(report: dict) -> list[str]:
+    """The report as the markdown table docs/performance.md shows."""
+    lines = [
+        f"{report['shape']} projections at {report['tokens']:,} tokens, {report['dtype']} on "
+        f"{report['device']}:",
+        "",
+        "| projection | in → out | plain ms | per block ms | batched ms "
+        "| batched: same bits at every count | per block == batched |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    for name, row in report["projections"].items():
+        differing = row["batched_counts_differing"]
+        same = "yes" if not differing else "no: " + ", ".join(map(str, differing))
+        lines.append(
+            f"| {name} | {row['in']:,} → {row['out']:,} | {row['plain_ms']:.3f} | "
+            f"{row['per_block_ms']:.3f} | {row['batched_ms']:.3f} | {same} | "
+            f"{'yes' if row['strategies_agree'] else 'no'} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = engine_parser("python -m kafka_scorer.bench.fixed_matmul", __doc__)
+    parser.add_argument("--tokens", type=int, default=None, help="rows per projection (a multiple of 128)")
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args(argv)
+    write_report(args, run(args))
+
+
+if __name__ == "__main__":
+    main()
