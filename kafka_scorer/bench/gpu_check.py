@@ -356,25 +356,31 @@ def _running(step: Step) -> Outcome:
     return Outcome(step.name, "running", note="the check was stopped during this step")
 
 
+def _output(command: list[str]) -> str:
+    """A command's first line of output, or "" where it fails or is missing."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+        if done.returncode == 0:
+            return next(iter(done.stdout.splitlines()), "").strip()
+    return ""
+
+
 def _meta(budget_s: float, started: float) -> dict:
+    """Taken before the first step. The GPU's name comes from nvidia-smi where there is one: asking torch
+    would hold a CUDA context in this process while every step runs (on a GPU in exclusive-process mode
+    no step could then open one)."""
     import torch
 
-    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
-    commit = ""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
+    name = _output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    if not name:
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
     return {
         "device_name": name,
         "torch": torch.__version__,
         # a lent machine's image is not the dev venv (torch 2.11 and triton 3.6 there, for one)
         "transformers": _installed("transformers"),
         "triton": _installed("triton"),
-        "commit": commit,
+        "commit": _output(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
         "budget_s": budget_s,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": time.time() - started,
