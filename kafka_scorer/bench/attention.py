@@ -13,11 +13,11 @@ reference. On the CPU flex and spans are left out (flex runs there uncompiled, s
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
+from kafka_scorer.bench.probes import fastest_call
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import BACKENDS, attend, prepare_attention
 
@@ -68,17 +68,7 @@ def run(args: argparse.Namespace) -> dict:
 def _time(q, k, v, layout, backend: str, repeats: int) -> tuple[float, torch.Tensor]:
     metadata = prepare_attention(layout, backend, q.device.type == "cuda").to(q.device)
     scale = q.shape[-1] ** -0.5
-    out = attend(q, k, v, metadata, scale)
-    best = float("inf")
-    for _ in range(repeats):
-        if q.device.type == "cuda":
-            torch.cuda.synchronize(q.device)
-        started = time.perf_counter()
-        out = attend(q, k, v, metadata, scale)
-        if q.device.type == "cuda":
-            torch.cuda.synchronize(q.device)
-        best = min(best, time.perf_counter() - started)
-    return best, out
+    return fastest_call(lambda: attend(q, k, v, metadata, scale), q.device, repeats, warm=1)
 
 
 def format_row(name: str, row: dict) -> str:

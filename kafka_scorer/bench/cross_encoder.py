@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.bench.contenders import Contender, EngineContender, drive, warmup_jobs
-from kafka_scorer.bench.probes import RunProbe
+from kafka_scorer.bench.probes import RunProbe, fastest_call
 from kafka_scorer.bench.records import RunRecord, repeated
 from kafka_scorer.bench.summary import max_abs_diff
 from kafka_scorer.wire.protocol import Job
@@ -232,14 +232,8 @@ def run_cross_encoder_bench(
 
 def _matmul_peak(hidden: int, intermediate: int, rows: int = 4096, repeats: int = 5) -> float:
     """Best FLOP/s of `[rows, hidden] @ [hidden, intermediate]` in float32 on the CPU."""
-    import time
-
     a, b = torch.randn(rows, hidden), torch.randn(hidden, intermediate)
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
+    best, _ = fastest_call(lambda: torch.mm(a, b), torch.device("cpu"), repeats, warm=0)
     return 2 * rows * hidden * intermediate / best
 
 

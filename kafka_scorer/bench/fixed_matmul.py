@@ -16,8 +16,6 @@ bit (if so, switching would not change a single score). A GPU session reads it t
 from __future__ import annotations
 
 import argparse
-import math
-import time
 from collections.abc import Callable
 
 import torch
@@ -25,7 +23,7 @@ import torch.nn.functional as F
 
 from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
 from kafka_scorer.bench.models import ModelShape
-from kafka_scorer.bench.probes import sync
+from kafka_scorer.bench.probes import fastest_call
 from kafka_scorer.engine.layers.invariant import ROWS, linear_batched_blocks, linear_per_block
 
 Linear = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -51,15 +49,7 @@ def counts_that_differ(linear: Linear, x: torch.Tensor, weight: torch.Tensor, co
 
 def best_ms(call: Callable[[], torch.Tensor], device: torch.device, repeats: int) -> float:
     """The fastest of `repeats` timed calls (after two untimed), in ms."""
-    fastest = math.inf
-    for i in range(repeats + 2):
-        sync(device)
-        started = time.perf_counter()
-        call()
-        sync(device)
-        if i >= 2:
-            fastest = min(fastest, time.perf_counter() - started)
-    return fastest * 1e3
+    return fastest_call(call, device, repeats)[0] * 1e3
 
 
 def probe(

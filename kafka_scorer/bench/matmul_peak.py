@@ -7,13 +7,10 @@ datasheet, keeps the fraction honest about this machine, this dtype and this tor
 
 from __future__ import annotations
 
-import math
-import time
-
 import torch
 
 from kafka_scorer.bench.models import ModelShape
-from kafka_scorer.bench.probes import sync
+from kafka_scorer.bench.probes import fastest_call
 
 
 def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelShape, quick: bool) -> dict:
@@ -33,14 +30,7 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelSh
     for m, k, n in shapes:
         a = torch.randn(m, k, device=device, dtype=dtype)
         b = torch.randn(k, n, device=device, dtype=dtype)
-        fastest_s = math.inf
-        for i in range(repeats + 2):
-            sync(device)
-            start = time.perf_counter()
-            torch.mm(a, b)
-            sync(device)
-            if i >= 2:
-                fastest_s = min(fastest_s, time.perf_counter() - start)
+        fastest_s, _ = fastest_call(lambda: torch.mm(a, b), device, repeats)  # noqa: B023  (called at once)
         rate = 2 * m * k * n / fastest_s
         if rate > best["flops_per_s"]:
             best = {"shape": [m, k, n], "flops_per_s": rate}

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -80,6 +84,22 @@ def sync(device: torch.device) -> None:
     """Wait for queued CUDA work, so a host clock read after it covers the work (no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def fastest_call(call: Callable[[], T], device: torch.device, repeats: int, warm: int = 2) -> tuple[float, T]:
+    """Seconds of the fastest of `repeats` timed calls after `warm` untimed ones, and the last call's
+    result. The fastest, not the mean: on a shared machine a disturbed call only ever reads slower."""
+    result = None
+    for _ in range(warm):
+        result = call()
+    best = math.inf
+    for _ in range(repeats):
+        sync(device)
+        started = time.perf_counter()
+        result = call()
+        sync(device)
+        best = min(best, time.perf_counter() - started)
+    return best, result  # type: ignore[return-value]  # repeats + warm >= 1 at every caller
 
 
 def _cpu_snapshot() -> tuple[float, int, int] | None:
