@@ -123,10 +123,12 @@ def run(args: argparse.Namespace) -> dict:
                 scorer.score_jobs(case.jobs(-1))  # untimed: what a running worker's caches would hold
         report["workloads"][name] = _measure(scorers[case.kind], case, args.repeats)
         row = report["workloads"][name]
+        row["attention"] = scorers[case.kind][True].attention_backend  # the mode's, per device
         print(
             f"{name:11s} default {row['default_items_per_s']:9.1f} items/s  deterministic "
             f"{row['deterministic_items_per_s']:9.1f} items/s  ratio {row['ratio']:.3f}  "
-            f"max|diff| {row['max_abs_diff']:.1e}  alone == batched: {row['alone_equals_batched']}",
+            f"max|diff| {row['max_abs_diff']:.1e}  alone == batched: {row['alone_equals_batched']}  "
+            f"attention {row['attention']}",
             flush=True,
         )
     return report

@@ -146,14 +146,15 @@ def _determinism_table(report: dict) -> list[str]:
     lines = [
         f"{report['device']}, {report['dtype']}, {report['shape']}",
         "",
-        "| workload | default items/s | deterministic items/s | ratio | max diff | alone = batched |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        "| workload | default items/s | deterministic items/s | ratio | max diff | alone = batched "
+        "| the mode's attention |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for name, row in report["workloads"].items():
         same = "yes" if row["alone_equals_batched"] else "NO"
         lines.append(
             f"| {name} | {row['default_items_per_s']:,.1f} | {row['deterministic_items_per_s']:,.1f} | "
-            f"{row['ratio']:.2f} | {row['max_abs_diff']:.1e} | {same} |"
+            f"{row['ratio']:.2f} | {row['max_abs_diff']:.1e} | {same} | {row.get('attention', '?')} |"
         )
     return lines
 

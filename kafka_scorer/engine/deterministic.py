@@ -8,14 +8,15 @@ the miss path. Deterministic mode removes each:
 - the fused decoder pads the stream to whole row blocks and runs every projection at one fixed shape
   (`layers/invariant.py`), eagerly (a compiled region may pick kernels per shape);
 - attention is computed by each token's own run only: fused flash calls shaped by that run on the
-  CPU (`attention/segmented.py`), the tiled backend on CUDA (`attention/tiled.py`), where a call per item
-  would launch thousands of kernels per layer;
+  CPU (`attention/segmented.py`); on CUDA the span kernel over spans aligned to each run
+  (`attention/aligned_spans.py`: one launch per layer), the tiles (`attention/tiled.py`) for what it
+  does not serve and wherever triton is missing (a call per item would launch thousands of kernels);
 - the heads run by fixed-shape row blocks (`invariant_heads.py`);
 - the prefix cache stays on where the attention is the CPU's segmented one: each job's query is
   computed in pieces cut at its prefix marks (the cache's own boundaries), each piece seeing the
   pieces before it, so a prefix's states are a function of its tokens alone, and a hit attends its
-  cached head by the very calls its miss would make (`attention/cached.py`'s segment calls). With
-  the tiles (CUDA) the cache is off: every job computes its head itself.
+  cached head by the very calls its miss would make (`attention/cached.py`'s segment calls). On
+  CUDA the cache is off: every job computes its head itself.
 Encoders (cross-encoders and ColBERT's) keep transformers' layers: their stream is padded to whole row
 blocks around the stock body (`models/fixed_rows_encoder.py`) and every `nn.Linear` of the model and
 its heads is swapped for the fixed-shape one (`layers/invariant.py`). A ColBERT model keeps its
@@ -29,13 +30,21 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
+from kafka_scorer.engine.attention.spans import kernel_runs_on
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.errors import SettingError
 
 BACKEND = "deterministic"
-"""The mode's attention as `Scorer(attention_backend=...)` may name it (the tiles, CUDA's); on the CPU the
-mode runs `CPU_BACKEND`."""
+"""The tiles: the mode's attention on CUDA where the span kernel cannot run (no triton)."""
+SPANS_BACKEND = "deterministic-spans"
+"""The mode's attention on CUDA: the span kernel over aligned spans, the tiles for the rest."""
 CPU_BACKEND = "segmented"
+"""The mode's attention on the CPU."""
+BACKENDS = (BACKEND, SPANS_BACKEND, CPU_BACKEND)
+"""What `Scorer(attention_backend=...)` may name in the mode (the tests run CUDA's on the CPU); "auto"
+takes the device's (`mode_backend`)."""
 
 
 def keeps_prefix_cache(backend: str) -> bool:
@@ -45,7 +54,7 @@ def keeps_prefix_cache(backend: str) -> bool:
 
 def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
     """Switch `loaded`'s body to fixed-shape blocks, eager; returns the attention backend to use (its
-    registry name: the tiles on CUDA, a call per segment on the CPU)."""
+    registry name: the one named, or for "auto" the device's, `mode_backend`)."""
     from kafka_scorer.engine.models.decoder import FusedDecoder
     from kafka_scorer.engine.models.decoder_layer import Regions
 
@@ -57,18 +66,27 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
             f"{type(body).__name__} (a family outside the fused decoder, or decoder_forward=transformers): "
             "unset --deterministic (KAFKA_SCORER_DETERMINISTIC) for it",
         )
-    if attention_backend not in ("auto", BACKEND, CPU_BACKEND):
+    if attention_backend not in ("auto", *BACKENDS):
         raise SettingError(
             "deterministic",
             f"deterministic=true computes attention with its own backend, not attention_backend="
             f"{attention_backend!r}: unset --attention-backend (KAFKA_SCORER_ATTENTION_BACKEND)",
         )
+    backend = mode_backend(loaded.device) if attention_backend == "auto" else attention_backend
     if loaded.encoder is not None:
         _fix_encoder(loaded)
     else:
         body.shape = dataclasses.replace(body.shape, fixed_rows=True)
         body.regions = Regions.eager(body.shape)
-    return CPU_BACKEND if loaded.device.type == "cpu" else BACKEND
+    return backend
+
+
+def mode_backend(device: torch.device) -> str:
+    """The mode's attention on `device`: a call per segment on the CPU; on CUDA the span kernel where
+    triton runs it, else the tiles."""
+    if device.type == "cpu":
+        return CPU_BACKEND
+    return SPANS_BACKEND if kernel_runs_on(device) else BACKEND
 
 
 def _fix_encoder(loaded: LoadedModel) -> None:

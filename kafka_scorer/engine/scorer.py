@@ -128,7 +128,6 @@ class Scorer:
             )
         if deterministic:  # engine/deterministic.py: fixed-shape blocks, the mode's attention
             self.attention_backend = make_deterministic(self.loaded, attention_backend)
-            self._auto_backend = False
             if not keeps_prefix_cache(self.attention_backend):
                 prefix_cache_mb = 0
         self.deterministic = deterministic

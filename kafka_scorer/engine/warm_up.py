@@ -2,11 +2,11 @@
 
 One packed MIS sequence as long as the pair limit allows (where the model packs) and pairs filling the
 token budget, so that compiles (the fused decoder's regions on CUDA, FlexAttention) and autotunes happen
-here instead of on live traffic, and a FlexAttention the model's real shapes break is found here. When
-the backend was chosen automatically, that falls back to cascade with one line; a backend the operator
-chose is kept, with a warning. Then the body's CUDA graphs are captured (`engine/graphs/`) and checked:
-a forward replayed from a graph must score as the same forward run from Python, or the graphs are
-dropped, with one line.
+here instead of on live traffic, and a FlexAttention (or deterministic mode's span kernel) the model's
+real shapes break is found here. When the backend was chosen automatically, that falls back to the
+portable one (`FALLBACKS`) with one line; a backend the operator chose is kept, with a warning. Then the
+body's CUDA graphs are captured (`engine/graphs/`) and checked: a forward replayed from a graph must
+score as the same forward run from Python, or the graphs are dropped, with one line.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import msgspec
 import torch
 
 from kafka_scorer.engine.batch import build_forward_batch
+from kafka_scorer.engine.deterministic import BACKEND, SPANS_BACKEND
 from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.wire.protocol import Job
@@ -29,11 +30,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+FALLBACKS = {"flex": "cascade", SPANS_BACKEND: BACKEND}
+"""A backend chosen automatically that fails the warm-up -> the portable one that serves instead: for
+FlexAttention the cascade, for deterministic mode's span kernel on CUDA the tiles (both exact)."""
+
+
 def warm_up(scorer: Scorer) -> None:
     failed = _failure(scorer)
-    if failed and scorer.auto_backend and scorer.attention_backend == "flex":
-        log.warning("FlexAttention failed at the model's shapes (%s); using the cascade backend", failed)
-        scorer.attention_backend = "cascade"
+    fallback = FALLBACKS.get(scorer.attention_backend)
+    if failed and scorer.auto_backend and fallback:
+        log.warning(
+            "attention backend %r failed at the model's shapes (%s); using %r",
+            scorer.attention_backend,
+            failed,
+            fallback,
+        )
+        scorer.attention_backend = fallback
         failed = _failure(scorer)
     if failed:
         log.warning("warm-up batch failed (%s); serving anyway", failed)

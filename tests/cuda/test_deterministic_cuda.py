@@ -2,8 +2,9 @@
 
 The situations are tests/engine/determinism.py's (batch-mates, position in the stream, a shared
 sequence, a small budget, a scorer whose cache setting is on and has seen every head). On CUDA the
-mode's fixed-shape blocks, tiled attention and heads run eagerly (engine/deterministic.py); the `cpu`
-variant runs the same calls in CI, the `cuda` ones with `./dev test -m cuda tests/cuda`. Reference: the
+mode's fixed-shape blocks, attention (the span kernel over aligned spans, or the tiles) and heads run
+eagerly (engine/deterministic.py); the `cpu` variant runs the same calls in CI, the `cuda` ones with
+`./dev test -m cuda tests/cuda`. Reference: the
 same checkpoint on the CPU in the default engine, which the CPU suite checks against transformers.
 The encoder kinds too: a ModernBERT cross-encoder (mean pooling by pair, one pair at a time on CUDA,
 where `index_add_` adds in no fixed order; local windows) and a ColBERT model with its embedding cache
@@ -21,16 +22,31 @@ from tests.engine.determinism import count_identical, jobs_and_mates
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_deterministic_scores_bit_identical_on_the_device(tiny_models, device, dtype):
+@pytest.mark.parametrize("backend", ["auto", "deterministic"], ids=["mode-s-own", "tiles"])
+def test_deterministic_scores_bit_identical_on_the_device(tiny_models, device, dtype, backend):
+    """`auto`: the device's own attention for the mode (on CUDA the span kernel over aligned spans);
+    `deterministic`: the tiles, its fallback (on the CPU covered by tests/engine/test_deterministic.py)."""
     from kafka_scorer.engine.scorer import Scorer
 
-    if dtype == "bfloat16" and not on_cuda(device):
-        pytest.skip("the CPU variant runs float32 (tests/engine/test_deterministic.py covers the CPU)")
+    if (dtype == "bfloat16" or backend != "auto") and not on_cuda(device):
+        pytest.skip(
+            "the CPU variant runs float32 with the CPU's own attention (tests/engine covers the rest)"
+        )
     path = str(tiny_models.get())
 
     def make(**options) -> Scorer:
-        return Scorer(path, dtype=dtype, device=device, deterministic=True, prefix_cache_mb=16, **options)
+        return Scorer(
+            path,
+            dtype=dtype,
+            device=device,
+            deterministic=True,
+            prefix_cache_mb=16,
+            attention_backend=backend,
+            **options,
+        )
 
+    if on_cuda(device):
+        assert make().attention_backend == ("deterministic-spans" if backend == "auto" else "deterministic")
     same, total, differed, _ = count_identical(make, causal=True)
     assert (same, total) == (48, 48), differed
     if dtype != "float32":

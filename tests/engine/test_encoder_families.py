@@ -64,12 +64,13 @@ def family_scorer(tiny_encoder):
         path = tiny_encoder(arch, 3, **overrides)
         key = (family, backend, tuple(sorted(options.items())))
         if key not in cache:
-            deterministic = backend == "deterministic"  # the mode's own backend (engine/deterministic.py)
+            # "deterministic": the mode, with the CPU's own backend (engine/deterministic.py)
+            deterministic = backend == "deterministic"
             cache[key] = Scorer(
                 str(path),
                 dtype="float32",
                 device="cpu",
-                attention_backend=backend,
+                attention_backend="auto" if deterministic else backend,
                 deterministic=deterministic,
                 **options,
             )

@@ -80,6 +80,53 @@ def test_fixed_layouts_including_an_empty_sequence() -> None:
             check_tiles(seqs, block)
 
 
+def runs_of(seqs) -> list[tuple[int, int]]:
+    """Each token's run: (its sequence, 0 for the prefix or k + 1 for item k)."""
+    return [
+        (index, owner)
+        for index, (prefix, items) in enumerate(seqs)
+        for owner in [0] * prefix + [k + 1 for k, n in enumerate(items) for _ in range(n)]
+    ]
+
+
+def check_aligned_tiles(seqs, block: int) -> None:
+    """Deterministic mode's spans: sorted and disjoint (they may touch), their union the tile's footprint,
+    and each one run of tokens (a prefix or one item) from that run's first token: the kernel's key
+    chunks then start where the token's own runs start, wherever the sequence sits in the stream."""
+    layout = layout_of(seqs)
+    total = layout.total_tokens
+    mask, runs = token_mask(seqs, causal=True), runs_of(seqs)
+    tiles = tile_spans(layout, block, aligned=True)
+    assert len(tiles) == math.ceil(total / block)
+    for tile, spans in enumerate(tiles):
+        lo, hi = tile * block, min(total, (tile + 1) * block)
+        for (start, end), following in zip(spans, [*spans[1:], (total, total + 1)]):
+            assert 0 <= start < end <= following[0], spans
+            assert len(set(runs[start:end])) == 1, (tile, spans)
+            assert start == 0 or runs[start - 1] != runs[start], (tile, spans)
+        covered = torch.zeros(total, dtype=torch.bool)
+        for start, end in spans:
+            covered[start:end] = True
+        assert torch.equal(covered, mask[lo:hi].any(dim=0)), (tile, spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seqs=SEQUENCES, block=st.sampled_from([1, 3, 4, 16, BLOCK_M]))
+def test_aligned_spans_are_the_footprint_cut_at_every_run_s_first_token(seqs, block) -> None:
+    check_aligned_tiles(seqs, block)
+
+
+def test_aligned_spans_of_sglang_s_shape_start_at_the_query_and_each_item() -> None:
+    """One sequence, query 120 and 10 items of 180 (item k is [120 + 180k, 300 + 180k)): the 64-row tile
+    640..703 ends item 2 and starts item 3, and lists the query, item 2 from its first token and item 3
+    from its own; merged spans read items 2 and 3 as one range from item 2's start, so item 3's keys
+    would be chunked from another token than in a tile of item 3 alone."""
+    layout = layout_of([(120, (180,) * 10)])
+    assert tile_spans(layout, BLOCK_M, aligned=True)[10] == [(0, 120), (480, 660), (660, 704)]
+    assert tile_spans(layout, BLOCK_M)[10] == [(0, 120), (480, 704)]
+    assert tile_spans(layout, BLOCK_M, aligned=True)[11] == [(0, 120), (660, 768)]
+
+
 def test_metadata_holds_the_spans_as_csr_and_each_tokens_sequence() -> None:
     seqs = [(3, ()), (6, (2, 2, 5)), (1, ()), (9, ()), (2, (1,)), (0, (4, 0, 1))]
     layout = layout_of(seqs)

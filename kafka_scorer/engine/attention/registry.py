@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from kafka_scorer.engine.attention.aligned_spans import AlignedSpanMetadata, aligned_spans_attention
 from kafka_scorer.engine.attention.cached import PrefixedMetadata, prefixed_attention
 from kafka_scorer.engine.attention.cascade import CascadeMetadata, cascade_attention, prepare_cascade
 from kafka_scorer.engine.attention.dense import DenseMetadata, dense_attention
@@ -43,6 +44,7 @@ AttentionMetadata = (
     | TiledMetadata
     | SegmentedMetadata
     | SpanMetadata
+    | AlignedSpanMetadata
 )
 """One batch's attention metadata; its `backend` names the registry entry that reads it."""
 
@@ -63,8 +65,10 @@ BACKENDS: dict[str, Backend[Any]] = {
     "dense": Backend(DenseMetadata.build, dense_attention),
     "cascade": Backend(prepare_cascade, cascade_attention),
     "flex": Backend(FlexMetadata.build, flex_attention),
-    # deterministic mode's two (engine/deterministic.py): the tiles on CUDA, a call per segment on the CPU
+    # deterministic mode's three (engine/deterministic.py): on CUDA the span kernel over aligned spans
+    # (the tiles where it cannot run), a call per segment on the CPU
     "deterministic": Backend(TiledMetadata.build, tiled_attention),
+    "deterministic-spans": Backend(AlignedSpanMetadata.build, aligned_spans_attention),
     "segmented": Backend(SegmentedMetadata.build, segmented_attention),
     # Opt-in until a GPU has timed it next to flex (`bench/gpu_check.py`); `auto` never picks it.
     "spans": Backend(SpanMetadata.build, spans_attention),

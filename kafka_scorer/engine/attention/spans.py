@@ -53,14 +53,17 @@ class SpanMetadata(OverDense):
     backend: ClassVar[str] = "spans"
 
     @classmethod
-    def build(cls, layout: AttentionLayout, pin: bool, block_m: int = BLOCK_M) -> SpanMetadata:
+    def build(
+        cls, layout: AttentionLayout, pin: bool, block_m: int = BLOCK_M, aligned: bool = False
+    ) -> SpanMetadata:
+        """`aligned`: each run's keys as spans of their own (`tile_spans`), deterministic mode's."""
         dense = DenseMetadata.build(layout, pin)
         documents = torch.repeat_interleave(
             torch.arange(len(layout.seq_lens), dtype=torch.int32),
             torch.tensor(layout.seq_lens, dtype=torch.long),
         )
         # An encoder batch goes to the dense path (`spans_attention`): it needs no spans.
-        tiles = tile_spans(layout, block_m) if layout.causal else []
+        tiles = tile_spans(layout, block_m, aligned) if layout.causal else []
         offsets = [0, *accumulate(len(spans) for spans in tiles)]
         flat = [span for spans in tiles for span in spans]
         starts = torch.tensor([s for s, _ in flat], dtype=torch.int32)
@@ -75,9 +78,9 @@ class SpanMetadata(OverDense):
         )
 
 
-def tile_spans(layout: AttentionLayout, block: int) -> list[list[tuple[int, int]]]:
-    """For each tile of `block` query tokens, the sorted, disjoint, non-touching key ranges `(start,
-    end)` whose union is exactly the keys some token of the tile may see under SPEC §5.
+def tile_spans(layout: AttentionLayout, block: int, aligned: bool = False) -> list[list[tuple[int, int]]]:
+    """For each tile of `block` query tokens, the sorted, disjoint key ranges `(start, end)` whose union
+    is exactly the keys some token of the tile may see under SPEC §5.
 
     Per sequence the tile overlaps, with `last` one past the tile's last token of that sequence:
     - its prefix up to `last` (all of it when the tile reaches its items: an item token sees the whole
@@ -85,6 +88,13 @@ def tile_spans(layout: AttentionLayout, block: int) -> list[list[tuple[int, int]
     - from the start of the first item the tile overlaps up to `last`: every item the tile overlaps
       lies in that range (the tile is contiguous), and each token of it is seen by that item's last
       token in the tile. Nothing of an item the tile does not overlap is listed.
+    Ranges that touch are merged (one loop of key chunks instead of two).
+
+    `aligned` (deterministic mode): every item the tile overlaps is a range of its own from its first
+    token, the prefix one from the sequence's first token, and nothing is merged. The kernel cuts a
+    range into key chunks from its start, so a token's keys then fall into the same chunks, visited in
+    the same order, wherever its sequence sits in the stream and whatever shares its tile; a range a
+    token may not see is masked whole, which leaves its running sums exactly as they were.
     Python work is O(sequences + items + tiles) (one bisect per (sequence, tile) pair), never O(T).
     """
     total = layout.total_tokens
@@ -105,8 +115,13 @@ def tile_spans(layout: AttentionLayout, block: int) -> list[list[tuple[int, int]
             if last > items_start:
                 # bisect_right skips empty items (equal bounds): k is the item holding `first`'s token.
                 k = bisect.bisect_right(bounds, max(first, items_start)) - 1
-                ranges.append((bounds[k], last))
-    return [_merged(ranges) for ranges in tiles]
+                if not aligned:
+                    ranges.append((bounds[k], last))
+                    continue
+                while k < len(items) and bounds[k] < last:
+                    ranges.append((bounds[k], min(bounds[k + 1], last)))
+                    k += 1
+    return [sorted(r for r in ranges if r[1] > r[0]) if aligned else _merged(ranges) for ranges in tiles]
 
 
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
