@@ -61,6 +61,36 @@ def test_a_chosen_backend_is_kept_with_a_warning(flex_scorer, monkeypatch, caplo
     assert any("warm-up batch failed" in r.getMessage() for r in caplog.records)
 
 
+def test_deterministic_mode_s_span_kernel_failing_at_warm_up_leaves_the_mode_on_its_tiles(
+    tiny_models, monkeypatch, caplog
+) -> None:
+    """On CUDA the mode picks the span kernel itself ("auto"); a kernel that fails at the model's shapes
+    leaves the mode on the tiles, with one line, and jobs keep their bits and the dense scores."""
+    scorer = Scorer(
+        str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu", deterministic=True
+    )
+    scorer.attention_backend = "deterministic-spans"  # what "auto" picks on CUDA; the CPU picks segmented
+    reference = Scorer(str(scorer.loaded.name), dtype="float32", device="cpu", attention_backend="dense")
+    tiles = Scorer(
+        str(scorer.loaded.name),
+        dtype="float32",
+        device="cpu",
+        deterministic=True,
+        attention_backend="deterministic",
+    )
+    from kafka_scorer.engine.attention import aligned_spans
+
+    monkeypatch.setattr(aligned_spans, "kernel_runs_on", lambda device: True)
+    monkeypatch.setattr(aligned_spans, "_kernel", _broken_flex)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.warm_up"):
+        scorer.warm_up()
+    assert scorer.attention_backend == "deterministic"
+    assert [r.getMessage() for r in caplog.records if "'deterministic-spans' failed" in r.getMessage()]
+    got, want = scorer.score_jobs([_job()])[0], reference.score_jobs([_job()])[0]
+    assert got.error is None and got.scores == tiles.score_jobs([_job()])[0].scores
+    assert max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb)) < 1e-5
+
+
 def test_warm_up_fills_the_budget_with_a_packed_sequence_and_pairs(tiny_models) -> None:
     scorer = Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu")
     prepared = [scorer.prepare(job, job.id) for job in warm_up_jobs(scorer)]
