@@ -1,4 +1,5 @@
-"""`python -m kafka_scorer.bench.fixed_matmul`: deterministic mode's projections, per block or batched.
+"""`python -m kafka_scorer.bench.fixed_matmul`: deterministic mode's projections, per block, batched or
+in one fixed-tile Triton launch.
 
 Deterministic mode computes every projection as fixed `ROWS`-row blocks (`engine/layers/invariant.py`),
 so a token's result never depends on how many tokens share its forward. On the CPU all blocks go into
@@ -6,11 +7,13 @@ one batched matmul over a stride-0 view of the weight, measured to give each blo
 whatever the block count. Off the CPU each block is its own `F.linear` call: a launch per block (a
 16,384-token forward of the 0.6B shape is 128 blocks × 4 projections × 28 layers, about 14,000
 launches), because whether a GPU's batched matmul keeps a block's bits across batch counts has not been
-measured. This measures both on the device at hand, on the model shape's four projections: ms per
-projection for the plain matmul, the per-block calls and the batched call, whether the batched call
-gives block 0 the same bits at every block count tried, and whether the two strategies agree bit for
-bit (if so, switching would not change a single score). A GPU session reads it to decide whether
-`fixed_linear` may take the batched call on CUDA too.
+measured. A third strategy computes every block in one Triton launch whose tile is fixed in the code
+(`kernels/fixed_rows_matmul_triton.py`), the same arithmetic for every block by construction. This
+measures them on the device at hand, on the model shape's four projections: ms per projection for the
+plain matmul, the per-block calls, the batched call and (where triton runs) the Triton launch; whether
+the batched and the Triton calls give block 0 the same bits at every block count tried; and whether
+the batched call agrees with the per-block calls bit for bit (if so, switching would not change a
+single score). A GPU session reads it to decide which strategy `fixed_linear` takes on CUDA.
 """
 
 from __future__ import annotations
@@ -24,7 +27,13 @@ import torch.nn.functional as F
 from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
 from kafka_scorer.bench.models import ModelShape
 from kafka_scorer.bench.probes import fastest_call
-from kafka_scorer.engine.layers.invariant import ROWS, linear_batched_blocks, linear_per_block
+from kafka_scorer.engine.kernels.runs_on import triton_runs_on
+from kafka_scorer.engine.layers.invariant import (
+    ROWS,
+    linear_batched_blocks,
+    linear_per_block,
+    linear_triton_blocks,
+)
 
 Linear = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
@@ -64,7 +73,7 @@ def probe(
     blocks = tokens // ROWS
     counts = sorted({c for c in (2, 3, 4, 7, 8, 16, 32, blocks) if 1 < c <= blocks})
     differ = counts_that_differ(linear_batched_blocks, x, weight, counts)
-    return {
+    row = {
         "in": features[0],
         "out": features[1],
         "plain_ms": best_ms(lambda: F.linear(x, weight), device, repeats),
@@ -75,7 +84,18 @@ def probe(
         "strategies_agree": torch.equal(
             linear_per_block(x, weight, None), linear_batched_blocks(x, weight, None)
         ),
+        "triton_ms": None,
+        "triton_counts_differing": None,
+        "triton_max_abs_diff": None,
     }
+    if triton_runs_on(device):
+        plain = F.linear(x, weight).float()
+        row["triton_ms"] = best_ms(lambda: linear_triton_blocks(x, weight, None), device, repeats)
+        row["triton_counts_differing"] = counts_that_differ(linear_triton_blocks, x, weight, counts)
+        row["triton_max_abs_diff"] = float(
+            (linear_triton_blocks(x, weight, None).float() - plain).abs().max()
+        )
+    return row
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -98,19 +118,27 @@ def format_table(report: dict) -> list[str]:
         f"{report['shape']} projections at {report['tokens']:,} tokens, {report['dtype']} on "
         f"{report['device']}:",
         "",
-        "| projection | in → out | plain ms | per block ms | batched ms "
-        "| batched: same bits at every count | per block == batched |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+        "| projection | in → out | plain ms | per block ms | batched ms | triton ms "
+        "| batched: same bits at every count | triton: same bits at every count (max diff vs plain) "
+        "| per block == batched |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for name, row in report["projections"].items():
-        differing = row["batched_counts_differing"]
-        same = "yes" if not differing else "no: " + ", ".join(map(str, differing))
+        triton = row.get("triton_ms")
+        triton_same = "—"
+        if triton is not None:
+            triton_same = f"{_same_bits(row['triton_counts_differing'])} ({row['triton_max_abs_diff']:.1e})"
         lines.append(
             f"| {name} | {row['in']:,} → {row['out']:,} | {row['plain_ms']:.3f} | "
-            f"{row['per_block_ms']:.3f} | {row['batched_ms']:.3f} | {same} | "
-            f"{'yes' if row['strategies_agree'] else 'no'} |"
+            f"{row['per_block_ms']:.3f} | {row['batched_ms']:.3f} | "
+            f"{'—' if triton is None else f'{triton:.3f}'} | {_same_bits(row['batched_counts_differing'])} | "
+            f"{triton_same} | {'yes' if row['strategies_agree'] else 'no'} |"
         )
     return lines
+
+
+def _same_bits(differing: list[int]) -> str:
+    return "yes" if not differing else "no: " + ", ".join(map(str, differing))
 
 
 def main(argv: list[str] | None = None) -> None:

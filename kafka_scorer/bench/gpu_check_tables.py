@@ -18,7 +18,7 @@ TITLES = {
     "floor-8b": "Many-items floor fraction, 8B",
     "deterministic": "What deterministic mode costs (engine alone)",
     "attention": "One layer's attention alone, every backend",
-    "fixed-matmul": "Deterministic mode's projections, per block or batched",
+    "fixed-matmul": "Deterministic mode's projections, per block, batched or one Triton launch",
 }
 
 
@@ -90,10 +90,18 @@ def step_summary(outcome: Any) -> str:
         same = all(not row["batched_counts_differing"] for row in rows)
         per_block = sum(row["per_block_ms"] for row in rows)
         batched = sum(row["batched_ms"] for row in rows)
-        return (
+        summary = (
             f"batched blocks keep their bits at every count: {'yes' if same else 'NO'}; "
             f"per block / batched time {per_block / batched:.2f}x"
         )
+        if all(row.get("triton_ms") is not None for row in rows):
+            triton_same = all(not row["triton_counts_differing"] for row in rows)
+            triton = sum(row["triton_ms"] for row in rows)
+            summary += (
+                f"; triton keeps them: {'yes' if triton_same else 'NO'}, per block / triton time "
+                f"{per_block / triton:.2f}x"
+            )
+        return summary
     if "speedup_vs_baseline" in report:
         return (
             ", ".join(f"{k} {v:.1f}x" for k, v in report["speedup_vs_baseline"].items()) + " vs log_softmax"

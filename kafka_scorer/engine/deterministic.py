@@ -32,7 +32,7 @@ import dataclasses
 
 import torch
 
-from kafka_scorer.engine.attention.spans import kernel_runs_on
+from kafka_scorer.engine.kernels.runs_on import triton_runs_on
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.errors import SettingError
 
@@ -86,7 +86,7 @@ def mode_backend(device: torch.device) -> str:
     triton runs it, else the tiles."""
     if device.type == "cpu":
         return CPU_BACKEND
-    return SPANS_BACKEND if kernel_runs_on(device) else BACKEND
+    return SPANS_BACKEND if triton_runs_on(device) else BACKEND
 
 
 def _fix_encoder(loaded: LoadedModel) -> None:

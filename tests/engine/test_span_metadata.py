@@ -174,7 +174,7 @@ def test_metadata_of_a_32k_token_batch_is_linear_in_tokens_and_tiles() -> None:
 def test_off_cuda_the_backend_takes_the_dense_path_without_importing_triton(monkeypatch) -> None:
     """The CPU runs the kernel only under triton's interpreter; a CPU command that marked triton absent
     (cli/no_triton.py) gets the dense path even for CUDA-typed checks, and nothing imports triton."""
-    from kafka_scorer.engine.attention.spans import kernel_runs_on
+    from kafka_scorer.engine.kernels.runs_on import triton_runs_on as kernel_runs_on
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     had_triton = "triton" in sys.modules

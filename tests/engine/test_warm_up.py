@@ -80,7 +80,7 @@ def test_deterministic_mode_s_span_kernel_failing_at_warm_up_leaves_the_mode_on_
     )
     from kafka_scorer.engine.attention import aligned_spans
 
-    monkeypatch.setattr(aligned_spans, "kernel_runs_on", lambda device: True)
+    monkeypatch.setattr(aligned_spans, "triton_runs_on", lambda device: True)
     monkeypatch.setattr(aligned_spans, "_kernel", _broken_flex)
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.warm_up"):
         scorer.warm_up()

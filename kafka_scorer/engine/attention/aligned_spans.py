@@ -28,8 +28,9 @@ from typing import ClassVar
 import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout, to_device
-from kafka_scorer.engine.attention.spans import SpanMetadata, kernel_runs_on
+from kafka_scorer.engine.attention.spans import SpanMetadata
 from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
+from kafka_scorer.engine.kernels.runs_on import triton_runs_on
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def aligned_spans_attention(
     """q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]; T may exceed the layout's tokens (the mode pads the
     stream to whole row blocks): those rows are 0, as the tiles leave them."""
     spans = metadata.spans
-    if spans is None or window is not None or not kernel_runs_on(q.device):
+    if spans is None or window is not None or not triton_runs_on(q.device):
         tiles = metadata.tiles or TiledMetadata.build(metadata.layout, False).to(q.device)
         return tiled_attention(q, k, v, tiles, scale, softcap, window)
     tokens = spans.layout.total_tokens

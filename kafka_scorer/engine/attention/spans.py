@@ -18,8 +18,6 @@ batches, a sliding window shorter than the longest sequence, and any device wher
 from __future__ import annotations
 
 import bisect
-import os
-import sys
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import ClassVar
@@ -28,6 +26,7 @@ import torch
 
 from kafka_scorer.engine.attention.dense import DenseMetadata, OverDense, dense_attention
 from kafka_scorer.engine.attention.layout import AttentionLayout, host
+from kafka_scorer.engine.kernels.runs_on import triton_runs_on
 
 BLOCK_M = 64
 """Query tokens per tile (the kernel's BLOCK_M). Smaller than flex's 128 so that a tile that straddles
@@ -135,21 +134,6 @@ def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def kernel_runs_on(device: torch.device) -> bool:
-    """CUDA with triton installed, or the CPU under triton's interpreter (TRITON_INTERPRET=1 before
-    triton's import, as the kernel tests run it). A CPU command that keeps triton out of its process
-    (`cli/no_triton.py` sets `sys.modules["triton"] = None`) always gets False, without importing it."""
-    if sys.modules.get("triton", ...) is None:
-        return False
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        return False
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def spans_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -163,7 +147,7 @@ def spans_attention(
     in the kernel. A window no shorter than the longest sequence changes nothing and is ignored."""
     layout = metadata.layout
     windowed = window is not None and layout.longest > window
-    if not layout.causal or windowed or q.shape[1] == 0 or not kernel_runs_on(q.device):
+    if not layout.causal or windowed or q.shape[1] == 0 or not triton_runs_on(q.device):
         return dense_attention(q, k, v, metadata.dense, scale, softcap, window)
     from kafka_scorer.engine.kernels.span_attention_triton import span_attention
 

@@ -17,7 +17,8 @@ import torch
 def main(in_path: str, out_path: str) -> None:
     from kafka_scorer.engine.attention.layout import AttentionLayout
     from kafka_scorer.engine.attention.registry import attend
-    from kafka_scorer.engine.attention.spans import SpanMetadata, kernel_runs_on
+    from kafka_scorer.engine.attention.spans import SpanMetadata
+    from kafka_scorer.engine.kernels.runs_on import triton_runs_on as kernel_runs_on
     from kafka_scorer.engine.kernels.span_attention_triton import interpreting, span_attention
 
     assert interpreting(), "TRITON_INTERPRET=1 must be set before triton is imported"
