@@ -48,18 +48,11 @@ def score_deterministic(model: str) -> dict:
     kernel (CUDA's backend, run here by the interpreter): each alone, then all six among batch-mates,
     reversed, and how many times the kernel ran. (Its 48 situations took minutes here: every program of
     the kernel is Python under the interpreter.)"""
-    import kafka_scorer.engine.kernels.span_attention_triton as kernel
     from kafka_scorer.engine.scorer import Scorer
     from tests.engine.determinism import jobs_and_mates
+    from tests.engine.kernels.interpreter import count_span_kernel_launches
 
-    launched = [0]
-    run = kernel.span_attention
-
-    def counted(*args, **kwargs):
-        launched[0] += 1
-        return run(*args, **kwargs)
-
-    kernel.span_attention = counted
+    launched = count_span_kernel_launches()
     scorer = Scorer(
         model, dtype="float32", device="cpu", deterministic=True, attention_backend="deterministic-spans"
     )

@@ -59,18 +59,11 @@ def score_with_the_kernel(model: str, jobs: list[dict]) -> dict:
     """A whole Scorer with attention_backend="spans" on the CPU: under the interpreter every layer's
     attention is the kernel, fed as the engine feeds it (the fused decoder's transposed q/k/v, the
     metadata the packing thread built). Returns the scores and how many times the kernel ran."""
-    import kafka_scorer.engine.kernels.span_attention_triton as kernel
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.wire.protocol import Job
+    from tests.engine.kernels.interpreter import count_span_kernel_launches
 
-    launched = [0]
-    run = kernel.span_attention
-
-    def counted(*args, **kwargs):
-        launched[0] += 1
-        return run(*args, **kwargs)
-
-    kernel.span_attention = counted
+    launched = count_span_kernel_launches()
     scorer = Scorer(model, dtype="float32", device="cpu", attention_backend="spans", prefix_cache_mb=0)
     results = scorer.score_jobs([Job(**job) for job in jobs])
     scores, errors = [r.scores for r in results], [r.error for r in results]

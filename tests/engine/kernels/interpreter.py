@@ -33,3 +33,19 @@ def run_interpreted(script: str, payload: dict, tmp: Path) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(tmp / "out.pt")
+
+
+def count_span_kernel_launches() -> list[int]:
+    """In an interpreted script: wrap the span kernel's launcher so that every launch is counted; the
+    returned one-element list holds the count (proof that the kernel, not a torch fallback, ran)."""
+    import kafka_scorer.engine.kernels.span_attention_triton as kernel
+
+    launched = [0]
+    run = kernel.span_attention
+
+    def counted(*args, **kwargs):
+        launched[0] += 1
+        return run(*args, **kwargs)
+
+    kernel.span_attention = counted
+    return launched
