@@ -72,8 +72,9 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
             f"deterministic=true computes attention with its own backend, not attention_backend="
             f"{attention_backend!r}: unset --attention-backend (KAFKA_SCORER_ATTENTION_BACKEND)",
         )
-    backend = mode_backend(loaded.device) if attention_backend == "auto" else attention_backend
-    if loaded.encoder is not None:
+    encoder = loaded.encoder is not None
+    backend = mode_backend(loaded.device, encoder) if attention_backend == "auto" else attention_backend
+    if encoder:
         _fix_encoder(loaded)
     else:
         body.shape = dataclasses.replace(body.shape, fixed_rows=True)
@@ -81,12 +82,12 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
     return backend
 
 
-def mode_backend(device: torch.device) -> str:
+def mode_backend(device: torch.device, encoder: bool = False) -> str:
     """The mode's attention on `device`: a call per segment on the CPU; on CUDA the span kernel where
-    triton runs it, else the tiles."""
+    triton runs it, else the tiles, which serve encoders (bidirectional pairs) in any case."""
     if device.type == "cpu":
         return CPU_BACKEND
-    return SPANS_BACKEND if triton_runs_on(device) else BACKEND
+    return SPANS_BACKEND if triton_runs_on(device) and not encoder else BACKEND
 
 
 def _fix_encoder(loaded: LoadedModel) -> None:

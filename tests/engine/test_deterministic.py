@@ -214,7 +214,22 @@ def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
     monkeypatch.setenv("KAFKA_SCORER_DETERMINISTIC", "true")
     config = EngineSettings(model=str(tiny_models.get()), dtype="float32", device="cpu").engine_config()
     scorer = Scorer.from_config(config)
-    assert scorer.deterministic and scorer.attention_backend == "segmented"  # the CPU's (CUDA: tiles)
+    assert scorer.deterministic and scorer.attention_backend == "segmented"  # the CPU's
+
+
+def test_the_mode_s_attention_on_each_device(monkeypatch):
+    """The CPU's segment calls; on CUDA the span kernel over aligned spans for decoders where triton runs,
+    the tiles for encoders and where it does not (triton is not imported here: the CLI tests watch
+    for it in this process)."""
+    from kafka_scorer.engine import deterministic
+
+    cuda = torch.device("cuda")
+    assert deterministic.mode_backend(torch.device("cpu")) == "segmented"
+    monkeypatch.setattr(deterministic, "triton_runs_on", lambda device: device.type == "cuda")
+    assert deterministic.mode_backend(cuda) == "deterministic-spans"
+    assert deterministic.mode_backend(cuda, encoder=True) == "deterministic"
+    monkeypatch.setattr(deterministic, "triton_runs_on", lambda device: False)
+    assert deterministic.mode_backend(cuda) == "deterministic"
 
 
 def test_what_the_mode_cannot_serve_is_refused_naming_the_setting(tiny_models):

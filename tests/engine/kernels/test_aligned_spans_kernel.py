@@ -10,9 +10,10 @@ What is proved (all cases in one interpreter subprocess, `_interpreted_aligned_s
 - every output equals the naive float64 attention of tests/engine/test_attention.py (SPEC §5 written
   out one row at a time);
 - a whole deterministic Scorer with this backend, the kernel (not the tiles) serving its layers, gives
-  tests/engine/determinism.py's six jobs the same bits alone and among batch-mates, and scores equal to
-  plain transformers one pair at a time (tests/engine/reference.py). (The 48 situations of
-  tests/engine/test_deterministic.py took minutes under the interpreter; the GPU tier runs them.)
+  tests/engine/determinism.py's first four jobs the same bits alone and behind a batch-mate, and
+  scores equal to plain transformers one pair at a time (tests/engine/reference.py). (The 48
+  situations of tests/engine/test_deterministic.py took minutes under the interpreter; the GPU tier
+  runs them.)
 
 Whether a GPU's tensor cores keep a row's result independent of its place in the tile, the one thing
 the interpreter cannot show, is tests/cuda/test_deterministic_cuda.py's on a GPU.
@@ -160,6 +161,8 @@ def test_a_deterministic_scorer_on_the_kernel_keeps_every_job_s_bits_and_scores_
     assert engine["backend"] == "deterministic-spans" and engine["launched"] > 0
     assert not any(engine["errors"])
     jobs, _ = jobs_and_mates(causal=True)
+    assert len(engine["alone"]) == len(engine["batched"]) == 4
+    assert {job.multi_item for job in jobs[:4]} == {True, False}
     for job, alone, batched in zip(jobs, engine["alone"], engine["batched"]):
         assert batched == alone, job.id
         want = reference_scores(
