@@ -19,7 +19,7 @@ def main(in_path: str, out_path: str) -> None:
     cases = torch.load(in_path)
     engine = cases.pop("engine")
     results = {name: attend_case(case) for name, case in cases.items()}
-    results["engine"] = score_deterministic(engine["model"])
+    results["engine"] = score_deterministic(engine["model"], engine["jobs"], engine["mate"])
     torch.save(results, out_path)
 
 
@@ -43,31 +43,25 @@ def attend_case(case: dict) -> torch.Tensor:
     return out[:, start : start + length].clone()
 
 
-JOBS = 4
-"""tests/engine/determinism.py's first jobs: MIS and plain pairs, softmax and log-probabilities."""
-
-
-def score_deterministic(model: str) -> dict:
-    """`JOBS` of tests/engine/determinism.py's jobs on a deterministic Scorer whose attention is the span
-    kernel (CUDA's backend, run here by the interpreter): each alone, then all of them reversed behind a
-    batch-mate, and how many times the kernel ran. (Its 48 situations took minutes here: every program
-    of the kernel is Python under the interpreter.)"""
+def score_deterministic(model: str, jobs: list[dict], mate: dict) -> dict:
+    """`jobs` on a deterministic Scorer whose attention is the span kernel (CUDA's backend, run here by
+    the interpreter): each alone, then all of them reversed behind `mate`, and how many times the
+    kernel ran. (tests/engine/determinism.py's 48 situations took minutes here: every program of the
+    kernel is Python under the interpreter.)"""
     from kafka_scorer.engine.scorer import Scorer
-    from tests.engine.determinism import jobs_and_mates
+    from kafka_scorer.wire.protocol import Job
     from tests.engine.kernels.interpreter import count_span_kernel_launches
 
     launched = count_span_kernel_launches()
     scorer = Scorer(
         model, dtype="float32", device="cpu", deterministic=True, attention_backend="deterministic-spans"
     )
-    jobs, mates = jobs_and_mates(causal=True)
-    jobs = jobs[:JOBS]
-    alone = [scorer.score_jobs([job])[0] for job in jobs]
-    batched = scorer.score_jobs([mates[0], *jobs[::-1]])
+    alone = [scorer.score_jobs([Job(**job)])[0] for job in jobs]
+    batched = scorer.score_jobs([Job(**mate), *(Job(**job) for job in jobs[::-1])])
     by_id = {r.id: r for r in batched}
     return {
         "alone": [r.scores for r in alone],
-        "batched": [by_id[job.id].scores for job in jobs],
+        "batched": [by_id[job["id"]].scores for job in jobs],
         "errors": [r.error for r in alone + batched],
         "backend": scorer.attention_backend,
         "launched": launched[0],

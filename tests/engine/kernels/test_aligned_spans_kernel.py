@@ -10,10 +10,9 @@ What is proved (all cases in one interpreter subprocess, `_interpreted_aligned_s
 - every output equals the naive float64 attention of tests/engine/test_attention.py (SPEC §5 written
   out one row at a time);
 - a whole deterministic Scorer with this backend, the kernel (not the tiles) serving its layers, gives
-  tests/engine/determinism.py's first four jobs the same bits alone and behind a batch-mate, and
-  scores equal to plain transformers one pair at a time (tests/engine/reference.py). (The 48
-  situations of tests/engine/test_deterministic.py took minutes under the interpreter; the GPU tier
-  runs them.)
+  MIS and plain-pair jobs the same bits alone and behind a batch-mate, and scores equal to plain
+  transformers one pair at a time (tests/engine/reference.py). (The 48 situations of
+  tests/engine/test_deterministic.py took minutes under the interpreter; the GPU tier runs them.)
 
 Whether a GPU's tensor cores keep a row's result independent of its place in the tile, the one thing
 the interpreter cannot show, is tests/cuda/test_deterministic_cuda.py's on a GPU.
@@ -43,6 +42,29 @@ TOLERANCE = {
     torch.float32: {"rtol": 1e-5, "atol": 1e-5},
     torch.bfloat16: {"rtol": 2**-7, "atol": 1e-4},  # the interpreter's bfloat16 cast truncates
 }
+LABELS = [3, 44]
+ENGINE_JOBS = [  # MIS and plain pairs, softmax and log-probabilities; items that cross 64-row tiles
+    {
+        "id": "a",
+        "query": list(range(5, 45)),
+        "items": [list(range(50, 80)), list(range(7, 32)), list(range(90, 140))],
+    },
+    {
+        "id": "b",
+        "query": list(range(100, 110)),
+        "items": [list(range(200, 270)), [9, 10, 11]],
+        "apply_softmax": True,
+    },
+    {
+        "id": "c",
+        "query": list(range(60, 93)),
+        "items": [list(range(1, 20)), list(range(30, 45))],
+        "multi_item": False,
+    },
+]
+ENGINE_JOBS = [{"label_token_ids": LABELS, **job} for job in ENGINE_JOBS]
+MATE = {"id": "mate", "query": list(range(11, 44)), "items": [list(range(120, 184)), list(range(3, 20))]}
+MATE["label_token_ids"] = LABELS
 PADDING = 37
 """Rows past the layout in the backend's cases: the mode pads the stream to whole row blocks."""
 
@@ -110,7 +132,7 @@ def inputs() -> dict[str, dict]:
 def interpreted(inputs: dict, tiny_models, tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("aligned_spans")
     payload = {name: {k: v for k, v in c.items() if k != "seqs"} for name, c in inputs.items()}
-    payload["engine"] = {"model": str(tiny_models.get())}
+    payload["engine"] = {"model": str(tiny_models.get()), "jobs": ENGINE_JOBS, "mate": MATE}
     return run_interpreted("_interpreted_aligned_spans.py", payload, tmp)
 
 
@@ -154,19 +176,19 @@ def test_every_output_equals_the_naive_attention(inputs, interpreted) -> None:
 def test_a_deterministic_scorer_on_the_kernel_keeps_every_job_s_bits_and_scores_as_transformers(
     interpreted, tiny_models
 ) -> None:
-    from tests.engine.determinism import jobs_and_mates
     from tests.engine.reference import reference_scores
 
     engine = interpreted["engine"]
     assert engine["backend"] == "deterministic-spans" and engine["launched"] > 0
     assert not any(engine["errors"])
-    jobs, _ = jobs_and_mates(causal=True)
-    assert len(engine["alone"]) == len(engine["batched"]) == 4
-    assert {job.multi_item for job in jobs[:4]} == {True, False}
-    for job, alone, batched in zip(jobs, engine["alone"], engine["batched"]):
-        assert batched == alone, job.id
+    for job, alone, batched in zip(ENGINE_JOBS, engine["alone"], engine["batched"], strict=True):
+        assert batched == alone, job["id"]
         want = reference_scores(
-            tiny_models.get(), job.query, job.items, job.label_token_ids, apply_softmax=job.apply_softmax
+            tiny_models.get(),
+            job["query"],
+            job["items"],
+            LABELS,
+            apply_softmax=job.get("apply_softmax", False),
         )
         diff = max(abs(a - b) for ra, rb in zip(alone, want) for a, b in zip(ra, rb))
-        assert diff <= 1e-4, job.id
+        assert diff <= 1e-4, job["id"]
