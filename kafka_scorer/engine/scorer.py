@@ -116,9 +116,9 @@ class Scorer:
         )
         self.max_batch_tokens = max_batch_tokens or default_batch_tokens(self.loaded.device.type)
         self._auto_backend = attention_backend == "auto"
-        self.attention_backend = (
-            choose_attention_backend(self.loaded.device) if self._auto_backend else attention_backend
-        )
+        self.attention_backend = attention_backend
+        if self._auto_backend and not deterministic:  # the mode picks its own (no flex probe for it)
+            self.attention_backend = choose_attention_backend(self.loaded.device)
         self.template = load_template(template)
         if self.template is not None and self.loaded.encoder is not None:
             raise SettingError(
