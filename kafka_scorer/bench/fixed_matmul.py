@@ -56,9 +56,13 @@ def counts_that_differ(linear: Linear, x: torch.Tensor, weight: torch.Tensor, co
     return [c for c in counts if not torch.equal(linear(x[: c * ROWS], weight, None)[:ROWS], alone)]
 
 
-def best_ms(call: Callable[[], torch.Tensor], device: torch.device, repeats: int) -> float:
-    """The fastest of `repeats` timed calls (after two untimed), in ms."""
-    return fastest_call(call, device, repeats)[0] * 1e3
+def best_ms(
+    call: Callable[[], torch.Tensor], device: torch.device, repeats: int
+) -> tuple[float, torch.Tensor]:
+    """The fastest of `repeats` timed calls (after two untimed), in ms, and the last call's result (what
+    the bit-for-bit checks compare, so no strategy runs again for them)."""
+    seconds, result = fastest_call(call, device, repeats)
+    return seconds * 1e3, result
 
 
 def probe(
@@ -72,29 +76,26 @@ def probe(
     )
     blocks = tokens // ROWS
     counts = sorted({c for c in (2, 3, 4, 7, 8, 16, 32, blocks) if 1 < c <= blocks})
-    differ = counts_that_differ(linear_batched_blocks, x, weight, counts)
+    plain_ms, plain = best_ms(lambda: F.linear(x, weight), device, repeats)
+    per_block_ms, per_block = best_ms(lambda: linear_per_block(x, weight, None), device, repeats)
+    batched_ms, batched = best_ms(lambda: linear_batched_blocks(x, weight, None), device, repeats)
     row = {
         "in": features[0],
         "out": features[1],
-        "plain_ms": best_ms(lambda: F.linear(x, weight), device, repeats),
-        "per_block_ms": best_ms(lambda: linear_per_block(x, weight, None), device, repeats),
-        "batched_ms": best_ms(lambda: linear_batched_blocks(x, weight, None), device, repeats),
+        "plain_ms": plain_ms,
+        "per_block_ms": per_block_ms,
+        "batched_ms": batched_ms,
         "counts_checked": counts,
-        "batched_counts_differing": differ,
-        "strategies_agree": torch.equal(
-            linear_per_block(x, weight, None), linear_batched_blocks(x, weight, None)
-        ),
+        "batched_counts_differing": counts_that_differ(linear_batched_blocks, x, weight, counts),
+        "strategies_agree": torch.equal(per_block, batched),
         "triton_ms": None,
         "triton_counts_differing": None,
         "triton_max_abs_diff": None,
     }
     if triton_runs_on(device):
-        plain = F.linear(x, weight).float()
-        row["triton_ms"] = best_ms(lambda: linear_triton_blocks(x, weight, None), device, repeats)
+        row["triton_ms"], triton = best_ms(lambda: linear_triton_blocks(x, weight, None), device, repeats)
         row["triton_counts_differing"] = counts_that_differ(linear_triton_blocks, x, weight, counts)
-        row["triton_max_abs_diff"] = float(
-            (linear_triton_blocks(x, weight, None).float() - plain).abs().max()
-        )
+        row["triton_max_abs_diff"] = float((triton.float() - plain.float()).abs().max())
     return row
 
 

@@ -23,10 +23,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kafka_scorer.engine.kernels.label_scores_triton import _on_device, interpreting
-
-# Fused multiply-add on, said explicitly: triton 3.9 warns that its unset default flips in 3.10.
-_OPTIONS = {"enable_fp_fusion": True}
+from kafka_scorer.engine.kernels.label_scores_triton import (
+    _OPTIONS,
+    _on_device,
+    _require_device,
+    interpreting,
+)
 
 
 @triton.jit
@@ -86,10 +88,7 @@ def rows_matmul(
     rows, inner = x.shape
     if rows % block_m:
         raise ValueError(f"rows_matmul: {rows} rows is not a multiple of {block_m}")
-    if x.device.type != "cuda" and not interpreting():
-        raise RuntimeError(
-            "the fixed-rows matmul needs CUDA tensors, or TRITON_INTERPRET=1 before triton's import"
-        )
+    _require_device(x, "the fixed-rows matmul's launches")
     x, weight = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, weight))
     outputs = weight.shape[0]
     out = torch.empty((rows, outputs), dtype=x.dtype, device=x.device)

@@ -322,11 +322,11 @@ def label_dots(
     return out
 
 
-def _require_device(t: torch.Tensor) -> None:
+def _require_device(t: torch.Tensor, kernels: str = "Triton label kernels") -> None:
+    """The one check every Triton kernel of this package makes before a launch: CUDA tensors, or the
+    interpreter on."""
     if t.device.type != "cuda" and not interpreting():
-        raise RuntimeError(
-            "Triton label kernels need CUDA tensors, or TRITON_INTERPRET=1 before importing triton"
-        )
+        raise RuntimeError(f"{kernels} need CUDA tensors, or TRITON_INTERPRET=1 before importing triton")
 
 
 def _grid(rows: int, splits: int) -> Callable[[dict[str, Any]], tuple[int, int]]:

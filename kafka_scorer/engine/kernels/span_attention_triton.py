@@ -30,12 +30,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kafka_scorer.engine.kernels.label_scores_triton import _on_device, _soft_cap, interpreting
+from kafka_scorer.engine.kernels.label_scores_triton import (
+    _OPTIONS,
+    _on_device,
+    _require_device,
+    _soft_cap,
+    interpreting,
+)
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a global a kernel reads must be a constexpr
-
-# Fused multiply-add on, said explicitly: triton 3.9 warns that its unset default flips in 3.10.
-_OPTIONS = {"enable_fp_fusion": True}
 
 
 # T only bounds the masks: specialising on its divisibility would compile a second variant on the first
@@ -186,8 +189,7 @@ def span_attention(
     tiles = span_offsets.numel() - 1
     if tiles != triton.cdiv(total, block_m):
         raise ValueError(f"span metadata lists {tiles} tiles of {block_m}, the batch has {total} tokens")
-    if q.device.type != "cuda" and not interpreting():
-        raise RuntimeError("the span kernel needs CUDA tensors, or TRITON_INTERPRET=1 before triton's import")
+    _require_device(q, "the span kernel's launches")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out = torch.empty((total, heads, head_dim), dtype=q.dtype, device=q.device).transpose(0, 1)
     block_d, chunk, warps, stages = launch_shape(head_dim)
