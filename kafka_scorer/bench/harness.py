@@ -22,6 +22,7 @@ each step happens:
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import platform
 import tempfile
@@ -47,6 +48,7 @@ from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, repeated
 from kafka_scorer.bench.steady import MAX_JOBS, QUICK_MAX_JOBS, ROUNDS, steadiest, steady_stream
 from kafka_scorer.bench.summary import (
+    EAGER,
     LAYERS,
     STEADY_ENGINE,
     cross_check,
@@ -153,6 +155,13 @@ def run_workload(
             f"MIS on, HF layers [{default_backend}]",
             timed(lambda: EngineContender(scorer, None, scorer.loaded.model.base_model), mis),
         )
+    eager = _eager_copy(scorer)
+    if eager is not None:  # what compiling the fused layers buys: the same layers run eagerly
+        log(f"  (b) engine, MIS on, fused layers eager [{default_backend}] ...")
+        runs[EAGER] = (
+            f"MIS on, eager layers [{default_backend}]",
+            timed(lambda: EngineContender(scorer, None, eager), mis),
+        )
     stream = None
     if not config.skip_worker:
         measured = runs.get(f"b:{default_backend}", runs[f"b:{backends[0]}"])[1]
@@ -226,6 +235,17 @@ def _fused(scorer) -> bool:
     from kafka_scorer.engine.models.decoder import FusedDecoder
 
     return isinstance(scorer.loaded.body, FusedDecoder)
+
+
+def _eager_copy(scorer):
+    """The served fused body with its regions eager (its weights shared), where they are compiled."""
+    if not _fused(scorer) or not scorer.loaded.body.regions.compiled:
+        return None
+    from kafka_scorer.engine.models.decoder_layer import Regions
+
+    body = copy.copy(scorer.loaded.body)
+    body.regions = Regions.eager(body.shape)
+    return body
 
 
 def _template_tokens(workload: Workload, scorer) -> dict | None:

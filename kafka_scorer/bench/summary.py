@@ -48,9 +48,11 @@ class ContenderSummary:
 
 
 STEADY_ENGINE = "b:steady"
+"""The engine (default backend, MIS on) on (d)'s steady stream: what (d) is divided by."""
 LAYERS = "b:layers"
 """(b) on transformers' own decoder layers instead of the engine's fused ones (same Scorer)."""
-"""The engine (default backend, MIS on) on (d)'s steady stream: what (d) is divided by."""
+EAGER = "b:eager"
+"""(b) on the same fused layers run eagerly, where the served ones are compiled: what compiling buys."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -195,6 +197,8 @@ def ratios(contenders: dict[str, dict], backends: Sequence[str], default_backend
     out["b_over_a_vs_token_ratio"] = {b: (out["b_over_a"][b] or 0.0) / token_ratio for b in backends}
     if LAYERS in contenders:  # the engine's fused layers against transformers' own, same backend
         out["fused_over_layers"] = ratio(default_key, LAYERS)
+    if EAGER in contenders:  # the same fused layers compiled against eager: what inductor buys
+        out["compiled_over_eager"] = ratio(default_key, EAGER)
     if "d" in contenders:  # the worker against the engine on the same steady stream, when it ran
         out["d_over_b"] = ratio("d", STEADY_ENGINE if STEADY_ENGINE in contenders else default_key)
     return out

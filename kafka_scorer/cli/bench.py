@@ -312,6 +312,8 @@ def format_report(report: dict) -> str:
             parts.append(f"b:{b}/c {v:.2f}")
         if r.get("fused_over_layers") is not None:
             parts.append(f"fused/HF layers {r['fused_over_layers']:.2f}")
+        if r.get("compiled_over_eager") is not None:
+            parts.append(f"compiled/eager layers {r['compiled_over_eager']:.2f}")
         if r.get("d_over_b") is not None:
             parts.append(f"d/b {r['d_over_b']:.2f}")
         lines.append("ratios (items/s): " + "; ".join(parts))

@@ -3,8 +3,9 @@
 One packed MIS sequence as long as the pair limit allows (where the model packs) and pairs filling the
 token budget, so that compiles (the fused decoder's regions on CUDA, FlexAttention) and autotunes happen
 here instead of on live traffic, and a FlexAttention (or deterministic mode's span kernel) the model's
-real shapes break is found here. When the backend was chosen automatically, that falls back to the
-portable one (`FALLBACKS`) with one line; a backend the operator chose is kept, with a warning. Then the
+real shapes break is found here. A failure there is met by the exact fallbacks of
+`warm_up_fallbacks.py` (the compiled layers run eagerly, an automatic backend becomes the portable
+one), each with one line; a backend the operator chose is kept, with a warning. Then the
 body's CUDA graphs are captured (`engine/graphs/`) and checked: a forward replayed from a graph must
 score as the same forward run from Python, or the graphs are dropped, with one line.
 """
@@ -19,9 +20,9 @@ import msgspec
 import torch
 
 from kafka_scorer.engine.batch import build_forward_batch
-from kafka_scorer.engine.deterministic import BACKEND, SPANS_BACKEND
 from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.warm_up_fallbacks import recover
 from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:
@@ -30,23 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-FALLBACKS = {"flex": "cascade", SPANS_BACKEND: BACKEND}
-"""A backend chosen automatically that fails the warm-up -> the portable one that serves instead: for
-FlexAttention the cascade, for deterministic mode's span kernel on CUDA the tiles (both exact)."""
-
-
 def warm_up(scorer: Scorer) -> None:
     failed = _failure(scorer)
-    fallback = FALLBACKS.get(scorer.attention_backend)
-    if failed and scorer.auto_backend and fallback:
-        log.warning(
-            "attention backend %r failed at the model's shapes (%s); using %r",
-            scorer.attention_backend,
-            failed,
-            fallback,
-        )
-        scorer.attention_backend = fallback
-        failed = _failure(scorer)
+    if failed:
+        failed = recover(scorer, failed, lambda: _failure(scorer))
     if failed:
         log.warning("warm-up batch failed (%s); serving anyway", failed)
     scorer.forget_prefixes()  # the warm-up's prefixes are no traffic's
@@ -121,7 +109,10 @@ def _failure(scorer: Scorer) -> str | None:
     # the full-budget batch, then a lone short job: a compiler that specialises on small token counts
     # does it here, not on the first quiet minute's traffic
     results = scorer.score_jobs(warm_up_jobs(scorer)) + scorer.score_jobs([_short_job(scorer)])
-    return next((r.error.message for r in results if r.error is not None), None)
+    failures = [r.error.message for r in results if r.error is not None]
+    if not failures:
+        return None
+    return (failures[0].strip().splitlines() or ["no message"])[0]  # compilers add advice on more lines
 
 
 def _short_job(scorer: Scorer) -> Job:

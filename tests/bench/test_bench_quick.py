@@ -131,3 +131,25 @@ def test_cross_check_fails_the_run_when_scores_are_wrong(tmp_path: Path, monkeyp
     assert report["ok"] is False
     check = report["workloads"]["rerank"]["cross_check"]
     assert check["ok"] is False and check["max_abs_diff"] == pytest.approx(0.01, abs=1e-4)
+
+
+def test_compiled_layers_are_timed_beside_the_same_layers_eager(tmp_path: Path) -> None:
+    """`--decoder-forward compiled` (CUDA's default): (b:eager) runs the same fused layers uncompiled on
+    the same Scorer, so the report says what compiling buys, and both score as the baseline does."""
+    rc, report = _run_bench(
+        tmp_path,
+        "--skip-worker",
+        "--skip-label-kernel",
+        "--workload",
+        "rerank",
+        "--backend",
+        "cascade",
+        "--decoder-forward",
+        "compiled",
+    )
+    assert rc == 0 and report["ok"] is True
+    w = report["workloads"]["rerank"]
+    assert {"b:eager", "b:layers", "b:cascade"} <= set(w["contenders"])
+    assert w["contenders"]["b:eager"]["errors"] == 0
+    assert w["contenders"]["b:eager"]["max_abs_diff_vs_baseline"] < 1e-4
+    assert w["ratios"]["compiled_over_eager"] > 0

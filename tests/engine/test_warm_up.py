@@ -1,18 +1,27 @@
-"""Start-up warm-up: full batches at the served shapes run before readiness, and a FlexAttention that
-fails there is replaced by cascade when the backend was chosen automatically (on a GPU that choice is
-flex; here the failure is injected into the backend registry)."""
+"""Start-up warm-up: full batches at the served shapes run before readiness. A FlexAttention that fails
+there is replaced by cascade when the backend was chosen automatically (on a GPU that choice is flex;
+here the failure is injected into the backend registry), and compiled decoder layers that fail run
+eagerly; each fallback alone first, so one failure never costs the other's speed."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from kafka_scorer.engine.attention import registry
+from kafka_scorer.engine.models.decoder import FusedDecoder
+from kafka_scorer.engine.models.decoder_layer import LayerShape, Regions
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.engine.warm_up import warm_up_jobs
 from kafka_scorer.wire.protocol import Job
+from tests.engine.reference import reference_scores
 
 
 def _broken_flex(*args, **kwargs):
@@ -98,3 +107,89 @@ def test_warm_up_fills_the_budget_with_a_packed_sequence_and_pairs(tiny_models) 
     assert prepared[1].num_tokens <= scorer.max_batch_tokens < prepared[1].num_tokens * 1.1
     scorer.warm_up()  # the served backend passes at these shapes: nothing changes
     assert scorer.attention_backend == "cascade"
+
+
+def _broken_region(*args, **kwargs):
+    raise RuntimeError("InductorError: InvalidCxxCompiler: No working C++ compiler found")
+
+
+def _compiled_scorer(tiny_models, regions: Regions) -> Scorer:
+    """A scorer on automatic flex (CUDA's choice) whose fused layers count as compiled: `regions`
+    stand in for `torch.compile`'s wrappers, so no test here pays for a real compile."""
+    scorer = Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu")
+    scorer.attention_backend, scorer._auto_backend = "flex", True
+    assert isinstance(scorer.loaded.body, FusedDecoder)
+    scorer.loaded.body.regions = regions
+    return scorer
+
+
+def _assert_reference_scores(scorer: Scorer) -> None:
+    job = _job()
+    got = scorer.score_jobs([job])[0]
+    want = reference_scores(scorer.loaded.name, job.query, job.items, job.label_token_ids)
+    assert got.error is None
+    assert max(abs(a - b) for ra, rb in zip(got.scores, want) for a, b in zip(ra, rb)) < 1e-5
+
+
+def _lines(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_compiled_layers_that_fail_at_warm_up_run_eagerly_and_flex_stays(tiny_models, caplog) -> None:
+    broken = Regions(_broken_region, _broken_region, compiled=True)
+    scorer = _compiled_scorer(tiny_models, broken)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
+        scorer.warm_up()
+    assert scorer.loaded.body.regions == Regions.eager(scorer.loaded.body.shape)
+    assert scorer.attention_backend == "flex"  # the compiler broke, not flex: flex keeps serving
+    (line,) = _lines(caplog, "compiled layers failed")
+    assert "InvalidCxxCompiler" in line and "KAFKA_SCORER_DECODER_FORWARD=fused" in line and "\n" not in line
+    assert not _lines(caplog, "serving anyway")
+    _assert_reference_scores(scorer)
+
+
+def test_a_flex_that_fails_at_warm_up_keeps_the_compiled_layers(tiny_models, monkeypatch, caplog) -> None:
+    working = dataclasses.replace(Regions.eager(_shape(tiny_models)), compiled=True)
+    scorer = _compiled_scorer(tiny_models, working)
+    _break_flex(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
+        scorer.warm_up()
+    assert scorer.loaded.body.regions is working and scorer.attention_backend == "cascade"
+    assert _lines(caplog, "'flex' failed") and not _lines(caplog, "compiled layers failed")
+    _assert_reference_scores(scorer)
+
+
+def test_when_both_fail_both_fall_back(tiny_models, monkeypatch, caplog) -> None:
+    scorer = _compiled_scorer(tiny_models, Regions(_broken_region, _broken_region, compiled=True))
+    _break_flex(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
+        scorer.warm_up()
+    assert not scorer.loaded.body.regions.compiled and scorer.attention_backend == "cascade"
+    assert _lines(caplog, "'flex' failed") and _lines(caplog, "compiled layers failed")
+    assert not _lines(caplog, "serving anyway")
+    _assert_reference_scores(scorer)
+
+
+def test_without_a_c_compiler_the_compiled_layers_run_eagerly(tiny_models, tmp_path) -> None:
+    """The real failure, not an injected one: inductor pointed at a C++ compiler that does not exist,
+    a fresh compile cache (a cached kernel would hide it), `decoder_forward="compiled"` as an operator
+    on the CPU would set it. Without the fallback every job of the process is an internal error."""
+    path = tiny_models.get("qwen3", "causal")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    script = Path(__file__).with_name("_warm_up_without_compiler.py")
+    run = subprocess.run(
+        [sys.executable, str(script), str(path)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["compiled_after"] is False
+    assert [line for line in report["warnings"] if "compiled layers failed" in line]
+    assert any("InvalidCxxCompiler" in line for line in report["warnings"])
+    job = _job()
+    want = reference_scores(path, job.query, job.items, job.label_token_ids)
+    assert report["error"] is None
+    assert max(abs(a - b) for ra, rb in zip(report["scores"], want) for a, b in zip(ra, rb)) < 1e-5
+
+
+def _shape(tiny_models) -> LayerShape:
+    return Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu").loaded.body.shape

@@ -43,8 +43,11 @@ class AlignedSpanMetadata:
 
     @classmethod
     def build(cls, layout: AttentionLayout, pin: bool) -> AlignedSpanMetadata:
-        spans = SpanMetadata.build(layout, pin, aligned=True) if layout.causal else None
-        needs_tiles = not layout.causal or layout.sliding_window is not None
+        """`pin` is the packer's "the model runs on CUDA" (`batch.py`): where the kernel cannot run there
+        (no triton), the tiles are built here once per batch instead of at every layer call."""
+        kernel = layout.causal and triton_runs_on(torch.device("cuda" if pin else "cpu"))
+        spans = SpanMetadata.build(layout, pin, aligned=True) if kernel else None
+        needs_tiles = not kernel or layout.sliding_window is not None
         return cls(spans, TiledMetadata.build(layout, pin) if needs_tiles else None)
 
     @property
@@ -67,9 +70,8 @@ def aligned_spans_attention(
     """q [H, T, d], k/v [Hkv, T, d] -> [H, T, d]; T may exceed the layout's tokens (the mode pads the
     stream to whole row blocks): those rows are 0, as the tiles leave them."""
     spans = metadata.spans
-    if spans is None or window is not None or not triton_runs_on(q.device):
-        tiles = metadata.tiles or TiledMetadata.build(metadata.layout, False).to(q.device)
-        return tiled_attention(q, k, v, tiles, scale, softcap, window)
+    if spans is None or window is not None:
+        return tiled_attention(q, k, v, metadata.tiles, scale, softcap, window)  # type: ignore[arg-type]
     tokens = spans.layout.total_tokens
     if tokens == q.shape[1]:
         return _kernel(q, k, v, spans, scale, softcap)

@@ -129,6 +129,7 @@ def compile_regions(regions: Regions) -> Regions:
     return Regions(
         torch.compile(regions.before, dynamic=True, fullgraph=True),
         torch.compile(regions.after, dynamic=True, fullgraph=True),
+        compiled=True,
     )
 
 

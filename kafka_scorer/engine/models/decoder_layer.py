@@ -129,6 +129,9 @@ class Regions:
 
     before: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
     after: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+    compiled: bool = False
+    """Whether the regions are `torch.compile`d: their first call compiles, and the warm-up runs them
+    eagerly instead when that fails (`engine/warm_up_fallbacks.py`)."""
 
     @classmethod
     def eager(cls, shape: LayerShape) -> Regions:
