@@ -24,6 +24,17 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin scorer \
     && mkdir -p /home/scorer/.cache/huggingface \
     && chown -R scorer:scorer /home/scorer/.cache
 
+# A C/C++ compiler: Triton builds its kernel launchers with the host's C compiler at run time (on CUDA:
+# FlexAttention, the compiled decoder layers, the label kernels), and torch.compile's CPU code needs g++
+# (decoder_forward=compiled). Without one the worker still serves, slower: its warm-up falls back to
+# cascade, eager layers and torch's label scores, one WARNING line each. About 200 MB; a CPU image on
+# the default eager layers can leave it out with --build-arg COMPILERS=
+ARG COMPILERS="gcc g++ libc6-dev"
+RUN if [ -n "${COMPILERS}" ]; then \
+        apt-get update && apt-get install -y --no-install-recommends ${COMPILERS} \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+
 WORKDIR /opt/kafka-scorer
 
 # torch first, from the chosen index, in its own layer: it is the big one and changes least often.

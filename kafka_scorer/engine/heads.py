@@ -25,17 +25,19 @@ def causal_label_scores(
     need_softmax: bool,
     need_logprob: bool,
     softcap: float | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
-    """[R, hidden] -> [R, L] float32: probabilities per label, padded columns are 0."""
+    """[R, hidden] -> [R, L] float32: probabilities per label, padded columns are 0. `backend`: the
+    label kernels' (`kernels/label_scores.py`)."""
     weight = lm_head.weight
     bias = getattr(lm_head, "bias", None)
     scores = torch.zeros(label_ids.shape, dtype=torch.float32, device=rows.device)
     if need_softmax:
-        logits = label_logits(rows, weight, bias, label_ids, softcap=softcap)
+        logits = label_logits(rows, weight, bias, label_ids, softcap=softcap, backend=backend)
         logits = logits.masked_fill(~label_mask, float("-inf"))
         scores = torch.where(softmax_rows[:, None], torch.softmax(logits, dim=-1), scores)
     if need_logprob:
-        probs = label_logprobs(rows, weight, bias, label_ids, softcap=softcap).exp()
+        probs = label_logprobs(rows, weight, bias, label_ids, softcap=softcap, backend=backend).exp()
         scores = torch.where(softmax_rows[:, None], scores, probs)
     return scores.masked_fill(~label_mask, 0.0)
 

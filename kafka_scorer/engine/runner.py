@@ -10,6 +10,7 @@ come back. A forward padded to a captured bucket replays its CUDA graph for the 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,9 @@ class ModelRunner:
         """Heads by fixed-shape row blocks (`engine/invariant_heads.py`)."""
         self.graphs = graphs
         """The body's CUDA graphs (`engine/graphs/`), used once captured; None where they do not apply."""
+        self.label_backend: str = "auto"
+        """The label kernels' backend (`kernels/label_scores.py`): Triton on CUDA, unless the warm-up
+        found it broken here (`engine/warm_up_fallbacks.py`); deterministic mode has its own."""
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> BatchOutput:
@@ -58,7 +62,11 @@ class ModelRunner:
             rows = hidden.index_select(0, to_device(batch.score_index))
         softmax_rows = to_device(batch.softmax_rows)
         if model.kind is ModelKind.CAUSAL_LM:
-            label_scores = invariant_label_scores if self.deterministic else causal_label_scores
+            label_scores = (
+                invariant_label_scores
+                if self.deterministic
+                else functools.partial(causal_label_scores, backend=self.label_backend)
+            )
             scores = label_scores(
                 rows,
                 model.head,

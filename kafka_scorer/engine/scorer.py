@@ -152,6 +152,11 @@ class Scorer:
         return self._runner.graphs
 
     @property
+    def runner(self) -> ModelRunner:
+        """The device side of a forward (its CUDA graphs, its label kernels), for the warm-up."""
+        return self._runner
+
+    @property
     def graph_stats(self) -> GraphStats | None:
         """The CUDA graphs' counters (None when none are captured), for the worker's metrics."""
         graphs = self._runner.graphs

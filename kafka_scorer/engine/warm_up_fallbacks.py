@@ -1,28 +1,32 @@
 """What serves instead when the warm-up's batches fail at the model's shapes.
 
-Two choices made for speed compile code at the first forward, and compiling can fail where running
+Three choices made for speed compile code at the first forward, and compiling can fail where running
 eagerly would not: the fused decoder's compiled regions (inductor needs a working C++ compiler on the
-CPU, and Triton's toolchain on CUDA; a process without them gets an `InvalidCxxCompiler` from every
-forward) and an attention backend chosen automatically (FlexAttention, deterministic mode's span
-kernel). Without a fallback every job would be answered with an internal error for as long as the
-worker runs. Each has an exact fallback: the same regions run eagerly (the same arithmetic, without
-inductor's fusion), and the portable attention backend (`FALLBACKS`).
+CPU, and Triton's on CUDA: an `InvalidCxxCompiler` from every forward), an attention backend chosen
+automatically (FlexAttention, deterministic mode's span kernel), and the Triton label kernels on CUDA
+(Triton builds its launchers with the host's C compiler, which a slim container image lacks). Without
+a fallback every job would be answered with an internal error for as long as the worker runs. Each
+has an exact fallback: the same regions run eagerly (the same arithmetic, without inductor's fusion),
+the portable attention backend (`FALLBACKS`), and the label scores in torch's chunked log-sum-exp.
 
-The search tries each fallback alone before both together, so a failure of one never costs the other's
-speed (a broken compiler must not also take FlexAttention away, nor a FlexAttention that rejects the
-model's head layout the compiled layers). A backend the operator named is kept: the caller warns that
-the warm-up failed. The decoder's regions always fall back, whoever chose them: compiled or eager is
-a speed setting, never a different score.
+The search tries the fallbacks one at a time, then two, then all, and keeps the first set that lets
+the warm-up's batches through, so a failure of one never costs another's speed (a FlexAttention that
+rejects the model's head layout must not also take the compiled layers away). A backend the operator
+named is kept: the caller warns that the warm-up failed. The layers and the label kernels always fall
+back, whoever chose them: compiled or eager, Triton or torch is a speed setting, never another score.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kafka_scorer.engine.deterministic import BACKEND, SPANS_BACKEND
+from kafka_scorer.engine.kernels.label_scores import resolve_backend
+from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 
@@ -47,25 +51,33 @@ class Fallback:
 
 
 def fallbacks(scorer: Scorer) -> list[Fallback]:
-    """The fallbacks that apply to `scorer` as it is now: its compiled regions, its automatic backend."""
-    return [f for f in (_eager_regions(scorer), _portable_attention(scorer)) if f is not None]
+    """The fallbacks that apply to `scorer` as it is now: its compiled regions, its automatic attention
+    backend, its Triton label kernels."""
+    found = (_eager_regions(scorer), _portable_attention(scorer), _torch_label_scores(scorer))
+    return [f for f in found if f is not None]
 
 
 def recover(scorer: Scorer, failed: str, failure: Callable[[], str | None]) -> str | None:
-    """After the warm-up failed with `failed`: each fallback alone, then all together, until
-    `failure()` (the warm-up's batches again) passes. Returns None once one serves, else the last
-    failure, with every fallback left applied (the most portable setup, as the caller serves anyway)."""
+    """After the warm-up failed with `failed`: the fallbacks one at a time, then two at a time, then all,
+    until `failure()` (the warm-up's batches again) passes. Returns None once a set serves, else the last
+    failure, with every fallback left applied (the most portable setup, as the caller serves anyway).
+
+    Each fallback's line quotes the failure it removed: the one the same set without it still had (a
+    smaller set, so tried before), not the first failure, which may have been another part's."""
     options = fallbacks(scorer)
-    trials = [[option] for option in options] + ([options] if len(options) > 1 else [])
+    sizes = range(1, len(options) + 1)
+    trials = [frozenset(chosen) for size in sizes for chosen in itertools.combinations(options, size)]
+    seen: dict[frozenset[Fallback], str | None] = {frozenset(): failed}
     for trial in trials:
         for option in trial:
             option.apply()
-        still = failure()
+        seen[trial] = still = failure()
         if still is None or trial is trials[-1]:
-            for option in trial:
-                log.warning(option.line, failed)
+            for option in options:
+                if option in trial:
+                    log.warning(option.line, seen[trial - {option}])
             return still
-        for option in reversed(trial):
+        for option in trial:
             option.undo()
     return failed
 
@@ -105,3 +117,24 @@ def _portable_attention(scorer: Scorer) -> Fallback | None:
 
     line = f"attention backend {chosen!r} failed at the model's shapes (%s); using {portable!r}"
     return Fallback(apply, undo, line)
+
+
+def _torch_label_scores(scorer: Scorer) -> Fallback | None:
+    runner = scorer.runner
+    causal = scorer.kind is ModelKind.CAUSAL_LM and not runner.deterministic
+    if not causal or resolve_backend(runner.label_backend, scorer.loaded.device) != "triton":
+        return None
+    chosen = runner.label_backend
+
+    def apply() -> None:
+        runner.label_backend = "torch"
+
+    def undo() -> None:
+        runner.label_backend = chosen
+
+    return Fallback(
+        apply,
+        undo,
+        "the Triton label kernels failed at the model's shapes (%s); scoring labels with torch's chunked "
+        "log-sum-exp: the same scores, slower (Triton needs a working C compiler: install gcc, or set CC)",
+    )

@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,48 @@ def test_without_a_c_compiler_the_compiled_layers_run_eagerly(tiny_models, tmp_p
 
 def _shape(tiny_models) -> LayerShape:
     return Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu").loaded.body.shape
+
+
+def _break_label_kernels(monkeypatch, scorer: Scorer) -> None:
+    """The Triton label kernels (CUDA's choice) stand-ins that fail as they do where Triton finds no C
+    compiler; a module of their own, so triton is never imported into the test process."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    fake = types.ModuleType("label_scores_triton")
+    fake.label_dots = fake.label_logsumexp = broken
+    monkeypatch.setitem(sys.modules, "kafka_scorer.engine.kernels.label_scores_triton", fake)
+    scorer.runner.label_backend = "triton"
+
+
+def test_triton_label_kernels_that_fail_give_way_to_torch_and_nothing_else_changes(
+    tiny_models, monkeypatch, caplog
+) -> None:
+    working = dataclasses.replace(Regions.eager(_shape(tiny_models)), compiled=True)
+    scorer = _compiled_scorer(tiny_models, working)
+    _break_label_kernels(monkeypatch, scorer)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
+        scorer.warm_up()
+    assert scorer.runner.label_backend == "torch"
+    assert scorer.loaded.body.regions is working and scorer.attention_backend == "flex"
+    (line,) = _lines(caplog, "failed at the model's shapes")
+    assert "Triton label kernels" in line and "C compiler" in line
+    _assert_reference_scores(scorer)
+
+
+def test_two_broken_of_three_fall_back_and_the_third_keeps_its_speed(
+    tiny_models, monkeypatch, caplog
+) -> None:
+    """A host without a C compiler breaks the compiled layers and the label kernels; flex (here) still
+    works: the pair is found before all three are given up."""
+    scorer = _compiled_scorer(tiny_models, Regions(_broken_region, _broken_region, compiled=True))
+    _break_label_kernels(monkeypatch, scorer)
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
+        scorer.warm_up()
+    assert not scorer.loaded.body.regions.compiled and scorer.runner.label_backend == "torch"
+    assert scorer.attention_backend == "flex"
+    layers, labels = _lines(caplog, "compiled layers failed"), _lines(caplog, "label kernels failed")
+    assert len(layers) == len(labels) == 1 and not _lines(caplog, "serving anyway")
+    assert "InvalidCxxCompiler" in layers[0] and "Failed to find C compiler" in labels[0]  # each its own
+    _assert_reference_scores(scorer)

@@ -204,8 +204,13 @@ def reference_label_logprobs(
 
 
 def _resolve(backend: str, hidden: torch.Tensor) -> str:
+    return resolve_backend(backend, hidden.device)
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The backend `backend` means for tensors on `device` ("auto": Triton on CUDA where installed)."""
     if backend == "auto":
-        return "triton" if hidden.is_cuda and triton_available() else "torch"
+        return "triton" if device.type == "cuda" and triton_available() else "torch"
     if backend not in ("triton", "torch", "reference"):
         raise ValueError(f"backend: expected auto, triton, torch or reference, got {backend!r}")
     return backend
