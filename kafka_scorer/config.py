@@ -23,7 +23,7 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
-AttentionBackend = Literal["auto", "dense", "cascade", "flex", "spans"]
+AttentionBackend = Literal["auto", "dense", "cascade", "flex", "spans", "varlen"]
 DecoderForward = Literal["auto", "fused", "compiled", "transformers"]
 
 
@@ -72,7 +72,9 @@ class EngineSettings(BaseSettings):
         description="MIS/varlen attention. auto: flex on CUDA when it passes the start-up warm-up, else "
         "cascade; cascade: shared-prefix attention whose cost follows the mask; flex: FlexAttention with a "
         "block mask; spans: a Triton kernel that walks each query tile's own key spans (CUDA; opt-in, "
-        "its speed not yet measured); dense: SDPA with an explicit mask (the reference).",
+        "its speed not yet measured); varlen: FlashAttention-2's variable-length kernel over each item's "
+        "own keys (CUDA, 16-bit; opt-in, not yet measured); dense: SDPA with an explicit mask (the "
+        "reference).",
     )
     decoder_forward: DecoderForward = Field(
         "auto",

@@ -29,7 +29,7 @@ LAYOUTS = {
 }
 """Name -> ((query tokens, item lengths), sequences); a sequence without items is a plain pair."""
 QUICK_LAYOUTS = {"rerank": ((24, (6,) * 4), 2), "pairs": ((20, ()), 4)}
-CPU_SKIPS = ("flex", "spans", "deterministic-spans")
+CPU_SKIPS = ("flex", "spans", "deterministic-spans", "varlen")
 
 
 def layout_of(sequence: tuple[int, tuple[int, ...]], count: int) -> AttentionLayout:

@@ -89,8 +89,8 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         kernel = []
         open_loop = ["--rates", "25,50,100,200,300,400,600", "--rate-seconds", "6"]
         # dense is the slow reference the CPU suite checks: on the GPU the served backends are timed,
-        # and the opt-in spans kernel beside them (its speed is what decides whether auto may pick it)
-        backends = ["--backend", "flex", "--backend", "cascade", "--backend", "spans"]
+        # and the opt-in spans and varlen kernels beside them (their speed decides whether auto may pick one)
+        backends = ["--backend", "flex", "--backend", "cascade", "--backend", "spans", "--backend", "varlen"]
         graphs = ["--model-shape", "qwen3-0.6b"]
         profile = ["--model-shape", "qwen3-0.6b"]
         determinism = ["--model-shape", "qwen3-0.6b", "--workload", "rerank", "--workload", "many-items"]

@@ -103,10 +103,10 @@ def _steady_seconds(config: BenchConfig) -> float:
 
 def default_backends(device: torch.device) -> tuple[str, ...]:
     """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender), and
-    the spans kernel needs CUDA (on the CPU it is the dense path)."""
+    the spans and varlen kernels need CUDA (on the CPU they are the dense path and a loop of runs)."""
     from kafka_scorer.engine.attention.registry import BACKENDS
 
-    on_cuda = ("dense", "cascade", "flex", "spans")
+    on_cuda = ("dense", "cascade", "flex", "spans", "varlen")
     wanted = on_cuda if device.type == "cuda" else ("dense", "cascade")
     return tuple(b for b in wanted if b in BACKENDS)
 

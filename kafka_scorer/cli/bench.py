@@ -34,7 +34,7 @@ rates to `kafka-scorer worker` in its own process, latency percentiles per rate;
 `late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
 cache on and off; `bench/late_interaction.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
-BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "all")
+BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "varlen", "all")
 
 
 CONTENDERS_HELP = (

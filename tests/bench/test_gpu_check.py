@@ -37,7 +37,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert "--device cuda" in steps["label-kernel"]
     assert "--workload open-loop" in steps["open-loop"] and "qwen3-0.6b" in steps["open-loop"]
     assert "--workload rerank --workload many-items" in steps["bench-0.6b"]
-    assert "--backend flex --backend cascade --backend spans" in steps["bench-0.6b"]
+    assert "--backend flex --backend cascade --backend spans --backend varlen" in steps["bench-0.6b"]
     assert "kafka_scorer.bench.graphs --device cuda --model-shape qwen3-0.6b" in steps["graphs"]
     assert "qwen3-8b" in steps["floor-8b"] and "--workload many-items" in steps["floor-8b"]
     assert "kafka_scorer.bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]

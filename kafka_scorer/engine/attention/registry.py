@@ -30,6 +30,7 @@ from kafka_scorer.engine.attention.pairs import PairMetadata
 from kafka_scorer.engine.attention.segmented import SegmentedMetadata, segmented_attention
 from kafka_scorer.engine.attention.spans import SpanMetadata, spans_attention
 from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
+from kafka_scorer.engine.attention.varlen import VarlenMetadata, varlen_attention
 
 ATTENTION_IMPLEMENTATION = "kafka_scorer"
 METADATA_KWARG = "scorer_attention_metadata"
@@ -45,6 +46,7 @@ AttentionMetadata = (
     | SegmentedMetadata
     | SpanMetadata
     | AlignedSpanMetadata
+    | VarlenMetadata
 )
 """One batch's attention metadata; its `backend` names the registry entry that reads it."""
 
@@ -72,6 +74,7 @@ BACKENDS: dict[str, Backend[Any]] = {
     "segmented": Backend(SegmentedMetadata.build, segmented_attention),
     # Opt-in until a GPU has timed it next to flex (`bench/gpu_check.py`); `auto` never picks it.
     "spans": Backend(SpanMetadata.build, spans_attention),
+    "varlen": Backend(VarlenMetadata.build, varlen_attention),
 }
 
 
