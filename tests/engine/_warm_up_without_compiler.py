@@ -27,7 +27,7 @@ def main(path: str) -> None:
     lines = _Lines()
     logging.getLogger("kafka_scorer.engine.warm_up_fallbacks").addHandler(lines)
     logging.getLogger("kafka_scorer.engine.warm_up").addHandler(lines)
-    scorer = Scorer(path, dtype="float32", device="cpu", decoder_forward="compiled")
+    scorer = Scorer(path, dtype="float32", device="cpu", decoder_forward="compiled", max_batch_tokens=512)
     assert scorer.loaded.body.regions.compiled
     scorer.warm_up()
     job = Job(id="j", query=[5, 6, 7, 8], items=[[9, 10], [11]], label_token_ids=[1, 2], multi_item=True)

@@ -18,7 +18,7 @@ import pytest
 
 from kafka_scorer.engine.attention import registry
 from kafka_scorer.engine.models.decoder import FusedDecoder
-from kafka_scorer.engine.models.decoder_layer import LayerShape, Regions
+from kafka_scorer.engine.models.decoder_layer import Regions
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.engine.warm_up import warm_up_jobs
 from kafka_scorer.wire.protocol import Job
@@ -41,7 +41,8 @@ def _job() -> Job:
 @pytest.fixture
 def flex_scorer(tiny_models):
     def make(auto: bool) -> Scorer:
-        scorer = Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu")
+        path = str(tiny_models.get("qwen3", "causal"))
+        scorer = Scorer(path, dtype="float32", device="cpu", max_batch_tokens=512)
         scorer.attention_backend = "flex"
         scorer._auto_backend = auto  # what "auto" picks on CUDA; the CPU would pick cascade at once
         return scorer
@@ -114,13 +115,21 @@ def _broken_region(*args, **kwargs):
     raise RuntimeError("InductorError: InvalidCxxCompiler: No working C++ compiler found")
 
 
-def _compiled_scorer(tiny_models, regions: Regions) -> Scorer:
-    """A scorer on automatic flex (CUDA's choice) whose fused layers count as compiled: `regions`
-    stand in for `torch.compile`'s wrappers, so no test here pays for a real compile."""
-    scorer = Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu")
+WORKING = "working"
+"""`_compiled_scorer`'s stand-in for compiled regions that compile fine: the eager ones, marked compiled."""
+
+
+def _compiled_scorer(tiny_models, regions: Regions | str) -> Scorer:
+    """A scorer on automatic flex (CUDA's choice) whose fused layers count as compiled: `regions` stand
+    in for `torch.compile`'s wrappers, so no test here pays for a real compile. A small budget keeps
+    the warm-up's batches (run again for each fallback tried) quick under flex's eager reference."""
+    path = str(tiny_models.get("qwen3", "causal"))
+    scorer = Scorer(path, dtype="float32", device="cpu", max_batch_tokens=512)
     scorer.attention_backend, scorer._auto_backend = "flex", True
-    assert isinstance(scorer.loaded.body, FusedDecoder)
-    scorer.loaded.body.regions = regions
+    body = scorer.loaded.body
+    assert isinstance(body, FusedDecoder)
+    eager = dataclasses.replace(Regions.eager(body.shape), compiled=True)
+    body.regions = eager if regions == WORKING else regions
     return scorer
 
 
@@ -150,8 +159,8 @@ def test_compiled_layers_that_fail_at_warm_up_run_eagerly_and_flex_stays(tiny_mo
 
 
 def test_a_flex_that_fails_at_warm_up_keeps_the_compiled_layers(tiny_models, monkeypatch, caplog) -> None:
-    working = dataclasses.replace(Regions.eager(_shape(tiny_models)), compiled=True)
-    scorer = _compiled_scorer(tiny_models, working)
+    scorer = _compiled_scorer(tiny_models, WORKING)
+    working = scorer.loaded.body.regions
     _break_flex(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
         scorer.warm_up()
@@ -192,10 +201,6 @@ def test_without_a_c_compiler_the_compiled_layers_run_eagerly(tiny_models, tmp_p
     assert max(abs(a - b) for ra, rb in zip(report["scores"], want) for a, b in zip(ra, rb)) < 1e-5
 
 
-def _shape(tiny_models) -> LayerShape:
-    return Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu").loaded.body.shape
-
-
 def _break_label_kernels(monkeypatch, scorer: Scorer) -> None:
     """The Triton label kernels (CUDA's choice) stand-ins that fail as they do where Triton finds no C
     compiler; a module of their own, so triton is never imported into the test process."""
@@ -212,8 +217,8 @@ def _break_label_kernels(monkeypatch, scorer: Scorer) -> None:
 def test_triton_label_kernels_that_fail_give_way_to_torch_and_nothing_else_changes(
     tiny_models, monkeypatch, caplog
 ) -> None:
-    working = dataclasses.replace(Regions.eager(_shape(tiny_models)), compiled=True)
-    scorer = _compiled_scorer(tiny_models, working)
+    scorer = _compiled_scorer(tiny_models, WORKING)
+    working = scorer.loaded.body.regions
     _break_label_kernels(monkeypatch, scorer)
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
         scorer.warm_up()
