@@ -73,6 +73,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         tier += ["-k", "label"]  # the CPU variants of the label-kernel test: seconds
         kernel = ["--rows", "16", "--vocab", "512", "--hidden", "32", "--repeats", "1"]
         open_loop: list[str] = []
+        open_loop_best: list[str] = []
         backends: list[str] = []
         graphs = ["--quick", "--graph-tokens", "1024", "--repeats", "2"]
         profile = ["--quick", "--requests", "2", "--forwards", "1"]
@@ -88,6 +89,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "-m", "cuda", "tests/cuda"]
         kernel = []
         open_loop = ["--rates", "25,50,100,200,300,400,600", "--rate-seconds", "6"]
+        open_loop_best = ["--rates", "100,140,200,300,400,600", "--rate-seconds", "6"]
         # dense is the slow reference the CPU suite checks: on the GPU the served backends are timed,
         # and the opt-in spans and varlen kernels beside them (their speed decides whether auto may pick one)
         backends = ["--backend", "flex", "--backend", "cascade", "--backend", "spans", "--backend", "varlen"]
@@ -166,6 +168,26 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             ],
             90,  # flex compiles once per layout, in the untimed first call
             "attention.json",
+        ),
+        Step(
+            "open-loop-best",
+            "Open loop on the fastest correct attention backend, SGLang's shape, 0.6B",
+            [
+                "-m",
+                "kafka_scorer.bench.open_loop_best",
+                "--attention-json",
+                str(work / "attention.json"),
+                "--json",
+                str(work / "open-loop-best.json"),
+                "--",
+                *bench[2:],
+                *small,
+                "--workload",
+                "open-loop",
+                *open_loop_best,
+            ],
+            150,
+            "open-loop-best.json",
         ),
         Step(
             "bench-0.6b",

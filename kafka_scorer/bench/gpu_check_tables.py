@@ -18,6 +18,7 @@ TITLES = {
     "floor-8b": "Many-items floor fraction, 8B",
     "deterministic": "What deterministic mode costs (engine alone)",
     "attention": "One layer's attention alone, every backend",
+    "open-loop-best": "Open loop on the fastest correct attention backend (SGLang's shape)",
     "fixed-matmul": "Deterministic mode's projections, per block, batched or one Triton launch",
 }
 
@@ -31,13 +32,17 @@ def step_markdown(outcome: Any) -> str:
     report = outcome.report
     if report is None:
         return "\n".join([*lines, f"no report ({outcome.status}: {outcome.note or 'see its log'})"])
+    if outcome.name == "open-loop-best" and "skipped" in report:
+        return "\n".join([*lines, f"not run: {report['skipped']}"])
     if outcome.name == "label-kernel":
         from kafka_scorer.bench.label_kernel import format_report
 
         lines += _text(format_report(report))
-    elif outcome.name == "open-loop":
+    elif outcome.name in ("open-loop", "open-loop-best"):
         from kafka_scorer.bench.open_loop_report import format_open_loop_report
 
+        if "backend" in report:
+            lines += [f"attention backend `{report['backend']}`: {report['why']}", ""]
         lines.append(format_open_loop_report(report["open-loop"]))
     elif outcome.name == "graphs":
         lines += _graph_table(report)
@@ -63,7 +68,9 @@ def step_summary(outcome: Any) -> str:
     report = outcome.report
     if outcome.summary or report is None:
         return outcome.summary or outcome.note
-    if outcome.name == "open-loop":
+    if outcome.name == "open-loop-best" and "skipped" in report:
+        return f"not run: {report['skipped']}"
+    if outcome.name in ("open-loop", "open-loop-best"):
         best, bound = report["open-loop"]["best"], report["open-loop"]["meta"]["p99_bound_ms"]
         if best is None:
             return f"no rate within p99 {bound:g} ms"

@@ -28,6 +28,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
         "graphs",
         "profile",
         "attention",
+        "open-loop-best",
         "bench-0.6b",
         "floor-8b",
         "deterministic",
@@ -41,6 +42,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert "kafka_scorer.bench.graphs --device cuda --model-shape qwen3-0.6b" in steps["graphs"]
     assert "qwen3-8b" in steps["floor-8b"] and "--workload many-items" in steps["floor-8b"]
     assert "kafka_scorer.bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]
+    assert "--attention-json" in steps["open-loop-best"] and "--workload open-loop" in steps["open-loop-best"]
     assert "kafka_scorer.bench.deterministic --device cuda --model-shape qwen3-0.6b" in steps["deterministic"]
     assert "kafka_scorer.bench.fixed_matmul --device cuda --model-shape qwen3-0.6b" in steps["fixed-matmul"]
     assert lines[-1] == "budget 480 s in all; tables to somewhere"
