@@ -17,7 +17,7 @@ from tests.cuda.devices import DEVICES
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("backend", ["flex", "cascade", "dense", "spans"])
+@pytest.mark.parametrize("backend", ["flex", "cascade", "dense", "spans", "varlen"])
 def test_cached_scores_on_the_device_equal_the_cpu_without_a_cache(tiny_models, backend, device):
     from kafka_scorer.engine.scorer import Scorer
 
