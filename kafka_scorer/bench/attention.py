@@ -51,10 +51,19 @@ def run(args: argparse.Namespace) -> dict:
             torch.randn(heads, layout.total_tokens, shape.head_dim, device=device, dtype=dtype)
             for heads in (shape.num_heads, shape.num_kv_heads, shape.num_kv_heads)
         )
-        timings = {backend: _time(q, k, v, layout, backend, args.repeats) for backend in backends}
+        timings, errors = {}, {}
+        for backend in backends:  # one backend failing at these shapes must not cost the others' figures
+            try:
+                timings[backend] = _time(q, k, v, layout, backend, args.repeats)
+            except Exception as exc:
+                errors[backend] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+                print(f"{name}: {backend} failed: {errors[backend]}", flush=True)
+        if not timings:
+            raise RuntimeError(f"every backend failed on {name}: {errors}")
         reference = timings.get("dense", next(iter(timings.values())))[1]
         report["layouts"][name] = {
             "tokens": layout.total_tokens,
+            "errors": errors,
             "ms": {backend: seconds * 1e3 for backend, (seconds, _) in timings.items()},
             "max_abs_diff": {
                 backend: float((out.float() - reference.float()).abs().max())

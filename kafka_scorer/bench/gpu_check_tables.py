@@ -144,7 +144,8 @@ def _graph_table(report: dict) -> list[str]:
 
 
 def _attention_table(report: dict) -> list[str]:
-    backends = list(next(iter(report["layouts"].values()))["ms"])
+    rows = report["layouts"].values()
+    backends = list(dict.fromkeys(b for row in rows for b in [*row["ms"], *row.get("errors", {})]))
     lines = [
         f"{report['device']}, {report['dtype']}, {report['shape']} heads; ms per call (max diff vs dense)",
         "",
@@ -152,9 +153,13 @@ def _attention_table(report: dict) -> list[str]:
         "| --- | ---: | " + " | ".join("---:" for _ in backends) + " |",
     ]
     for name, row in report["layouts"].items():
-        cells = [f"{row['ms'][b]:.2f} ({row['max_abs_diff'][b]:.0e})" for b in backends]
+        cells = [
+            f"{row['ms'][b]:.2f} ({row['max_abs_diff'][b]:.0e})" if b in row["ms"] else "failed"
+            for b in backends
+        ]
         lines.append(f"| {name} | {row['tokens']:,} | " + " | ".join(cells) + " |")
-    return lines
+    failures = {(b, error) for row in rows for b, error in row.get("errors", {}).items()}
+    return lines + [f"- `{b}` failed: {error}" for b, error in sorted(failures)]
 
 
 def _determinism_table(report: dict) -> list[str]:

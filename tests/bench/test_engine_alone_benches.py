@@ -94,6 +94,46 @@ def test_quick_attention_bench_times_every_cpu_backend_against_dense(tmp_path: P
     assert "| rerank |" in step_markdown(outcome) and step_summary(outcome).startswith("fastest: rerank ")
 
 
+def test_a_backend_that_fails_is_named_and_the_others_are_still_timed(tmp_path: Path, monkeypatch) -> None:
+    """On a GPU day a kernel failing at the 0.6B's shapes must not cost the step the other backends'
+    figures (the attention table decides `auto`'s choice)."""
+    import dataclasses
+
+    from kafka_scorer.bench.attention import main
+    from kafka_scorer.bench.gpu_check_tables import step_markdown
+    from kafka_scorer.engine.attention import registry
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setitem(
+        registry.BACKENDS, "cascade", dataclasses.replace(registry.BACKENDS["cascade"], attend=broken)
+    )
+    out = tmp_path / "attention.json"
+    main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--repeats",
+            "1",
+            "--backend",
+            "dense",
+            "--backend",
+            "cascade",
+            "--json",
+            str(out),
+        ]
+    )
+    report = json.loads(out.read_text())
+    for row in report["layouts"].values():
+        assert list(row["ms"]) == ["dense"] and "no kernel image" in row["errors"]["cascade"]
+    outcome = SimpleNamespace(name="attention", report=report, summary="", note="", status="ok")
+    assert "| failed |" in step_markdown(outcome) and "`cascade` failed: RuntimeError" in step_markdown(
+        outcome
+    )
+
+
 def test_quick_fixed_matmul_bench_finds_the_cpus_batched_blocks_invariant(tmp_path: Path) -> None:
     from kafka_scorer.bench.fixed_matmul import main, projections
     from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
