@@ -19,7 +19,8 @@ def describe(scorer: Scorer) -> dict[str, str]:
         "dtype": scorer.dtype_name,
         "attention_backend": scorer.attention_backend,
         "deterministic": str(scorer.deterministic).lower(),
-        "decoder_forward": type(scorer.loaded.body).__name__,
+        "decoder_forward": _decoder_forward(scorer),
+        "label_kernels": _label_kernels(scorer),
         "max_batch_tokens": str(scorer.max_batch_tokens),
         "max_pair_tokens": str(scorer.limits.max_pair_tokens),
         "revision": scorer.revision,
@@ -27,6 +28,29 @@ def describe(scorer: Scorer) -> dict[str, str]:
         "prefix_cache_mb": f"{prefixes:g}",
         "cuda_graphs": _graphs(graphs) if graphs is not None and graphs.ready else "off",
     }
+
+
+def _decoder_forward(scorer: Scorer) -> str:
+    """fused-compiled, fused-eager (as asked, or after the warm-up found compiling broken), or the
+    checkpoint's own body class (transformers' layers, an encoder)."""
+    from kafka_scorer.engine.models.decoder import FusedDecoder
+
+    body = scorer.loaded.body
+    if isinstance(body, FusedDecoder):
+        return "fused-compiled" if body.regions.compiled else "fused-eager"
+    return type(body).__name__
+
+
+def _label_kernels(scorer: Scorer) -> str:
+    """How label scores are computed (CausalLM): triton, torch, or the mode's fixed-shape blocks."""
+    from kafka_scorer.engine.kernels.label_scores import resolve_backend
+    from kafka_scorer.engine.model import ModelKind
+
+    if scorer.kind is not ModelKind.CAUSAL_LM:
+        return "none"
+    if scorer.deterministic:
+        return "invariant"
+    return resolve_backend(scorer.runner.label_backend, scorer.loaded.device)
 
 
 def _graphs(graphs: ForwardGraphs) -> str:

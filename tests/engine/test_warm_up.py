@@ -152,6 +152,7 @@ def test_compiled_layers_that_fail_at_warm_up_run_eagerly_and_flex_stays(tiny_mo
         scorer.warm_up()
     assert scorer.loaded.body.regions == Regions.eager(scorer.loaded.body.shape)
     assert scorer.attention_backend == "flex"  # the compiler broke, not flex: flex keeps serving
+    assert scorer.description["decoder_forward"] == "fused-eager"  # the start-up line says so
     (line,) = _lines(caplog, "compiled layers failed")
     assert "InvalidCxxCompiler" in line and "KAFKA_SCORER_DECODER_FORWARD=fused" in line and "\n" not in line
     assert not _lines(caplog, "serving anyway")
@@ -224,6 +225,8 @@ def test_triton_label_kernels_that_fail_give_way_to_torch_and_nothing_else_chang
         scorer.warm_up()
     assert scorer.runner.label_backend == "torch"
     assert scorer.loaded.body.regions is working and scorer.attention_backend == "flex"
+    assert scorer.description["label_kernels"] == "torch"
+    assert scorer.description["decoder_forward"] == "fused-compiled"
     (line,) = _lines(caplog, "failed at the model's shapes")
     assert "Triton label kernels" in line and "C compiler" in line
     _assert_reference_scores(scorer)
