@@ -15,11 +15,11 @@ import math
 
 import msgspec
 import pytest
-import torch
 
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
 from tests.engine.reference import reference_scores
+from tests.engine.test_encoders import one_thread
 
 QUERY = "Which river is the longest?"
 DOCS = [
@@ -110,8 +110,8 @@ def test_cross_encoder_relevance_is_cross_encoder_predict(minilm_cross_encoder):
     scorer = Scorer(str(path), dtype="float32", device="cpu")
     got = one(scorer, documents=DOCS, rank_fields=FIELDS, activation="sigmoid", top_n=3)
     assert got.scores == one(scorer, items=TEXTS, activation="sigmoid").scores
-    torch.set_num_threads(1)
-    predicted = CrossEncoder(str(path), device="cpu").predict([(QUERY, t) for t in TEXTS], batch_size=1)
+    with one_thread():
+        predicted = CrossEncoder(str(path), device="cpu").predict([(QUERY, t) for t in TEXTS], batch_size=1)
     check_results(got, [float(score) for score in predicted], 3, False)
 
 
