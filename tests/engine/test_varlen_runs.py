@@ -66,3 +66,11 @@ def test_a_stream_padded_past_the_layout_leaves_its_padding_rows_zero() -> None:
     plain = varlen_attention(q[:, :18], k[:, :18], v[:, :18], metadata, 0.3)
     assert padded.shape == q.shape and torch.equal(padded[:, :18], plain)
     assert not padded[:, 18:].any()
+
+
+def test_an_empty_stream_attends_to_nothing() -> None:
+    from kafka_scorer.engine.attention.varlen import varlen_attention
+
+    metadata = VarlenMetadata.build(layout_of([(0, ())]), pin=False)
+    q, k, v = torch.randn(4, 3, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    assert metadata.runs == [] and not varlen_attention(q, k, v, metadata, 0.3).any()

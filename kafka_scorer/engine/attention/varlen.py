@@ -111,6 +111,8 @@ def varlen_attention(
     if not layout.causal or softcap or windowed:
         return dense_attention(q, k, v, metadata.dense, scale, softcap, window)
     tokens = layout.total_tokens
+    if not metadata.runs:  # nothing to attend (an empty stream): the kernel takes no empty batch
+        return torch.zeros_like(q)
     queries, keys, values = (x.transpose(0, 1)[:tokens] for x in (q, k, v))  # token-major views
     if metadata.key_index is not None:
         keys, values = keys.index_select(0, metadata.key_index), values.index_select(0, metadata.key_index)
