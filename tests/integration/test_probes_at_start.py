@@ -17,7 +17,12 @@ from tests.integration.processes import probe, start, stopped_at_exit
 
 pytestmark = pytest.mark.integration
 
-_START_UP = ("not ready: starting: checking the connection to Kafka", "not ready: starting: loading model")
+_START_UP = (
+    "not ready: starting: checking the settings",  # the first state: /healthz can answer within it
+    "not ready: starting: checking the connection to Kafka",
+    "not ready: starting: loading model",
+)
+"""What /readyz may say the moment /healthz first answers: any step before the model is loaded."""
 
 
 def _readyz(port: int) -> tuple[int, str]:
