@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import torch
 
-from kafka_scorer.engine.attention.layout import AttentionLayout, to_device
+from kafka_scorer.engine.attention.layout import AttentionLayout, padded_stream, to_device
 from kafka_scorer.engine.attention.spans import SpanMetadata
 from kafka_scorer.engine.attention.tiled import TiledMetadata, tiled_attention
 from kafka_scorer.engine.kernels.runs_on import triton_runs_on
@@ -73,12 +73,10 @@ def aligned_spans_attention(
     if spans is None or window is not None:
         return tiled_attention(q, k, v, metadata.tiles, scale, softcap, window)  # type: ignore[arg-type]
     tokens = spans.layout.total_tokens
-    if tokens == q.shape[1]:
-        return _kernel(q, k, v, spans, scale, softcap)
-    out = torch.zeros((q.shape[1], q.shape[0], q.shape[2]), dtype=q.dtype, device=q.device).transpose(0, 1)
-    if tokens:
-        out[:, :tokens] = _kernel(q[:, :tokens], k[:, :tokens], v[:, :tokens], spans, scale, softcap)
-    return out
+    if not tokens:
+        return padded_stream(q[:, :0], q.shape[1])
+    attended = _kernel(q[:, :tokens], k[:, :tokens], v[:, :tokens], spans, scale, softcap)
+    return padded_stream(attended, q.shape[1])
 
 
 def _kernel(

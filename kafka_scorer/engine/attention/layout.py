@@ -68,6 +68,18 @@ def to_device(value: T, device: torch.device) -> T:
     return value
 
 
+def padded_stream(attended: torch.Tensor, rows: int) -> torch.Tensor:
+    """[H, tokens, d], the attention of a layout's tokens -> [H, rows, d] for a stream padded past them
+    (a CUDA graph's bucket, deterministic mode's whole row blocks): the padding rows are 0, as the
+    backends that compute every row leave them; token-major underneath, as the layers read it."""
+    heads, tokens, dim = attended.shape
+    if tokens == rows:
+        return attended
+    out = attended.new_zeros((rows, heads, dim)).transpose(0, 1)
+    out[:, :tokens] = attended
+    return out
+
+
 def bucket_by_length(entries: list[tuple[int, int]], slack: float = 1.25) -> list[list[tuple[int, int]]]:
     """Group (start, length) spans so padding each group to its longest costs at most `slack`."""
     groups: list[list[tuple[int, int]]] = []

@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 
 from kafka_scorer.engine.attention.dense import DenseMetadata, OverDense, dense_attention
-from kafka_scorer.engine.attention.layout import AttentionLayout, host
+from kafka_scorer.engine.attention.layout import AttentionLayout, host, padded_stream
 from kafka_scorer.engine.kernels.flash_varlen import flash_runs_on, flash_varlen, reference_varlen
 
 Run = tuple[int, int, list[tuple[int, int]]]
@@ -112,7 +112,7 @@ def varlen_attention(
         return dense_attention(q, k, v, metadata.dense, scale, softcap, window)
     tokens = layout.total_tokens
     if not metadata.runs:  # nothing to attend (an empty stream): the kernel takes no empty batch
-        return torch.zeros_like(q)
+        return padded_stream(q[:, :0], q.shape[1])
     queries, keys, values = (x.transpose(0, 1)[:tokens] for x in (q, k, v))  # token-major views
     if metadata.key_index is not None:
         keys, values = keys.index_select(0, metadata.key_index), values.index_select(0, metadata.key_index)
@@ -122,8 +122,4 @@ def varlen_attention(
         )
     else:
         attended = reference_varlen(queries, keys, values, metadata.runs, scale)
-    if tokens == q.shape[1]:
-        return attended.transpose(0, 1)
-    out = torch.zeros((q.shape[1], q.shape[0], q.shape[2]), dtype=q.dtype, device=q.device)
-    out[:tokens] = attended
-    return out.transpose(0, 1)
+    return padded_stream(attended.transpose(0, 1), q.shape[1])
