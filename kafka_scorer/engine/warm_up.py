@@ -23,6 +23,7 @@ from kafka_scorer.engine.batch import build_forward_batch
 from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.engine.warm_up_fallbacks import recover
+from kafka_scorer.errors import first_line
 from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _failure(scorer: Scorer) -> str | None:
     failures = [r.error.message for r in results if r.error is not None]
     if not failures:
         return None
-    return (failures[0].strip().splitlines() or ["no message"])[0]  # compilers add advice on more lines
+    return first_line(failures[0], "no message")
 
 
 def _short_job(scorer: Scorer) -> Job:

@@ -257,3 +257,12 @@ def test_every_secret_setting_is_kept_out_of_error_lines() -> None:
         if info.annotation is SecretStr or SecretStr in typing.get_args(info.annotation)
     }
     assert secret == errors.SECRET_SETTINGS
+
+
+def test_a_message_s_first_line_skips_blank_lines_and_names_an_empty_one() -> None:
+    """What the warm-up, the attention bench and the broker command print of an exception's text."""
+    advice = "InvalidCxxCompiler: No working C++ compiler\n\nSet TORCHDYNAMO_VERBOSE=1 for the trace"
+    assert errors.first_line(advice, "x") == "InvalidCxxCompiler: No working C++ compiler"
+    assert errors.first_line("\n  \n  late start  \nmore", "x") == "late start"
+    assert errors.first_line("", "RuntimeError") == "RuntimeError"
+    assert errors.first_line(" \n ", "RuntimeError") == "RuntimeError"
