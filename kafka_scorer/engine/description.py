@@ -20,7 +20,7 @@ def describe(scorer: Scorer) -> dict[str, str]:
         "attention_backend": scorer.attention_backend,
         "deterministic": str(scorer.deterministic).lower(),
         "decoder_forward": _decoder_forward(scorer),
-        "label_kernels": _label_kernels(scorer),
+        "label_kernels": scorer.runner.label_kernels,
         "max_batch_tokens": str(scorer.max_batch_tokens),
         "max_pair_tokens": str(scorer.limits.max_pair_tokens),
         "revision": scorer.revision,
@@ -39,18 +39,6 @@ def _decoder_forward(scorer: Scorer) -> str:
     if isinstance(body, FusedDecoder):
         return "fused-compiled" if body.regions.compiled else "fused-eager"
     return type(body).__name__
-
-
-def _label_kernels(scorer: Scorer) -> str:
-    """How label scores are computed (CausalLM): triton, torch, or the mode's fixed-shape blocks."""
-    from kafka_scorer.engine.kernels.label_scores import resolve_backend
-    from kafka_scorer.engine.model import ModelKind
-
-    if scorer.kind is not ModelKind.CAUSAL_LM:
-        return "none"
-    if scorer.deterministic:
-        return "invariant"
-    return resolve_backend(scorer.runner.label_backend, scorer.loaded.device)
 
 
 def _graphs(graphs: ForwardGraphs) -> str:

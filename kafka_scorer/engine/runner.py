@@ -20,6 +20,7 @@ from kafka_scorer.engine.batch import ForwardBatch
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.invariant_heads import invariant_classification_scores, invariant_label_scores
+from kafka_scorer.engine.kernels.label_scores import resolve_backend
 from kafka_scorer.engine.model import LoadedModel, ModelKind
 
 
@@ -43,6 +44,17 @@ class ModelRunner:
         self.label_backend: str = "auto"
         """The label kernels' backend (`kernels/label_scores.py`): Triton on CUDA, unless the warm-up
         found it broken here (`engine/warm_up_fallbacks.py`); deterministic mode has its own."""
+
+    @property
+    def label_kernels(self) -> str:
+        """How this runner computes label scores: "triton", "torch", "invariant" (deterministic mode's
+        fixed-shape blocks) or "none" (a classifier); what the start-up line says and what the warm-up
+        may fall back from."""
+        if self.model.kind is not ModelKind.CAUSAL_LM:
+            return "none"
+        if self.deterministic:
+            return "invariant"
+        return resolve_backend(self.label_backend, self.model.device)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> BatchOutput:

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kafka_scorer.engine.deterministic import BACKEND, SPANS_BACKEND
-from kafka_scorer.engine.kernels.label_scores import resolve_backend
-from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 
@@ -121,8 +119,7 @@ def _portable_attention(scorer: Scorer) -> Fallback | None:
 
 def _torch_label_scores(scorer: Scorer) -> Fallback | None:
     runner = scorer.runner
-    causal = scorer.kind is ModelKind.CAUSAL_LM and not runner.deterministic
-    if not causal or resolve_backend(runner.label_backend, scorer.loaded.device) != "triton":
+    if runner.label_kernels != "triton":
         return None
     chosen = runner.label_backend
 
