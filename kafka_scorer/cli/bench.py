@@ -182,6 +182,9 @@ def _rates(text: str) -> tuple[float, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+
+    keep_triton_out_on_cpu(args.device)  # before any model module: no triton leak report at exit on a CPU
     from kafka_scorer.bench.harness import BenchConfig, run_bench
     from kafka_scorer.bench.workloads import WORKLOADS
 

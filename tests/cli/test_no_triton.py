@@ -64,3 +64,28 @@ def test_nothing_is_marked_for_a_gpu_or_a_bad_device(monkeypatch) -> None:
 
     monkeypatch.setattr(model, "resolve_device", refuse)
     assert keep_triton_out_on_cpu("tpu") is False and "triton" not in sys.modules
+
+
+def test_nothing_is_marked_where_triton_s_interpreter_is_asked_for(monkeypatch) -> None:
+    """TRITON_INTERPRET=1 asks for the kernels on the CPU (as the kernel tests run them): keep triton."""
+    from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
+
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert keep_triton_out_on_cpu("cpu") is False and "triton" not in sys.modules
+
+
+def test_a_cpu_bench_exits_without_triton_s_leak_report() -> None:
+    """`kafka-scorer bench` on the CPU printed ~60 nanobind "leaked" lines after its report."""
+    pytest.importorskip("triton")
+    args = ["--quick", "--workload", "short", "--skip-worker", "--skip-label-kernel", "--jobs", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "kafka_scorer", "bench", "--device", "cpu", *args, "--repeats", "1"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cross-check vs (c)" in done.stdout
+    assert "leaked" not in done.stderr and "nanobind" not in done.stderr, done.stderr[-3000:]
