@@ -5,7 +5,8 @@
 #                          --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 .
 # The CUDA torch wheels bring their own CUDA runtime, so the slim base image is enough on a host with
 # the NVIDIA driver and the NVIDIA Container Toolkit; the CPU wheels keep the image ~1 GB smaller.
-# Pin torch with --build-arg TORCH_VERSION=2.8.0 (empty: newest on that index).
+# Pin torch with --build-arg TORCH_VERSION=2.11.0, the oldest the project supports (empty: newest on
+# that index).
 
 FROM python:3.11-slim
 

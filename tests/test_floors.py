@@ -3,9 +3,12 @@ dependency to exactly its declared lower bound, or `./dev floors` would test som
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
+import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +50,28 @@ def test_every_direct_dependency_is_pinned_at_its_declared_floor() -> None:
     assert not wrong, f"pyproject floor vs constraints/floors.txt: {wrong}"
 
 
-def test_the_torch_floor_is_the_torch_dev_installs() -> None:
-    dev = (ROOT / "dev").read_text()
-    assert f"torch_version={_pinned()['torch']}" in dev
+@pytest.mark.parametrize("gpu", ["0", "1"])
+def test_the_floors_tier_installs_the_torch_floor(gpu: str) -> None:
+    """`./dev floors` asks pip for torch at its floor first (the CPU build where the CPU index answers),
+    not for the dev venv's newer torch that the constraints would then take back down."""
+    env = {**os.environ, "KAFKA_SCORER_ASSUME_GPU": gpu, "KAFKA_SCORER_ASSUME_CPU_INDEX": "reachable"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "dev"), "torch-plan", "floors"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    first = done.stdout.splitlines()[1]
+    assert first.split()[2] == f"torch=={_pinned()['torch']}", done.stdout
+    dev_venv = subprocess.run(
+        ["bash", str(ROOT / "dev"), "torch-plan"], env=env, capture_output=True, text=True
+    )
+    assert dev_venv.stdout.splitlines()[1] != first  # the dev venv keeps its own (newer) torch
+
+
+def test_the_floors_tier_holds_numpy_where_triton_3_6_interprets_the_kernels() -> None:
+    """torch 2.11's index wheels pin triton 3.6, whose interpreter fails every kernel test on numpy 2.4."""
+    lines = (ROOT / "constraints" / "floors-tests.txt").read_text().splitlines()
+    assert "numpy<2.4" in lines
+    assert "constraints/floors-tests.txt" in (ROOT / "dev").read_text()
