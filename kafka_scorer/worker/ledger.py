@@ -156,7 +156,14 @@ class Ledger:
         return self.paused_low or self.paused_top
 
     def backpressure(self) -> None:
-        """Pause a tier above its budget, resume it below half of that (see the module docstring)."""
+        """Pause a tier above its budget, resume it below half of that (see the module docstring).
+
+        Runs twice per job (queued, settled). While nothing is paused and all the work in flight is
+        within the budget, no tier can be over it (the top tier's work is part of all of it), so only
+        the gauges change: the tiers, built from the consumer's assignment, are left unbuilt."""
+        if not self.paused and self.tokens <= self.max_tokens and self.jobs <= self.max_jobs:
+            self._gauges()
+            return
         low, top = self.tiers(self.consumer.assignment())
         # one priority everywhere: all the work in flight is the top tier's
         top_tokens = self._tokens_at_or_above(self._top_priority(top))
@@ -178,6 +185,9 @@ class Ledger:
             self.metrics.pauses.inc()
             log.debug("backpressure: paused (%d tokens, %d jobs in flight)", self.tokens, self.jobs)
         self._resume(low if under else None, top if top_under else None)
+        self._gauges()
+
+    def _gauges(self) -> None:
         self.metrics.inflight_tokens.set(self.tokens)
         self.metrics.inflight_jobs.set(self.jobs)
         self.metrics.paused_partitions.set(len(self.consumer.paused()) if self.started else 0)
