@@ -1,8 +1,10 @@
 """The Triton kernels compile for an H100 (sm_90) at the shapes the engine launches, checked without a
-GPU: `_compile_span_kernel.py` and `_compile_fixed_rows_matmul.py` run `triton.compile` ahead of time in
-a subprocess. The interpreter tests check the maths; this checks what only the compiler rejects (a
-global that is not a constexpr passed the interpreter and failed here), that 16-bit tiles run on the
-tensor cores, and that nothing spills. Whether they are fast is for `./dev gpu-check`."""
+GPU: `_compile_span_kernel.py`, `_compile_fixed_rows_matmul.py` and `_compile_label_kernels.py` run
+`triton.compile` ahead of time in a subprocess. The interpreter tests check the maths; this checks what
+only the compiler rejects (a global that is not a constexpr passed the interpreter and failed here),
+that 16-bit tiles run on the tensor cores, and that nothing spills. Whether they are fast is for
+`./dev gpu-check`. Where torch comes from the package index, the floors tier runs them on torch 2.11's
+triton 3.6, the GPU machines' own."""
 
 from __future__ import annotations
 
@@ -65,3 +67,20 @@ def test_fixed_rows_matmul_compiles_without_spills_for_sm90() -> None:
     ]
     assert all(r["cubin_bytes"] > 0 and r["local"] == 0 and 0 < r["reg"] <= 255 for r in reports)
     assert all(r["wgmma"] for r in reports if r["dtype"] != "fp32")
+
+
+@pytest.mark.skipif(not _ptxas_bundled(), reason="needs triton's CUDA backend and its bundled ptxas")
+def test_label_kernels_compile_without_spills_for_sm90() -> None:
+    """The label kernels, CUDA's default for CausalLM label scores (engine/kernels/label_scores_triton.py):
+    the streamed log-sum-exp at every autotune candidate, in float32, with a bias and soft-capping, and
+    the label-row dots; a cubin each, no local memory (spills), 16-bit tiles on warpgroup MMA."""
+    reports = _compile("_compile_label_kernels.py")
+    lse = [r for r in reports if r["kernel"] == "lse"]
+    assert [(r["dtype"], r["config"], r["extras"]) for r in lse] == [
+        *(("bf16", index, False) for index in range(5)),
+        ("fp32", 0, False),
+        ("bf16", 0, True),
+    ]
+    assert [r["labels"] for r in reports if r["kernel"] == "dots"] == [2, 16]
+    assert all(r["cubin_bytes"] > 0 and r["local"] == 0 and 0 < r["reg"] <= 255 for r in reports)
+    assert all(r["wgmma"] for r in lse if r["dtype"] == "bf16")
