@@ -3,7 +3,8 @@
 One packed MIS sequence as long as the pair limit allows (where the model packs) and pairs filling the
 token budget, so that compiles (the fused decoder's regions on CUDA, FlexAttention) and autotunes happen
 here instead of on live traffic, and a FlexAttention (or deterministic mode's span kernel) the model's
-real shapes break is found here. A failure there is met by the exact fallbacks of
+real shapes break is found here; the Triton label kernels are then tuned at every row bucket and
+compiled at every label tile a forward can bring. A failure there is met by the exact fallbacks of
 `warm_up_fallbacks.py` (the compiled layers run eagerly, an automatic backend becomes the portable
 one), each with one line; a backend the operator chose is kept, with a warning. Then the
 body's CUDA graphs are captured (`engine/graphs/`) and checked: a forward replayed from a graph must
@@ -39,7 +40,43 @@ def warm_up(scorer: Scorer) -> None:
     if failed:
         log.warning("warm-up batch failed (%s); serving anyway", failed)
     scorer.forget_prefixes()  # the warm-up's prefixes are no traffic's
+    _ready_label_kernels(scorer)
     _capture_graphs(scorer)
+
+
+def _ready_label_kernels(scorer: Scorer) -> None:
+    """The Triton label kernels tuned and compiled at every row bucket and label tile a forward can
+    bring (the warm-up's two batches cover two of them); if that fails, torch's chunked log-sum-exp
+    scores the labels, as when the warm-up's batches fail there."""
+    runner = scorer.runner
+    if runner.label_kernels != "triton":
+        return
+    from kafka_scorer.engine.kernels.label_scores_triton import warm_label_kernels
+
+    head = runner.model.head
+    started = time.perf_counter()
+    try:
+        buckets, tiles = warm_label_kernels(
+            head.weight,
+            getattr(head, "bias", None),
+            runner.model.final_logit_softcap,
+            max_rows=scorer.max_batch_tokens,
+            max_labels=scorer.limits.max_labels_per_job,
+        )
+    except Exception as exc:  # a kernel that fails here would fail a live batch: score with torch
+        runner.label_backend = "torch"
+        log.warning(
+            "the Triton label kernels failed while tuning (%s); scoring labels with torch's chunked "
+            "log-sum-exp: the same scores, slower",
+            f"{type(exc).__name__}: {first_line(str(exc), 'no message')}",
+        )
+        return
+    log.info(
+        "label kernels tuned for 1..%d scoring rows and 1..%d labels in %.1f s",
+        buckets[-1],
+        tiles[-1],
+        time.perf_counter() - started,
+    )
 
 
 GRAPH_CHECK_TOLERANCE = {torch.float32: 1e-6}

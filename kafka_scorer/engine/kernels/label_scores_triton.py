@@ -57,7 +57,10 @@ _OPTIONS = {"enable_fp_fusion": True}
 _MIN_SPLIT_COLUMNS = 2048
 
 
-@triton.jit
+# Not specialised on the row count (nor its bucket, which no line reads): Triton compiles a kernel
+# apart for an integer argument equal to 1 or divisible by 16, so each batch's row count would pick one
+# of three binaries per tile configuration, compiled at its first sight, in service.
+@triton.jit(do_not_specialize=["R", "ROWS_BUCKET"])
 def _lse_partials(
     h_ptr,
     w_ptr,
@@ -146,7 +149,7 @@ def _soft_cap(x, cap):
     return cap * tl.where(y < 0, -t, t)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L"])  # the label count: the tile (BLOCK_L) already covers it
 def _label_dots(
     h_ptr,
     w_ptr,
@@ -201,7 +204,7 @@ _MAX_ROWS_BUCKET = 4096
 
 def rows_bucket(rows: int) -> int:
     """The autotune key's row count: a handful of distinct values, so tuning happens a bounded number
-    of times (at warm-up, when the worker probes its batch shapes) instead of once per batch size."""
+    of times (all at warm-up: `warm_label_kernels`) instead of once per batch size."""
     return min(triton.next_power_of_2(max(rows, 1)), _MAX_ROWS_BUCKET)
 
 
@@ -336,3 +339,33 @@ def _grid(rows: int, splits: int) -> Callable[[dict[str, Any]], tuple[int, int]]
 def _unit_stride(t: torch.Tensor) -> torch.Tensor:
     """The kernel walks the hidden dimension with stride 1; anything else gets one contiguous copy."""
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def warm_label_kernels(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    softcap: float | None,
+    max_rows: int,
+    max_labels: int,
+) -> tuple[list[int], list[int]]:
+    """Tune and compile, before traffic, every launch shape traffic can bring: the log-sum-exp's autotune
+    key at each row bucket up to `max_rows` scoring rows per forward, and the label dots at each tile of
+    up to `max_labels` labels. Otherwise each new bucket autotunes (every candidate compiled and timed)
+    and each new label tile compiles on a live batch: seconds of one forward's latency, in service.
+    Returns the row buckets and label tiles, in order."""
+    buckets = _powers_of_two(rows_bucket(max_rows))
+    tiles = _powers_of_two(triton.next_power_of_2(max(1, max_labels)))
+    hidden_size = weight.shape[1]
+    for rows in buckets:
+        hidden = torch.zeros((rows, hidden_size), dtype=weight.dtype, device=weight.device)
+        label_logsumexp(hidden, weight, bias, softcap=softcap)
+    one_row = torch.zeros((1, hidden_size), dtype=weight.dtype, device=weight.device)
+    for labels in tiles:
+        label_dots(one_row, weight, bias, torch.zeros((1, labels), dtype=torch.long, device=weight.device))
+    if weight.device.type == "cuda":
+        torch.cuda.synchronize(weight.device)
+    return buckets, tiles
+
+
+def _powers_of_two(largest: int) -> list[int]:
+    return [1 << exponent for exponent in range(largest.bit_length())]
