@@ -23,7 +23,7 @@ import torch
 from kafka_scorer.engine.batch import build_forward_batch
 from kafka_scorer.engine.model import ModelKind
 from kafka_scorer.engine.prepared import PreparedJob
-from kafka_scorer.engine.warm_up_fallbacks import recover
+from kafka_scorer.engine.warm_up_fallbacks import recover, torch_label_scores
 from kafka_scorer.errors import first_line
 from kafka_scorer.wire.protocol import Job
 
@@ -48,28 +48,24 @@ def _ready_label_kernels(scorer: Scorer) -> None:
     """The Triton label kernels tuned and compiled at every row bucket and label tile a forward can
     bring (the warm-up's two batches cover two of them); if that fails, torch's chunked log-sum-exp
     scores the labels, as when the warm-up's batches fail there."""
-    runner = scorer.runner
-    if runner.label_kernels != "triton":
+    fallback = torch_label_scores(scorer)
+    if fallback is None:  # not the Triton label kernels
         return
     from kafka_scorer.engine.kernels.label_scores_triton import warm_label_kernels
 
-    head = runner.model.head
+    model = scorer.runner.model
     started = time.perf_counter()
     try:
         buckets, tiles = warm_label_kernels(
-            head.weight,
-            getattr(head, "bias", None),
-            runner.model.final_logit_softcap,
+            model.head.weight,
+            getattr(model.head, "bias", None),
+            model.final_logit_softcap,
             max_rows=scorer.max_batch_tokens,
             max_labels=scorer.limits.max_labels_per_job,
         )
     except Exception as exc:  # a kernel that fails here would fail a live batch: score with torch
-        runner.label_backend = "torch"
-        log.warning(
-            "the Triton label kernels failed while tuning (%s); scoring labels with torch's chunked "
-            "log-sum-exp: the same scores, slower",
-            f"{type(exc).__name__}: {first_line(str(exc), 'no message')}",
-        )
+        fallback.apply()
+        log.warning(fallback.line, f"{type(exc).__name__}: {first_line(str(exc), 'no message')}")
         return
     log.info(
         "label kernels tuned for 1..%d scoring rows and 1..%d labels in %.1f s",

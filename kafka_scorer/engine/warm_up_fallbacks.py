@@ -51,7 +51,7 @@ class Fallback:
 def fallbacks(scorer: Scorer) -> list[Fallback]:
     """The fallbacks that apply to `scorer` as it is now: its compiled regions, its automatic attention
     backend, its Triton label kernels."""
-    found = (_eager_regions(scorer), _portable_attention(scorer), _torch_label_scores(scorer))
+    found = (_eager_regions(scorer), _portable_attention(scorer), torch_label_scores(scorer))
     return [f for f in found if f is not None]
 
 
@@ -117,7 +117,9 @@ def _portable_attention(scorer: Scorer) -> Fallback | None:
     return Fallback(apply, undo, line)
 
 
-def _torch_label_scores(scorer: Scorer) -> Fallback | None:
+def torch_label_scores(scorer: Scorer) -> Fallback | None:
+    """The Triton label kernels -> torch's chunked log-sum-exp (None where they are not served): also the
+    warm-up's answer when tuning them fails (`warm_up._ready_label_kernels`)."""
     runner = scorer.runner
     if runner.label_kernels != "triton":
         return None

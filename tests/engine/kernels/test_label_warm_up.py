@@ -30,6 +30,10 @@ def test_the_warm_up_tunes_every_row_bucket_and_label_tile_and_scores_stay_the_r
     assert_close(saw["scores"], reference_scores(path, QUERY, ITEMS, labels, False))
 
     assert saw["failed_backend"] == "torch"
-    warned = [line for line in saw["failed_lines"] if "failed while tuning" in line]
+    warned = [
+        line
+        for line in saw["failed_lines"]
+        if "the Triton label kernels failed at the model's shapes" in line
+    ]
     assert len(warned) == 1 and "out of resources: shared memory" in warned[0]
     assert not any("label kernels tuned" in line for line in saw["failed_lines"])
