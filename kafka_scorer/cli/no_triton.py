@@ -14,14 +14,15 @@ triton's interpreter for the kernel tests.
 
 from __future__ import annotations
 
-import os
 import sys
 
 
 def keep_triton_out_on_cpu(device: str) -> bool:
     """Mark triton absent when `device` resolves to the CPU, nothing imported it yet and its interpreter
     is not asked for; True if so."""
-    if "triton" in sys.modules or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    from kafka_scorer.engine.kernels.runs_on import interpreter_asked
+
+    if "triton" in sys.modules or interpreter_asked():
         return False
     from kafka_scorer.engine.model import resolve_device
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+
+from kafka_scorer.engine.kernels.runs_on import interpreter_asked
 
 # Interpreter tiles: tl.dot needs every dimension >= 16; small tiles keep the Python-level grid short
 # and still exercise partial row, vocabulary and hidden tiles in tests.
@@ -214,7 +215,7 @@ def interpreting() -> bool:
     knobs = getattr(triton, "knobs", None)
     if knobs is not None:
         return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return interpreter_asked()
 
 
 @contextlib.contextmanager

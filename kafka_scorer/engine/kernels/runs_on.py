@@ -18,10 +18,16 @@ import torch
 def triton_runs_on(device: torch.device) -> bool:
     if sys.modules.get("triton", ...) is None:
         return False
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if device.type != "cuda" and not interpreter_asked():
         return False
     try:
         import triton  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+def interpreter_asked() -> bool:
+    """Whether TRITON_INTERPRET asks for triton's CPU interpreter (triton reads it at its first import):
+    set to anything but empty or 0."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
