@@ -302,9 +302,7 @@ def label_dots(
     h = _unit_stride(hidden)
     w = _unit_stride(weight)
     ids = _unit_stride(label_ids)
-    block_l = triton.next_power_of_2(n_labels)
-    # About 4k weight elements in flight per step: enough to hide latency, few enough registers.
-    block_k = max(16, min(1024, triton.next_power_of_2(hidden.shape[1]), 4096 // block_l))
+    block_l, block_k = dots_tiles(n_labels, hidden.shape[1])
     with _on_device(hidden):
         _label_dots[(rows,)](
             h,
@@ -324,6 +322,13 @@ def label_dots(
             **_OPTIONS,
         )
     return out
+
+
+def dots_tiles(labels: int, hidden_size: int) -> tuple[int, int]:
+    """(BLOCK_L, BLOCK_K) of the label dots for `labels` labels per row: about 4k weight elements in
+    flight per step, enough to hide latency, few enough registers."""
+    block_l = triton.next_power_of_2(labels)
+    return block_l, max(16, min(1024, triton.next_power_of_2(hidden_size), 4096 // block_l))
 
 
 def _require_device(t: torch.Tensor, kernels: str = "Triton label kernels") -> None:

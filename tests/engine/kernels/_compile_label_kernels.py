@@ -31,6 +31,7 @@ def main() -> None:
         _OPTIONS,
         _label_dots,
         _lse_partials,
+        dots_tiles,
     )
 
     target = GPUTarget("cuda", 90, 32)
@@ -47,8 +48,9 @@ def main() -> None:
             ASTSource(_lse_partials, signature, constexprs=flags), target=target, options=options
         )
         report(kernel, kernel="lse", dtype=dtype, config=index, extras=extras)
-    for labels in (2, 16):  # yes/no, and a many-label classifier prompt
-        flags = {"HAS_BIAS": True, "BLOCK_L": labels, "BLOCK_K": max(16, min(1024, 4096 // labels))}
+    for labels in (2, 16):  # yes/no, and a many-label classifier prompt, at Qwen3-0.6B's hidden size
+        block_l, block_k = dots_tiles(labels, 1024)
+        flags = {"HAS_BIAS": True, "BLOCK_L": block_l, "BLOCK_K": block_k}
         types = {"h_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*fp32"}
         signature = {
             arg: "constexpr" if arg in flags else types.get(arg, "i32") for arg in _label_dots.arg_names
