@@ -75,11 +75,26 @@ _DEAD_LETTER_HEADERS = {
 def json_schema(struct: type[msgspec.Struct], name: str) -> dict[str, Any]:
     """A standalone JSON Schema (2020-12) of one wire struct, as msgspec derives it, plus the rules a
     struct cannot state in its fields (its `json_schema_extra`, e.g. a Job's items-or-documents)."""
-    schema = msgspec.json.schema(struct)
+    schema = _nulls_last(msgspec.json.schema(struct))
     extra = getattr(struct, "json_schema_extra", None)
     if extra:
         schema["$defs"][struct.__name__].update(extra)
     return {"$schema": SCHEMA_DIALECT, "$id": f"{_ID_BASE}/{name}.schema.json", **schema}
+
+
+def _nulls_last(node: Any) -> Any:
+    """The same schema with each `anyOf`'s `null` alternative listed last. msgspec has listed an
+    optional field's alternatives in either order (0.19: null first; 0.22: last): the order means
+    nothing to a validator, but the published files must read the same whichever msgspec (from our
+    floor up) wrote them, or regenerating them would churn and their test would fail at the floor."""
+    if isinstance(node, list):
+        return [_nulls_last(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _nulls_last(value) for key, value in node.items()}
+    if isinstance(out.get("anyOf"), list):
+        out["anyOf"] = sorted(out["anyOf"], key=lambda alt: alt == {"type": "null"})
+    return out
 
 
 def asyncapi() -> dict[str, Any]:
