@@ -1,8 +1,9 @@
 """Records in: every polled record gets a ticket, is decoded at the edge, and is answered at once or
 prepared by the engine and queued for a batch.
 
-Each job is prepared on its own task in a small pool of CPU threads and joins the batcher the moment
-its own prepare ends, so a record that takes seconds to tokenize delays nobody else's job. Answers may
+Each job is prepared on its own task in a small pool of CPU threads (prepare_pool.py) and joins the
+batcher the moment its own prepare ends, so a record that takes seconds to tokenize delays nobody else's
+job. Answers may
 therefore complete out of offset order; the watermark commits only what lies below the oldest
 unanswered record. A prepare still running counts in the ledger, so draining and rebalances wait for
 it like for any other job.
@@ -18,12 +19,10 @@ a record that takes longer to prepare goes on alone, without holding back the ot
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kafka_scorer.kafka.records import RecordLike, TopicPartition
@@ -34,6 +33,7 @@ from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.envelope import Inbound, WireRules, bare_origin, read_record
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
+from kafka_scorer.worker.prepare_pool import PreparePool
 from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.tracing import Tracing
 
@@ -61,24 +61,24 @@ class Intake:
         self.rules = rules
         self.tracing = tracing
         self.time_policy = time_policy or TimePolicy()
-        self.pool = ThreadPoolExecutor(_PREPARE_THREADS, thread_name_prefix="kafka-scorer-prepare")
+        self.pool = PreparePool(_PREPARE_THREADS, "kafka-scorer-prepare")
 
     async def accept(self, polled: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
         """Ticket, decode and answer-or-prepare every polled record."""
         answered: list[Ticket[Any]] = []
-        preparing: list[asyncio.Future[Any]] = []
+        preparing = self.pool.round()
         for tp, records in polled.items():
             for record in records:
                 ticket, inbound = self._open(tp, record)
                 if inbound is None:
                     answered.append(ticket)
                     continue
-                future = asyncio.wrap_future(self.pool.submit(self._prepare, ticket, inbound))
-                future.add_done_callback(functools.partial(self._prepared, ticket))
-                preparing.append(future)
+                preparing.submit(
+                    functools.partial(self._prepare, ticket, inbound),
+                    functools.partial(self._prepared, ticket),
+                )
         self.outbox.send(answered)
-        if preparing:
-            await asyncio.wait(preparing, timeout=_PREPARE_WAIT_S)
+        await preparing.wait(_PREPARE_WAIT_S)
         self.ledger.backpressure()
 
     def _open(self, tp: TopicPartition, record: RecordLike) -> tuple[Ticket[Any], Inbound | None]:
@@ -111,13 +111,14 @@ class Intake:
         with ticket.trace.span("prepare"):
             return self.engine.prepare(inbound.job, inbound.job_id)
 
-    def _prepared(self, ticket: Ticket[Any], future: asyncio.Future[Any]) -> None:
+    def _prepared(self, ticket: Ticket[Any], prepared: Any, failure: BaseException | None) -> None:
         """On the event loop, as each prepare ends: the job joins the batcher, or its answer goes out."""
-        if self.outbox.closing or future.cancelled():
+        if self.outbox.closing:
             return  # shutting down: nothing more is answered or committed
         stage = "prepare"
         try:
-            prepared = future.result()
+            if failure is not None:
+                raise failure
             stage = "queueing the job"
             self._queue(ticket, prepared)
         except Exception as exc:  # catch-all, on purpose: the engine answers bad jobs itself, so this is
@@ -142,4 +143,4 @@ class Intake:
             self.batcher.add(ticket)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.close()
