@@ -51,6 +51,22 @@ def test_backpressure_pauses_above_the_budget_and_resumes_below_half_of_it() -> 
     assert ledger.metrics.pauses._value.get() == 1
 
 
+def test_the_in_flight_gauges_read_the_ledger_when_scraped() -> None:
+    consumer = FakeConsumer()
+    ledger = _ledger(consumer, max_inflight_tokens=100)
+    gauge = ledger.metrics.registry.get_sample_value
+    names = ("kafka_scorer_inflight_tokens", "kafka_scorer_inflight_jobs", "kafka_scorer_paused_partitions")
+    tickets = [open_ticket(ledger, i) for i in range(3)]
+    ledger.queued(tickets[0], 70)
+    assert [gauge(name) for name in names] == [70, 3, 0], "not started: no partition counts as paused"
+    ledger.started = True
+    ledger.queued(tickets[1], 70)
+    assert [gauge(name) for name in names] == [140, 3, 1]
+    for ticket in tickets:
+        ticket.settle(None)
+    assert [gauge(name) for name in names] == [0, 0, 0]
+
+
 def test_a_draining_worker_is_never_resumed_by_backpressure() -> None:
     consumer = FakeConsumer()
     ledger = _ledger(consumer, max_inflight_tokens=10)
