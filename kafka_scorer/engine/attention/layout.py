@@ -81,15 +81,19 @@ def padded_stream(attended: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def bucket_by_length(entries: list[tuple[int, int]], slack: float = 1.25) -> list[list[tuple[int, int]]]:
-    """Group (start, length) spans so padding each group to its longest costs at most `slack`."""
+    """Group (start, length) spans so padding each group to its longest costs at most `slack`.
+
+    One pass, longest first, each group's real tokens kept as a running sum: a batch of thousands of
+    short pairs is grouped in linear time (summing the group again for every span was quadratic)."""
     groups: list[list[tuple[int, int]]] = []
+    real = 0  # real tokens of the last group
     for start, length in sorted(entries, key=lambda e: -e[1]):
         if groups:
             group = groups[-1]
-            longest = group[0][1]
-            real = sum(g[1] for g in group) + length
-            if longest * (len(group) + 1) <= slack * real:
+            if group[0][1] * (len(group) + 1) <= slack * (real + length):
                 group.append((start, length))
+                real += length
                 continue
         groups.append([(start, length)])
+        real = length
     return groups
