@@ -35,6 +35,9 @@ class RunRecord:
     """Per job, when it was submitted (`time.perf_counter`)."""
     answered_at: list[float] = field(default_factory=list)
     """Per job, when its answer arrived (0.0: never): what `steady.py` cuts the steady span from."""
+    loop_cpu_s: float | None = None
+    """(d) only: CPU time of the event loop's thread over the run (the worker's and the bench client's
+    work there): what the device thread waits behind for the GIL."""
 
 
 class RunLog:

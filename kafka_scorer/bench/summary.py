@@ -44,7 +44,8 @@ class ContenderSummary:
     first_error: str | None = None
     steady: dict | None = None
     """Steady-state contenders only: the stream's and the span's job counts, the span's length, and the
-    fill (time to first result) and drain around it, in seconds."""
+    fill (time to first result) and drain around it, in seconds; for (d), the event loop's CPU time per
+    job of the whole run (`loop_cpu_us_per_job`: the worker's and the bench client's, sharing the loop)."""
 
 
 STEADY_ENGINE = "b:steady"
@@ -88,6 +89,8 @@ def summarise_steady(
         "fill_s": state.fill_s,
         "drain_s": state.drain_s,
     }
+    if record.loop_cpu_s is not None:
+        summary.steady["loop_cpu_us_per_job"] = record.loop_cpu_s / max(1, len(workload.jobs)) * 1e6
     return summary
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -143,7 +144,7 @@ class _KafkaClient:
         tokens = rows = 0
         sent = answered = 0
         with probe.measure() if probe is not None else contextlib.nullcontext(Measured()) as peak:
-            start = time.perf_counter()
+            start, loop_cpu = time.perf_counter(), time.thread_time()
 
             async def fill() -> None:
                 nonlocal sent
@@ -177,5 +178,5 @@ class _KafkaClient:
                             rows += len(jobs[index].items)
                         answered += 1
                 await fill()
-            wall = time.perf_counter() - start
-        return log.record(wall, tokens, rows, peak)
+            wall, loop_cpu = time.perf_counter() - start, time.thread_time() - loop_cpu
+        return dataclasses.replace(log.record(wall, tokens, rows, peak), loop_cpu_s=loop_cpu)

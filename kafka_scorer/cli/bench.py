@@ -242,9 +242,11 @@ def _steady_line(w: dict) -> str:
     for key in ("b:steady", "d"):
         span = w["contenders"].get(key, {}).get("steady")
         if span:
+            loop = span.get("loop_cpu_us_per_job")
             parts.append(
                 f"{key} {span['span_jobs']} jobs in {span['span_s']:.2f} s, "
                 f"fill {span['fill_s']:.2f} s, drain {span['drain_s']:.2f} s"
+                + ("" if loop is None else f", event loop CPU {loop:.0f} µs per job (worker and client)")
             )
         elif key in w["contenders"]:
             parts.append(f"{key} no steady span (whole run)")

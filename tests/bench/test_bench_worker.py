@@ -38,6 +38,9 @@ def test_quick_bench_runs_the_worker_through_a_broker(tmp_path: Path) -> None:
         assert span["span_s"] + span["fill_s"] <= c["wall_s"] + 1e-6
         assert c["items_per_s"] > 0 and 0 < c["latency_p50_s"] <= c["latency_p99_s"]
     assert d["runs"] == engine["runs"] == ROUNDS  # they took turns on the stream
+    # the event loop's CPU per job (worker and client): some, and less than the run's wall time per job
+    assert 0 < d["steady"]["loop_cpu_us_per_job"] < d["wall_s"] / d["jobs"] * 1e6
+    assert "loop_cpu_us_per_job" not in engine["steady"]
     assert w["ratios"]["d_over_b"] == pytest.approx(d["items_per_s"] / engine["items_per_s"])
     (target,) = [t for t in report["targets"] if t["target"].startswith("rerank: (d)/(b) items/s")]
     assert target["value"] == pytest.approx(w["ratios"]["d_over_b"])
