@@ -101,6 +101,14 @@ def _steady_seconds(config: BenchConfig) -> float:
     return 0.25 if config.quick else 10.0
 
 
+PAIR_KERNELS = ("varlen",)
+"""Backends that also get an (a) of their own when measured: pairs are where flash's varlen kernel,
+which walks each sequence's own keys, should beat FlexAttention's 128-token blocks most (a 16-token
+pair fills an eighth of its block), and the default backend's (a) alone cannot say whether serving
+pairs through it would pay. (spans is built for MIS items; one more (a) would cost the GPU check's
+bench step another minute.)"""
+
+
 def default_backends(device: torch.device) -> tuple[str, ...]:
     """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender), and
     the spans and varlen kernels need CUDA (on the CPU they are the dense path and a loop of runs)."""
@@ -143,6 +151,13 @@ def run_workload(
         f"engine, MIS off [{default_backend}]",
         timed(lambda: EngineContender(scorer, None), no_mis),
     )
+    for backend in PAIR_KERNELS:  # pairs through the kernels that walk each sequence's own keys
+        if backend in backends and backend != default_backend:
+            log(f"  (a) engine, MIS off [{backend}] ...")
+            runs[f"a:{backend}"] = (
+                f"engine, MIS off [{backend}]",
+                timed(lambda backend=backend: EngineContender(scorer, backend), no_mis),
+            )
     for backend in backends:
         log(f"  (b) engine, MIS on [{backend}] ...")
         runs[f"b:{backend}"] = (

@@ -195,6 +195,9 @@ def ratios(contenders: dict[str, dict], backends: Sequence[str], default_backend
         "b_over_a": {b: ratio(f"b:{b}", "a") for b in backends},
         "b_over_c": {b: ratio(f"b:{b}", "c") for b in backends},
         "a_over_c": ratio("a", "c"),
+        "a_by_backend_over_c": {
+            key.removeprefix("a:"): ratio(key, "c") for key in contenders if key.startswith("a:")
+        },
     }
     default_key = f"b:{default_backend}" if f"b:{default_backend}" in contenders else f"b:{backends[0]}"
     out["b_over_a_vs_token_ratio"] = {b: (out["b_over_a"][b] or 0.0) / token_ratio for b in backends}

@@ -315,6 +315,10 @@ def format_report(report: dict) -> str:
             parts.append(f"b:{b}/a {v:.2f} ({r['b_over_a_vs_token_ratio'][b]:.2f} of token ratio)")
         for b, v in r["b_over_c"].items():
             parts.append(f"b:{b}/c {v:.2f}")
+        if r.get("a_over_c") is not None:
+            parts.append(f"a/c {r['a_over_c']:.2f}")
+        for b, v in r.get("a_by_backend_over_c", {}).items():
+            parts.append(f"a:{b}/c {v:.2f}")
         if r.get("fused_over_layers") is not None:
             parts.append(f"fused/HF layers {r['fused_over_layers']:.2f}")
         if r.get("compiled_over_eager") is not None:

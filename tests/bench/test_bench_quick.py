@@ -153,3 +153,32 @@ def test_compiled_layers_are_timed_beside_the_same_layers_eager(tmp_path: Path) 
     assert w["contenders"]["b:eager"]["errors"] == 0
     assert w["contenders"]["b:eager"]["max_abs_diff_vs_baseline"] < 1e-4
     assert w["ratios"]["compiled_over_eager"] > 0
+
+
+def test_pairs_run_through_the_pair_kernels_when_they_are_measured(tmp_path: Path) -> None:
+    """With varlen among the backends, (a) runs once more through it (`a:varlen`): every job's items as
+    their own pairs, scored as the baseline scores them, with its ratio to the baseline beside the
+    default backend's; spans, built for MIS items, and the default backend get no second (a)."""
+    rc, report = _run_bench(
+        tmp_path,
+        "--skip-worker",
+        "--skip-label-kernel",
+        "--workload",
+        "many-items",
+        "--backend",
+        "cascade",
+        "--backend",
+        "varlen",
+        "--backend",
+        "spans",
+    )
+    assert rc == 0 and report["ok"] is True
+    w = report["workloads"]["many-items"]
+    c, ratios = w["contenders"], w["ratios"]
+    assert "a:varlen" in c and "a:spans" not in c and "a:cascade" not in c
+    pairs = c["a:varlen"]
+    assert pairs["errors"] == 0 and pairs["max_abs_diff_vs_baseline"] <= 1e-4
+    assert pairs["forward_tokens"] == c["a"]["forward_tokens"]  # the same pairs, not packed items
+    assert ratios["a_by_backend_over_c"] == {
+        "varlen": pytest.approx(pairs["items_per_s"] / c["c"]["items_per_s"])
+    }
