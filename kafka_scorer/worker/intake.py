@@ -3,9 +3,8 @@ prepared by the engine and queued for a batch.
 
 Each job is prepared on its own task in a small pool of CPU threads (prepare_pool.py) and joins the
 batcher the moment its own prepare ends, so a record that takes seconds to tokenize delays nobody else's
-job. Answers may
-therefore complete out of offset order; the watermark commits only what lies below the oldest
-unanswered record. A prepare still running counts in the ledger, so draining and rebalances wait for
+job. Answers may therefore complete out of offset order; the watermark commits only what lies below the
+oldest unanswered record. A prepare still running counts in the ledger, so draining and rebalances wait for
 it like for any other job.
 
 A job's deadline (deadline.py) is checked here twice: a job already expired when it is read is answered
