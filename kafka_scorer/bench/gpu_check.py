@@ -92,14 +92,15 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             _drop_models_touched_since(work / "models", wall_started)
-            return Outcome(
+            outcome = Outcome(
                 step.name, "timeout", time.monotonic() - started, note=f"killed after {timeout:.0f} s"
             )
+            outcome.report = _report(work, step)  # a bench's workloads finished before the kill
+            return outcome
         finally:
             _kill_group(proc)  # whatever the step left behind (a worker, a broker) goes with it
     outcome = Outcome(step.name, "ok" if code == 0 else "failed", time.monotonic() - started, code)
-    if step.report and (work / step.report).is_file():
-        outcome.report = json.loads((work / step.report).read_text())
+    outcome.report = _report(work, step)
     text = log_path.read_text(errors="replace")
     if _is_pytest(step):
         outcome.summary = _pytest_summary(text)
@@ -107,6 +108,18 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
     if code != 0 and not outcome.summary:
         outcome.note = text.strip().splitlines()[-1][:300] if text.strip() else f"exit {code}"
     return outcome
+
+
+def _report(work: Path, step: Step) -> dict | None:
+    """The step's JSON report, if it wrote a whole one (the bench rewrites it after each workload; a
+    step killed while writing a report of its own may leave half of one, which is no report)."""
+    path = work / step.report if step.report else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return None
 
 
 def _drop_models_touched_since(models: Path, since: float) -> None:

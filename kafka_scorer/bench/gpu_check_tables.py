@@ -32,6 +32,12 @@ def step_markdown(outcome: Any) -> str:
     report = outcome.report
     if report is None:
         return "\n".join([*lines, f"no report ({outcome.status}: {outcome.note or 'see its log'})"])
+    if report.get("partial"):
+        done = ", ".join(report.get("workloads", {})) or "none"
+        lines += [
+            f"**partial** ({outcome.status}: {outcome.note}): the workloads finished before it: {done}",
+            "",
+        ]
     if outcome.name == "open-loop-best" and "skipped" in report:
         return "\n".join([*lines, f"not run: {report['skipped']}"])
     if outcome.name == "label-kernel":

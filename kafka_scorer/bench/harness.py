@@ -273,8 +273,11 @@ def _template_tokens(workload: Workload, scorer) -> dict | None:
     return {**asdict(counts), "mis_tokens": counts.mis_tokens, "no_mis_tokens": counts.no_mis_tokens}
 
 
-def run_bench(config: BenchConfig) -> dict:
-    """Everything in one process: build/load models, measure the matmul peak, run every workload."""
+def run_bench(config: BenchConfig, on_workload: Callable[[dict], None] | None = None) -> dict:
+    """Everything in one process: build/load models, measure the matmul peak, run every workload.
+
+    `on_workload` gets the report so far (`partial: true`) after each workload: a run killed at its time
+    limit (a step of `./dev gpu-check`) still leaves the tables of the workloads it finished."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-checkpoint bars would bury the benchmark's own lines
@@ -319,20 +322,36 @@ def run_bench(config: BenchConfig) -> dict:
                 )
             log(f"workload {name}: {len(workload.jobs)} jobs, {workload.num_items} items")
             results[name] = run_workload(env, workload, config, backends, log)
+            if on_workload is not None:
+                on_workload(_report(env, config, backends, started, results, None, partial=True))
         label_kernel = None
         if not config.skip_label_kernel:
             label_kernel = _label_kernel(device, config.quick, log)
-        default_backend = env.scorers[next(iter(env.scorers))].attention_backend if env.scorers else None
+        return _report(env, config, backends, started, results, label_kernel, partial=False)
+
+
+def _report(
+    env: Environment,
+    config: BenchConfig,
+    backends: Sequence[str],
+    started: float,
+    results: dict,
+    label_kernel: dict | None,
+    *,
+    partial: bool,
+) -> dict:
+    default_backend = env.scorers[next(iter(env.scorers))].attention_backend if env.scorers else None
     if default_backend not in backends:  # targets are judged on a backend that was measured
         default_backend = backends[0] if backends else None
     return {
-        "meta": _meta(device, dtype, shape, backends, config, started),
+        "meta": _meta(env.device, env.dtype, env.shape, backends, config, started),
         "matmul_peak": env.peak,
         "memory_method": env.probe.method,
-        "workloads": results,
+        "workloads": dict(results),
         "label_kernel": label_kernel,
-        "targets": evaluate_targets(results, label_kernel, device, default_backend),
+        "targets": evaluate_targets(results, label_kernel, env.device, default_backend),
         "ok": all(w["cross_check"]["ok"] for w in results.values()),
+        "partial": partial,
     }
 
 

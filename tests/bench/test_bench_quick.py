@@ -182,3 +182,29 @@ def test_pairs_run_through_the_pair_kernels_when_they_are_measured(tmp_path: Pat
     assert ratios["a_by_backend_over_c"] == {
         "varlen": pytest.approx(pairs["items_per_s"] / c["c"]["items_per_s"])
     }
+
+
+def test_the_report_so_far_is_handed_on_after_each_workload(tmp_path: Path) -> None:
+    """What a gpu-check step killed at its limit keeps: after rerank, a whole report of rerank alone,
+    marked partial, whose tables the check prints as such; at the end, the whole report."""
+    from kafka_scorer.bench.gpu_check import Outcome
+    from kafka_scorer.bench.gpu_check_tables import step_markdown
+    from kafka_scorer.bench.harness import BenchConfig, run_bench
+
+    config = BenchConfig(
+        workloads=("rerank", "short"),
+        quick=True,
+        skip_worker=True,
+        skip_label_kernel=True,
+        backends=("cascade",),
+        model_dir=str(tmp_path),
+        verbose=False,
+    )
+    so_far: list[dict] = []
+    final = run_bench(config, lambda report: so_far.append(json.loads(json.dumps(report))))
+    assert [list(r["workloads"]) for r in so_far] == [["rerank"], ["rerank", "short"]]
+    assert all(r["partial"] for r in so_far) and final["partial"] is False and final["ok"] is True
+    assert so_far[0]["workloads"]["rerank"] == json.loads(json.dumps(final["workloads"]["rerank"]))
+    text = step_markdown(Outcome("bench-0.6b", "timeout", 9.0, note="killed after 9 s", report=so_far[0]))
+    assert "**partial** (timeout: killed after 9 s): the workloads finished before it: rerank" in text
+    assert "engine, MIS on [cascade]" in text and "short" not in text.split("rerank", 1)[1]

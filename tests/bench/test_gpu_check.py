@@ -160,3 +160,18 @@ def test_a_checkpoint_half_written_by_a_killed_step_is_removed(tmp_path: Path) -
     outcome = run_step(Step("build", "builds", ["-c", code], timeout_s=3), tmp_path, remaining_s=100)
     assert outcome.status == "timeout"
     assert not half.exists() and (old / "config.json").exists()
+
+
+def test_a_step_killed_at_its_limit_keeps_the_report_it_had_written(tmp_path: Path) -> None:
+    """A bench rewrites its report after each workload: killed during the next one, the step keeps the
+    report of the finished ones. Half a JSON file (a step killed while writing its own) is no report."""
+    report = tmp_path / "r.json"
+
+    def step_writing(text: str) -> Step:
+        code = f"import time; open({str(report)!r}, 'w').write({text!r}); time.sleep(60)"
+        return Step("bench", "benches", ["-c", code], timeout_s=3, report="r.json")
+
+    outcome = run_step(step_writing('{"partial": true, "workloads": {"rerank": {}}}'), tmp_path, 100)
+    assert outcome.status == "timeout" and outcome.report == {"partial": True, "workloads": {"rerank": {}}}
+    outcome = run_step(step_writing('{"partial": tr'), tmp_path, 100)
+    assert outcome.status == "timeout" and outcome.report is None
