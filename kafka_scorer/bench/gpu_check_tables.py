@@ -32,12 +32,7 @@ def step_markdown(outcome: Any) -> str:
     report = outcome.report
     if report is None:
         return "\n".join([*lines, f"no report ({outcome.status}: {outcome.note or 'see its log'})"])
-    if report.get("partial"):
-        done = ", ".join(report.get("workloads", {})) or "none"
-        lines += [
-            f"**partial** ({outcome.status}: {outcome.note}): the workloads finished before it: {done}",
-            "",
-        ]
+    lines += _partial(outcome, report)
     if outcome.name == "open-loop-best" and "skipped" in report:
         return "\n".join([*lines, f"not run: {report['skipped']}"])
     if outcome.name == "label-kernel":
@@ -67,6 +62,19 @@ def step_markdown(outcome: Any) -> str:
     else:
         lines += _bench_tables(report)
     return "\n".join(lines)
+
+
+def _partial(outcome: Any, report: dict) -> list[str]:
+    """The line over a report its step was killed before finishing (the benches rewrite theirs after
+    each workload or rate): what it holds."""
+    inner = report.get("open-loop", report)
+    if not inner.get("partial"):
+        return []
+    if "rates" in inner:
+        done = "the rates measured before it: " + ", ".join(f"{r['rate_rps']:g}/s" for r in inner["rates"])
+    else:
+        done = "the workloads finished before it: " + ", ".join(inner.get("workloads", {}))
+    return [f"**partial** ({outcome.status}: {outcome.note}): {done}", ""]
 
 
 def step_summary(outcome: Any) -> str:

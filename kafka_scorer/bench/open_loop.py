@@ -25,7 +25,7 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -163,7 +163,11 @@ class JobMaker:
         return encode_job(self.job(job_id))
 
 
-def run_open_loop_bench(config: OpenLoopConfig, log=print) -> dict:
+def run_open_loop_bench(
+    config: OpenLoopConfig, log=print, on_rate: Callable[[dict], None] | None = None
+) -> dict:
+    """The table. `on_rate` gets the report so far (`partial: true`) after each rate: a run killed at
+    its time limit (a step of `./dev gpu-check`) still leaves the rates it measured."""
     from kafka_scorer.bench.models import build_shaped_model
 
     plan = plan_for(config)
@@ -179,8 +183,19 @@ def run_open_loop_bench(config: OpenLoopConfig, log=print) -> dict:
             build_shaped_model(path, shape, "causal", dtype=plan.dtype, init_device=init)
         maker = JobMaker(plan.job, config.seed, shape.vocab_size)
         started = time.time()
-        measured = asyncio.run(_measure(config, plan, str(path), maker, log))
+
+        def so_far(measured: dict, rates: list[dict]) -> None:
+            if on_rate is not None:
+                on_rate(_report(config, plan, started, measured, rates, partial=True))
+
+        measured = asyncio.run(_measure(config, plan, str(path), maker, log, so_far))
     rates = measured.pop("rates")
+    return _report(config, plan, started, measured, rates, partial=False)
+
+
+def _report(
+    config: OpenLoopConfig, plan: Plan, started: float, measured: dict, rates: list[dict], *, partial: bool
+) -> dict:
     return {
         "meta": {
             **asdict(plan),
@@ -195,8 +210,9 @@ def run_open_loop_bench(config: OpenLoopConfig, log=print) -> dict:
             "duration_s": time.time() - started,
             **measured,
         },
-        "rates": rates,
+        "rates": list(rates),
         "best": best_rate(rates, config.p99_bound_ms),
+        "partial": partial,
     }
 
 
@@ -243,7 +259,14 @@ def worker_flags(
     return flags
 
 
-async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMaker, log) -> dict:
+async def _measure(
+    config: OpenLoopConfig,
+    plan: Plan,
+    model: str,
+    maker: JobMaker,
+    log,
+    so_far: Callable[[dict, list[dict]], None],
+) -> dict:
     from kafka_scorer.embedded.broker import EmbeddedBroker
     from kafka_scorer.kafka.admin import create_topics
     from kafka_scorer.kafka.connection import new_consumer, new_producer
@@ -286,7 +309,23 @@ async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMak
 
             try:
                 warm = await _warm_up(producer, topics[0], replies, maker, plan, check, config, log)
-                rates = await _all_rates(producer, topics[0], replies, maker, plan, check, config, log)
+                served = {
+                    "worker_start_s": start_s,
+                    "served_backend": served_backend,
+                    "served_cuda_graphs": served_graphs,
+                    **warm,
+                }
+                rates = await _all_rates(
+                    producer,
+                    topics[0],
+                    replies,
+                    maker,
+                    plan,
+                    check,
+                    config,
+                    log,
+                    lambda measured: so_far(served, measured),
+                )
             finally:
                 reading.cancel()
                 await asyncio.gather(reading, return_exceptions=True)
@@ -296,13 +335,7 @@ async def _measure(config: OpenLoopConfig, plan: Plan, model: str, maker: JobMak
             with contextlib.suppress(Exception):
                 await consumer.stop()
             await asyncio.to_thread(worker.stop)
-    return {
-        "worker_start_s": start_s,
-        "served_backend": served_backend,
-        "served_cuda_graphs": served_graphs,
-        **warm,
-        "rates": rates,
-    }
+    return {**served, "rates": rates}
 
 
 async def _warm_up(
@@ -326,7 +359,7 @@ async def _warm_up(
 
 
 async def _all_rates(
-    producer, topic: str, replies: Replies, maker: JobMaker, plan: Plan, check, config, log
+    producer, topic: str, replies: Replies, maker: JobMaker, plan: Plan, check, config, log, done
 ) -> list[dict]:
     rates: list[dict] = []
     rng = random.Random(f"arrivals:{config.seed}")
@@ -345,6 +378,7 @@ async def _all_rates(
         summary = run.summary(rate, plan.seconds, plan.job.num_items, replies, config.p99_bound_ms)
         summary["others_cpu"] = load.foreign_cpu_load
         rates.append(summary)
+        done(rates)
         if summary["lost"]:
             saturated_at = rate
     return rates

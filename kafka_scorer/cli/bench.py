@@ -6,10 +6,7 @@ Kept light at import (no torch): `kafka-scorer --help` imports every subcommand 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
 from kafka_scorer.cli.bench_named import DEFAULT_BUDGET, NAMED_ONLY, budget
 from kafka_scorer.cli.help_style import add_device_arguments
@@ -217,24 +214,17 @@ def run(args: argparse.Namespace) -> int:
         template=args.template,
         decoder_forward=args.decoder_forward,
     )
-    report = run_bench(config, (lambda partial: write_json(args.json, partial)) if args.json else None)
+    from kafka_scorer.bench.report_file import write_report
+
+    report = run_bench(config, (lambda partial: write_report(args.json, partial)) if args.json else None)
     print()
     print(format_report(report))
     if args.json:
-        write_json(args.json, report)
+        write_report(args.json, report)
     if not report["ok"]:
         print("cross-check FAILED: some contender's scores disagree with the baseline", file=sys.stderr)
         return 1
     return 0
-
-
-def write_json(path: str, report: dict) -> None:
-    """Whole or not at all: written beside and renamed over, so a run killed while writing (a
-    gpu-check step at its time limit) leaves the previous report, never half of one."""
-    target = Path(path)
-    scratch = target.with_name(f".{target.name}.writing")
-    scratch.write_text(json.dumps(report, indent=2))
-    os.replace(scratch, target)
 
 
 def _fmt_bytes(n: int) -> str:

@@ -6,8 +6,9 @@ Kept light at import (no torch), as cli/bench.py is: each runner imports its wor
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from kafka_scorer.bench.report_file import write_report
 
 DEFAULT_BUDGET = 8192
 """The engine workloads' token budget unless `--max-batch-tokens` names one (fixed, so runs compare)."""
@@ -102,7 +103,12 @@ def _run_open_loop(args: argparse.Namespace) -> int:
         seed=args.seed,
         model_dir=args.model_dir,
     )
-    report = run_open_loop_bench(config)
+
+    def so_far(partial: dict) -> None:
+        if args.json:
+            write_report(args.json, {"open-loop": partial})
+
+    report = run_open_loop_bench(config, on_rate=so_far)
     return _finish(args, "open-loop", report, format_open_loop_report(report))
 
 
@@ -125,8 +131,7 @@ def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed
     print()
     print(text)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({name: report}, fh, indent=2)
+        write_report(args.json, {name: report})
     if failed and not report["ok"]:
         print(f"cross-check FAILED: {failed}", file=sys.stderr)
         return 1

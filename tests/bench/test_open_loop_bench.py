@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafka_scorer.bench.gpu_check import Outcome
+from kafka_scorer.bench.gpu_check_tables import step_markdown
 from kafka_scorer.bench.open_loop import (
     QUICK_RATES,
     QUICK_SECONDS,
@@ -45,9 +47,20 @@ RATE_KEYS = {
 
 
 @pytest.mark.integration
-def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, capsys) -> None:
+def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, capsys, monkeypatch) -> None:
     """Through the flex backend with CUDA graphs asked for: on the CPU the worker serves from the padded
-    static buffers (engine/graphs/), which the report names."""
+    static buffers (engine/graphs/), which the report names. The report is written after each rate too
+    (a run killed at its limit keeps the rates it measured), marked partial."""
+    from kafka_scorer.cli import bench_named
+
+    written: list[dict] = []
+    real_write = bench_named.write_report
+
+    def recording(path, report: dict) -> None:
+        written.append(json.loads(json.dumps(report)))
+        real_write(path, report)
+
+    monkeypatch.setattr(bench_named, "write_report", recording)
     out = tmp_path / "open-loop.json"
     flags = ["--backend", "flex", "--cuda-graph-tokens", "512", "--max-batch-tokens", "1024"]
     assert main(["bench", "--workload", "open-loop", "--quick", *flags, "--json", str(out)]) == 0
@@ -69,6 +82,15 @@ def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, cap
         assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
         assert r["meets_bound"] == (r["p99_ms"] <= meta["p99_bound_ms"])
     assert report["best"] == best_rate(report["rates"], meta["p99_bound_ms"])
+    partials, final = [w["open-loop"] for w in written[:-1]], written[-1]["open-loop"]
+    assert [len(p["rates"]) for p in partials] == list(range(1, len(QUICK_RATES) + 1))
+    assert all(p["partial"] for p in partials) and final["partial"] is False and final == report
+    assert partials[-1]["rates"] == report["rates"] and partials[0]["meta"]["worker_start_s"] > 0
+    killed = Outcome("open-loop", "timeout", 9.0, note="killed after 9 s", report={"open-loop": partials[0]})
+    first = f"{QUICK_RATES[0]:g}/s"
+    assert f"**partial** (timeout: killed after 9 s): the rates measured before it: {first}\n" in (
+        step_markdown(killed)
+    )
     printed = capsys.readouterr().out
     assert (
         "| requests/s | offered items/s | served items/s | p50 ms | p90 ms | p99 ms | max ms | errors |"
