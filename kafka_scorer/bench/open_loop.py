@@ -294,6 +294,7 @@ async def _measure(
                 plan.budget = int(served_budget)
             served_backend = worker.logged_setting("attention_backend")
             served_graphs = worker.logged_setting("cuda_graphs")
+            start_up_steps = worker.start_up_steps()
             await producer.start()
             await consumer.start()
             reply_parts = [TopicPartition(topics[1], p) for p in range(partitions)]
@@ -311,6 +312,7 @@ async def _measure(
                 warm = await _warm_up(producer, topics[0], replies, maker, plan, check, config, log)
                 served = {
                     "worker_start_s": start_s,
+                    "start_up_steps": start_up_steps,
                     "served_backend": served_backend,
                     "served_cuda_graphs": served_graphs,
                     **warm,

@@ -15,6 +15,15 @@ def _share(value: float | None) -> str:
     return "–" if value is None else f"{value:.0%}"
 
 
+_STEP_NAMES = {"warm_up_s": "its warm-up", "label_kernels_s": "label kernels", "cuda_graphs_s": "CUDA graphs"}
+
+
+def _steps(steps: dict | None) -> str:
+    """What the seconds to ready went to, as the worker logged them (CUDA adds the last two)."""
+    parts = [f"{_STEP_NAMES[name]} {s:.1f} s" for name, s in (steps or {}).items() if s is not None]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def format_open_loop_report(report: dict) -> str:
     meta = report["meta"]
     job = meta["job"]
@@ -27,7 +36,8 @@ def format_open_loop_report(report: dict) -> str:
         f"each request a fresh job: query {job['query_len']}, {job['num_items']} items x {job['item_len']} "
         f"tokens, labels {meta['labels']}, apply_softmax {str(job['apply_softmax']).lower()}; "
         f"{meta['seconds']:g} s of arrivals per rate; latency from produce to reply read",
-        f"worker ready in {meta['worker_start_s']:.1f} s; warm-up {meta['warmup_jobs']} jobs in "
+        f"worker ready in {meta['worker_start_s']:.1f} s{_steps(meta.get('start_up_steps'))}; warm-up "
+        f"{meta['warmup_jobs']} jobs in "
         f"{meta['warmup_s']:.1f} s (not counted); others: the CPU share other processes took meanwhile (the "
         "worker and the broker count as the bench's own)",
         "",

@@ -25,6 +25,14 @@ from pathlib import Path
 READY_LINE = "worker ready"
 """What the worker logs once it has loaded, warmed up and started consuming (worker/service.py)."""
 
+START_UP_STEPS = {
+    "warm_up_s": r"warm-up at the served shapes took ([\d.]+) ?s",
+    "label_kernels_s": r"label kernels tuned for .* in ([\d.]+) s",
+    "cuda_graphs_s": r"CUDA graphs captured for .* in ([\d.]+) s",
+}
+"""The start-up lines with a duration (cli/worker.py, engine/warm_up.py): what the seconds to ready went
+to. The label kernels and the graphs are parts of the warm-up, logged on CUDA only."""
+
 
 def _terminate_with_parent() -> None:
     """In the child, before exec: SIGTERM when the bench dies (Linux `PR_SET_PDEATHSIG`)."""
@@ -71,6 +79,12 @@ class WorkerProcess:
         """A `name=value` the worker logged (its "serving ..." line names the settings it resolved)."""
         found = re.search(rf"\b{re.escape(name)}=(\S+)", self.output())
         return found.group(1) if found else None
+
+    def start_up_steps(self) -> dict[str, float | None]:
+        """Seconds of each of `START_UP_STEPS` the worker logged; None for one it did not."""
+        text = self.output()
+        found = {name: re.search(pattern, text) for name, pattern in START_UP_STEPS.items()}
+        return {name: float(match.group(1)) if match else None for name, match in found.items()}
 
     def tail(self, chars: int = 3000) -> str:
         return self.output()[-chars:]

@@ -103,7 +103,9 @@ def _capture_graphs(scorer: Scorer) -> None:
         return
     sizes = graphs.buckets.sizes
     log.info(
-        "CUDA graphs captured for %d token buckets (%d..%d) in %.1f s",
+        "CUDA graphs captured for %d token buckets (%d..%d) in %.1f s"
+        if graphs.capture  # off CUDA the same static buffers serve, uncaptured (the CPU tests' path)
+        else "graph buffers (uncaptured off CUDA) ready for %d token buckets (%d..%d) in %.1f s",
         len(sizes),
         sizes[0],
         sizes[-1],

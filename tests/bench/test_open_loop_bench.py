@@ -70,6 +70,10 @@ def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, cap
     assert meta["model_shape"] == "tiny" and meta["device"] == "cpu"
     assert meta["job_tokens"] == QUICK_SHAPE.tokens and meta["rates"] == list(QUICK_RATES)
     assert meta["worker_start_s"] > 0 and meta["warmup_jobs"] > 0  # warmed before the first timed rate
+    # what the seconds to ready went to, from the worker's log: its warm-up; the rest is CUDA's
+    steps = meta["start_up_steps"]
+    assert 0 < steps["warm_up_s"] < meta["worker_start_s"]
+    assert steps["label_kernels_s"] is None and steps["cuda_graphs_s"] is None
     assert [r["rate_rps"] for r in report["rates"]] == list(QUICK_RATES)
     for r in report["rates"]:
         assert set(r) == RATE_KEYS
@@ -92,6 +96,9 @@ def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, cap
         step_markdown(killed)
     )
     printed = capsys.readouterr().out
+    assert (
+        f"worker ready in {meta['worker_start_s']:.1f} s (its warm-up {steps['warm_up_s']:.1f} s);" in printed
+    )
     assert (
         "| requests/s | offered items/s | served items/s | p50 ms | p90 ms | p99 ms | max ms | errors |"
         in printed
