@@ -4,7 +4,6 @@ and model shape a run resolves to, and one timed `score_jobs` call."""
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from kafka_scorer.bench import report_file
 from kafka_scorer.bench.models import SHAPES, ModelShape, build_shaped_model
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job, Result
@@ -75,6 +75,6 @@ def timed(scorer: Scorer, jobs: list[Job]) -> tuple[float, list[Result]]:
 
 
 def write_report(args: argparse.Namespace, report: dict) -> None:
-    """The report as JSON to `--json`, when given."""
+    """The report as JSON to `--json`, when given (whole or not at all: `report_file.py`)."""
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        report_file.write_report(args.json, report)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -30,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from kafka_scorer.bench.report_file import write_report
 from kafka_scorer.engine.kernels.label_scores import label_logits, label_logprobs
 
 # The shape (4,096 rows x 151,936 vocab) with Qwen3-0.6B's hidden size on both devices; the CPU
@@ -237,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         args.device, args.rows, args.vocab, args.hidden, args.labels, args.repeats, args.dtype
     )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+        write_report(args.json, report)
     return 0
 
 

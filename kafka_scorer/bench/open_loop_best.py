@@ -17,6 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from kafka_scorer.bench.report_file import write_report
+
 CANDIDATES = ("flex", "spans", "varlen")
 """The backends a serving worker could use on CUDA (the cascade is flex's fallback, dense the reference)."""
 TOLERANCE = 6e-2
@@ -50,7 +52,7 @@ def run(attention_json: Path, bench_args: list[str], out_json: Path | None) -> i
     if best is None or best == "flex":
         reason = why if best is None else f"flex is fastest ({why}): the open-loop step measured it"
         if out_json is not None:
-            out_json.write_text(json.dumps({"skipped": reason, "backend": best}))
+            write_report(out_json, {"skipped": reason, "backend": best})
         print(f"open-loop-best: nothing to run: {reason}", flush=True)
         return 0
     args = [*bench_args, "--backend", best]
@@ -59,7 +61,7 @@ def run(attention_json: Path, bench_args: list[str], out_json: Path | None) -> i
     code = cli_main(args)
     if out_json is not None and out_json.is_file():
         payload = json.loads(out_json.read_text())
-        out_json.write_text(json.dumps({**payload, "backend": best, "why": why}))
+        write_report(out_json, {**payload, "backend": best, "why": why})
     return code
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kafka_scorer.bench.report_file import write_report
 from kafka_scorer.cli.bench_named import DEFAULT_BUDGET, NAMED_ONLY, budget
 from kafka_scorer.cli.help_style import add_device_arguments
 
@@ -214,8 +215,6 @@ def run(args: argparse.Namespace) -> int:
         template=args.template,
         decoder_forward=args.decoder_forward,
     )
-    from kafka_scorer.bench.report_file import write_report
-
     report = run_bench(config, (lambda partial: write_report(args.json, partial)) if args.json else None)
     print()
     print(format_report(report))
