@@ -326,7 +326,7 @@ async def _measure(
                     check,
                     config,
                     log,
-                    lambda measured: so_far(served, measured),
+                    lambda rates_so_far: so_far(served, rates_so_far),
                 )
             finally:
                 reading.cancel()

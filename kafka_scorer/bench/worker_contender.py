@@ -144,7 +144,7 @@ class _KafkaClient:
         tokens = rows = 0
         sent = answered = 0
         with probe.measure() if probe is not None else contextlib.nullcontext(Measured()) as peak:
-            start, loop_cpu = time.perf_counter(), time.thread_time()
+            start, cpu_start = time.perf_counter(), time.thread_time()
 
             async def fill() -> None:
                 nonlocal sent
@@ -178,5 +178,5 @@ class _KafkaClient:
                             rows += len(jobs[index].items)
                         answered += 1
                 await fill()
-            wall, loop_cpu = time.perf_counter() - start, time.thread_time() - loop_cpu
+            wall, loop_cpu = time.perf_counter() - start, time.thread_time() - cpu_start
         return dataclasses.replace(log.record(wall, tokens, rows, peak), loop_cpu_s=loop_cpu)
