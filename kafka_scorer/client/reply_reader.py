@@ -61,7 +61,8 @@ class ReplyReader:
         self._listener = listener
         self._new_consumer = new_consumer
         self._broker_ready = broker_ready
-        self._resets: LogResetWatch[Any] = LogResetWatch()
+        # a reconnect alone is no reset here: the outage check below reads the partitions' places again
+        self._resets: LogResetWatch[Any] = LogResetWatch(new_log_is_reset=False)
         self.resets = 0
         """Partitions read again from the beginning of a new log since the client started."""
         self._last_read: dict[Any, tuple[int, int, bytes | None]] = {}  # tp -> offset, timestamp, id
@@ -109,12 +110,14 @@ class ReplyReader:
     async def _poll(self) -> None:
         """Deliver one fetch's records; tell the reset watch how far each partition was read."""
         batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
+        states = fetch_states(self._consumer)  # the stamps of the responses these records came in
         for tp, records in batches.items():
             for record in records:
                 self._listener.deliver(record)
             if records:
                 last = records[-1]
-                self._resets.received(tp, last.offset)
+                if tp in states:
+                    self._resets.received(tp, last.offset, states[tp].fetched_at)
                 self._last_read[tp] = (last.offset, last.timestamp, _correlation(last))
 
     async def _judge_log_ends(self) -> None:

@@ -169,10 +169,19 @@ class JobConsumer:
             if self._coordination_dead():
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
-        for tp, records in got.items():  # what the records prove about each log end (log_reset.py)
-            if records:
-                self._resets.received(tp, records[-1].offset)
+        self._tell_received(got)
         return got
+
+    def _tell_received(self, got: dict[TopicPartition, list[ConsumerRecord | Unreadable]]) -> None:
+        """What the records just handed out prove about each log end (log_reset.py), with the stamp of
+        the fetch response that carried them: aiokafka fetches no partition that still has records
+        waiting, so the stamp read now is theirs."""
+        if not any(got.values()):
+            return
+        states = fetch_states(self._consumer)
+        for tp, records in got.items():
+            if records and tp in states:
+                self._resets.received(tp, records[-1].offset, states[tp].fetched_at)
 
     async def _skip_unreadable(
         self, timeout_ms: int, max_records: int

@@ -20,10 +20,26 @@ the worker acts on is bounded, whatever a broker says:
 - at most `max_repositions` per partition within `window_s`; past that, a reset is refused (held
   where it is) and said, so a broker that keeps contradicting itself cannot make a loop of it.
 
-What the numbers cannot show: a fresh log that producers filled past the old position before the
-worker's next fetch looks like the old one, grown. That case is caught by the group membership the
-same broker restart took away (fenced_commit.py); a topic recreated under a group that survives it
-needs the topic id (KIP-516), which aiokafka 0.14 neither requests (Metadata v5) nor exposes. The log
+Evidence about a log end only ever comes from the log it is about (issue 39). A broker restarted
+with an empty log answers the next fetch with a small log end while the worker still hands out the
+records it fetched from the broker's previous life: taken as proof, those records said "the new log
+end is wrong" and the worker read on past every record the new log held (256 of 1,898 acknowledged
+jobs skipped in one run of four). So:
+- records prove a log end only against the fetch response that carried them (`received` takes the
+  response's stamp, and only the state with that same stamp is judged against them);
+- what records proved is forgotten when the log they came from may have changed: the partition's
+  leader or the connection the fetches run on (`FetchState.log`; a new group membership is a new
+  assignment, forgotten whole); and a proof
+  carried by a response stamped before that change was seen never counts under the new log;
+- the position itself is evidence from the old log: a fresh log that producers filled past it looks
+  like the old one, grown, and reading on from it skips every fresh record below it. So a partition
+  whose leader or connection changed is a reset (`new_log_is_reset`, the worker's choice), positioned
+  from what the broker holds: on a broker that kept its log that is the group's committed offset, and
+  the jobs in flight are read once more (the at-least-once bound), never skipped.
+
+What the numbers cannot show: a topic deleted and recreated behind the same connection, filled past
+the old position before the worker's next fetch, looks like the old one, grown; that needs the topic
+id (KIP-516), which aiokafka 0.14 neither requests (Metadata v5) nor exposes. The log
 start offset would be a third sign, but aiokafka drops it from the fetch response.
 
 Pure Python, no Kafka client: unit-tested in tests/kafka/test_log_reset_watch.py.
@@ -33,11 +49,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 P = TypeVar("P")  # a partition key: aiokafka's TopicPartition in the worker, anything hashable in tests
+
+_NEW_LOG = "its leader or the connection to it changed (a broker restart): the log may be a new one"
 
 MAX_REPOSITIONS = 3
 """Repositionings of one partition acted on within `WINDOW_S`; more are refused."""
@@ -50,7 +68,16 @@ class FetchState:
 
     position: int
     log_end: int  # the response's high watermark
-    fetched_at: int  # aiokafka's timestamp of that response: two states with one are one response
+    fetched_at: int  # aiokafka's stamp of that response (wall-clock ms): two states with one are one response
+    log: Hashable = None  # which log, as far as the client can tell (subscription.py); None: unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """How far the records handed out of one partition reached, and the fetch response they came in."""
+
+    fetched_at: int
+    end: int  # one past the highest offset handed out
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +95,9 @@ class _Partition:
     suspect_at: int | None = None  # the fetch response that first showed an anomaly
     proven_end: int | None = None  # one past the records proved beyond a smaller reported end
     armed: bool = True  # False after a reset, until the partition is seen healthy again
+    log: Hashable = None  # the log the fetch states last came from
+    seen: bool = False  # a fetch state of this partition has been judged (`log` is known)
+    log_since: int = 0  # when `log` was first seen (wall-clock ms): older responses prove nothing in it
     acted_at: deque[float] = field(default_factory=deque)  # when resets were acted on, in the window
 
 
@@ -79,16 +109,26 @@ class LogResetWatch(Generic[P]):
         max_repositions: int = MAX_REPOSITIONS,
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),  # the clock of aiokafka's stamps
+        new_log_is_reset: bool = True,  # the client's reply reader checks its positions its own way
     ) -> None:
         self._parts: dict[P, _Partition] = {}
-        self._received: dict[P, int] = {}  # one past the highest offset handed out since the last look
+        self._received: dict[P, Delivered] = {}  # the latest response's records handed out since the last look
         self._max = max_repositions
         self._window_s = window_s
         self._clock = clock
+        self._wall_ms = wall_ms
+        self._new_log_is_reset = new_log_is_reset
 
-    def received(self, tp: P, offset: int) -> None:
-        """The consumer handed out the record at `offset` of `tp` (before the next `observe`)."""
-        self._received[tp] = max(self._received.get(tp, 0), offset + 1)
+    def received(self, tp: P, offset: int, fetched_at: int) -> None:
+        """The consumer handed out the record at `offset` of `tp`, from the fetch response stamped
+        `fetched_at` (before the next `observe`). Only the latest response's records are kept: an older
+        one's can prove nothing about the log end the next look judges."""
+        seen = self._received.get(tp)
+        if seen is None or fetched_at > seen.fetched_at:
+            self._received[tp] = Delivered(fetched_at, offset + 1)
+        elif fetched_at == seen.fetched_at:
+            self._received[tp] = Delivered(fetched_at, max(seen.end, offset + 1))
 
     def observe(self, states: Mapping[P, FetchState]) -> Verdicts[P]:
         """Judge each partition's latest fetch state against what came before and the records since."""
@@ -96,6 +136,11 @@ class LogResetWatch(Generic[P]):
         received, self._received = self._received, {}
         for tp, state in states.items():
             part = self._parts.setdefault(tp, _Partition())
+            if self._follow_log(part, state) and self._new_log_is_reset:
+                part.suspect_at = None
+                self._decide(tp, part, state, _NEW_LOG, verdicts)
+                if tp in verdicts.reset or tp in verdicts.refused:
+                    continue
             reason = self._contradiction(part, state, received.get(tp))
             if reason is not None:
                 verdicts.contradicted[tp] = reason
@@ -122,12 +167,28 @@ class LogResetWatch(Generic[P]):
         proven = part.proven_end if part is not None else None
         return reported if proven is None else max(reported, proven)
 
-    def _contradiction(self, part: _Partition, state: FetchState, received: int | None) -> str | None:
+    def _follow_log(self, part: _Partition, state: FetchState) -> bool:
+        """A new leader, connection or generation may serve another log (a broker restarted empty on
+        the same address): what records proved about the old one no longer holds. True when the log
+        changed; a state whose log is unknown (None: no connection right now) changes nothing."""
+        if state.log is None:
+            return False
+        changed = part.seen and state.log != part.log
+        if changed:
+            part.proven_end, part.log_since = None, self._wall_ms()
+        part.log, part.seen = state.log, True
+        return changed
+
+    def _contradiction(self, part: _Partition, state: FetchState, delivered: Delivered | None) -> str | None:
         """Records just handed out beyond the reported end prove it wrong: remember what they proved.
-        Said once per partition (None while it goes on), and forgotten once the broker catches up."""
+        Only records of the very response being judged, in the log as it is now, count. Said once per
+        partition (None while it goes on), and forgotten once the broker catches up."""
         if part.proven_end is not None and state.log_end >= part.proven_end:
             part.proven_end = None
-        if received is None or received <= state.log_end:
+        if delivered is None or delivered.fetched_at != state.fetched_at or state.fetched_at < part.log_since:
+            return None
+        received = delivered.end
+        if received <= state.log_end:
             return None
         first = part.proven_end is None
         part.proven_end = max(part.proven_end or 0, received)

@@ -7,7 +7,10 @@ this private part of aiokafka (fenced_commit.py reads the group's generation on 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
+
+from aiokafka.client import ConnectionGroup
 
 from kafka_scorer.kafka.log_reset import FetchState
 
@@ -21,8 +24,21 @@ def fetch_states(consumer: Any) -> dict[Any, FetchState]:
     for tp in assignment.tps:
         state = assignment.state_value(tp)
         if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
-            out[tp] = FetchState(state.position, state.highwater, state.timestamp)
+            out[tp] = FetchState(state.position, state.highwater, state.timestamp, _log_of(consumer, tp))
     return out
+
+
+def _log_of(consumer: Any, tp: Any) -> Hashable:
+    """Which log the partition's fetches read, as far as the client can tell: its leader and the very
+    connection object the fetches run on (a broker restarted on the same address is a new one); None
+    while not connected. A new group membership is a new assignment, which the watch forgets anyway.
+    Kafka's leader epoch would be the exact answer; aiokafka keeps none."""
+    client = consumer._client
+    leader = client.cluster.leader_for_partition(tp)
+    connection = client._conns.get((leader, ConnectionGroup.DEFAULT)) if leader is not None else None
+    if connection is None or not connection.connected():
+        return None  # unknown while there is no connection: judged again once there is one
+    return (leader, connection)
 
 
 def positions(consumer: Any) -> dict[Any, int]:

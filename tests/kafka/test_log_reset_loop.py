@@ -45,6 +45,8 @@ class _LyingLog:
         assignment = SimpleNamespace(tps=[TP], state_value=lambda tp: self.state)
         self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
         self._coordinator = SimpleNamespace(generation=1, _coordination_task=None)
+        cluster = SimpleNamespace(leader_for_partition=lambda tp: 1)
+        self._client = SimpleNamespace(cluster=cluster, _conns={})  # one leader, one log throughout
 
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list]:
         start = self.state.position
