@@ -113,7 +113,8 @@ class LogResetWatch(Generic[P]):
         new_log_is_reset: bool = True,  # the client's reply reader checks its positions its own way
     ) -> None:
         self._parts: dict[P, _Partition] = {}
-        self._received: dict[P, Delivered] = {}  # the latest response's records handed out since the last look
+        # the records handed out since the last look, of the latest response they came in
+        self._received: dict[P, Delivered] = {}
         self._max = max_repositions
         self._window_s = window_s
         self._clock = clock

@@ -166,5 +166,6 @@ def test_records_of_the_same_response_still_prove_its_log_end_wrong_in_a_new_log
     watch.observe({"p": FetchState(position=0, log_end=5, fetched_at=90, log="B")})
     watch.received("p", 10, fetched_at=120)
     said = watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=120, log="B")})
-    assert said.contradicted == {"p": "the broker reports the log end 2 but delivered records up to offset 10"}
+    wrong = "the broker reports the log end 2 but delivered records up to offset 10"
+    assert said.contradicted == {"p": wrong}
     assert all(watch.observe({"p": FetchState(11, 2, n, log="B")}).reset == {} for n in range(121, 130))
