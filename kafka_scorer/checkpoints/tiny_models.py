@@ -49,6 +49,7 @@ def hybrid_fields(arch: Arch, num_layers: int) -> dict[str, Any]:
         )
     return fields
 
+
 _CORPUS = [
     "What is the capital of California? Sacramento is the capital of California.",
     "Los Angeles and San Francisco are large cities; San Diego is in the south.",

@@ -79,7 +79,7 @@ def stateful_layers(decoder: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
     """Wrap `model`'s stateful layers in place, or raise `StatefulLayerError`; None: it has none."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
+    decoder = _decoder(model)
     family = getattr(config, "model_type", None)
     layers = stateful_layers(decoder)
     named_types = sorted(set(getattr(config, "layer_types", None) or ()) & STATEFUL_LAYER_TYPES)
@@ -106,6 +106,16 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
         wrapped = PackedGatedDeltaNet(module, projections_for(module), delta_rule_of(module))  # type: ignore[arg-type]
         setattr(decoder.get_submodule(parent), attribute, wrapped)
     return RecurrentSpec(layers=len(layers), window=windows.pop())
+
+
+def _decoder(model: nn.Module) -> nn.Module:
+    """The text decoder (a multimodal checkpoint's language model, not its vision or audio towers,
+    whose convolutions are not along the text); transformers' `get_decoder` raises for a few exotic
+    layouts, which are then searched whole."""
+    try:
+        return model.get_decoder()
+    except (AttributeError, ValueError, NotImplementedError):
+        return model.base_model
 
 
 def _supported(family: str | None, module: nn.Module) -> bool:
