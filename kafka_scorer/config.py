@@ -133,7 +133,8 @@ class EngineSettings(BaseSettings):
         description="Device memory (MiB) for the prefix cache: key/value states of recurring prompt heads "
         "(a template's text before the query, a repeated query), computed once per worker and reused by "
         "every job that starts with them (docs/engine.md). -1: sized for the model (8192 tokens' states, "
-        "at most 512 MiB); 0: off. Never used for encoders or sliding-window models.",
+        "at most 512 MiB); 0: off. Never used for encoders, sliding-window or hybrid (Qwen3.5, "
+        "Qwen3-Next) models.",
     )
     embedding_cache_mb: int = Field(
         -1,

@@ -11,8 +11,44 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-Arch = Literal["qwen3", "qwen2", "llama", "gemma2"]
+Arch = Literal["qwen3", "qwen2", "llama", "gemma2", "qwen3_5", "qwen3_5_moe", "qwen3_next"]
 Kind = Literal["causal", "classification"]
+
+HYBRID_ARCHS = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
+"""Gated DeltaNet + full-attention hybrids (`engine/recurrent/`); Qwen3.5-MoE has no classifier class."""
+
+# transformers' config and model class names of each arch (the classifier's where it differs).
+_CLASS_NAMES = {
+    "qwen3": ("Qwen3", "Qwen3", "Qwen3"),
+    "qwen2": ("Qwen2", "Qwen2", "Qwen2"),
+    "llama": ("Llama", "Llama", "Llama"),
+    "gemma2": ("Gemma2", "Gemma2", "Gemma2"),
+    "qwen3_5": ("Qwen3_5Text", "Qwen3_5", "Qwen3_5Text"),
+    "qwen3_5_moe": ("Qwen3_5MoeText", "Qwen3_5Moe", "Qwen3_5MoeText"),
+    "qwen3_next": ("Qwen3Next", "Qwen3Next", "Qwen3Next"),
+}
+
+
+def hybrid_fields(arch: Arch, num_layers: int) -> dict[str, Any]:
+    """Tiny Gated DeltaNet shapes for a hybrid arch: two key heads serving four value heads (grouped, as
+    in the real checkpoints), key and value head sizes that differ, a 4-tap convolution, and layers
+    alternating GDN and full attention, GDN first and last; MoE archs get 4 experts, 2 per token."""
+    if arch not in HYBRID_ARCHS:
+        return {}
+    fields: dict[str, Any] = dict(
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        layer_types=["linear_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
+    )
+    if arch in ("qwen3_5_moe", "qwen3_next"):
+        fields |= dict(
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32
+        )
+    return fields
+
 
 _CORPUS = [
     "What is the capital of California? Sacramento is the capital of California.",
@@ -156,9 +192,12 @@ def decoder_config(
     """
     import transformers
 
-    arch_name = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "gemma2": "Gemma2"}[arch]
-    config_cls = getattr(transformers, arch_name + "Config")
-    suffix = "ForCausalLM" if kind == "causal" else "ForSequenceClassification"
+    config_name, causal_name, classifier_name = _CLASS_NAMES[arch]
+    config_cls = getattr(transformers, config_name + "Config")
+    if kind == "causal":
+        architecture = causal_name + "ForCausalLM"
+    else:
+        architecture = classifier_name + "ForSequenceClassification"
     extra = {} if head_dim is None else {"head_dim": head_dim}
     return config_cls(
         vocab_size=vocab_size,
@@ -172,7 +211,7 @@ def decoder_config(
         pad_token_id=pad_token_id,
         bos_token_id=bos_token_id,
         num_labels=num_labels,
-        architectures=[arch_name + suffix],
+        architectures=[architecture],
         **extra,
         **fields,
     )
@@ -203,7 +242,7 @@ def tiny_config(
         num_layers=num_layers,
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
-        head_dim=hidden_size // num_heads if arch in ("qwen3", "llama", "gemma2") else None,
+        head_dim=hidden_size // num_heads if arch != "qwen2" else None,
         tie_word_embeddings=(arch == "qwen3"),
         max_position_embeddings=4096,
         num_labels=num_labels,
@@ -212,6 +251,7 @@ def tiny_config(
         # A wide init makes scores differ clearly between pairs, so a wrong mask or position shows up
         # as a large error instead of hiding under a tolerance.
         initializer_range=initializer_range,
+        **hybrid_fields(arch, num_layers),
     )
     for name, value in (overrides or {}).items():
         setattr(config, name, value)
@@ -226,11 +266,14 @@ def build_tiny_model(
     num_labels: int = 2,
     seed: int = 0,
     hidden_size: int = 64,
-    num_layers: int = 2,
+    num_layers: int | None = None,
     extra_vocab: int = 16,
     overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny random model and its tokenizer to `directory` and return the path.
+
+    `num_layers` defaults to 2, and to 3 for the hybrids (GDN, full attention, GDN: a GDN layer after
+    attention, whose input already depends on the packing).
 
     The model's vocabulary is `extra_vocab` ids larger than the tokenizer's, as in real checkpoints
     whose embedding matrix is padded: label ids up to the model's output vocabulary must be accepted.
@@ -245,7 +288,7 @@ def build_tiny_model(
         vocab_size=len(tokenizer) + extra_vocab,
         num_labels=num_labels,
         hidden_size=hidden_size,
-        num_layers=num_layers,
+        num_layers=num_layers or (3 if arch in HYBRID_ARCHS else 2),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         overrides=overrides,

@@ -27,6 +27,7 @@ from kafka_scorer.engine.encoders import (
     encoder_family,
     encoder_spec,
 )
+from kafka_scorer.engine.recurrent.detection import RecurrentSpec, StatefulLayerError, prepare_recurrent
 from kafka_scorer.engine.revision import checkpoint_revision
 
 if TYPE_CHECKING:
@@ -79,6 +80,9 @@ class LoadedModel:
     """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/revision.py`)."""
     late: LateSpec | None = None
     """Set for late-interaction (ColBERT) checkpoints: markers, lengths, projection, skiplist."""
+    recurrent: RecurrentSpec | None = None
+    """Set for hybrid decoders (Qwen3.5, Qwen3-Next): their Gated DeltaNet layers are wrapped to run each
+    packed sequence from its own state (`engine/recurrent/`); the runner hands them the batch's runs."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -128,9 +132,12 @@ def detect_kind(architectures: list[str] | None) -> ModelKind:
     )
 
 
-def _mis_block_reason(config) -> str | None:
+def _mis_block_reason(config, recurrent: RecurrentSpec | None) -> str | None:
+    """Layers packing would get wrong: any but plain causal attention, except stateful layers the
+    engine runs per sequence and per item (`engine/recurrent/`), which are exact under MIS too."""
     layer_types = getattr(config, "layer_types", None) or []
-    odd = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+    exact = {"full_attention", "sliding_attention"} | ({"linear_attention"} if recurrent else set())
+    odd = sorted({t for t in layer_types if t not in exact})
     if odd:
         return f"layers of type {odd} are not plain causal attention"
     if getattr(config, "is_encoder_decoder", False):
@@ -164,7 +171,10 @@ def _sees_later_tokens(model: nn.Module, vocab_size: int) -> bool:
     remote code) would otherwise be served as a decoder, its pairs run as one causal stream, and its
     scores come back wrong without an error. Two 8-token forwards with transformers' eager attention,
     alike but for their last tokens, run separately: a causal model computes its first row from the
-    same numbers in the same order both times, so any difference is the later tokens'.
+    same numbers both times. A mixture-of-experts layer may round it differently (each expert's matmul
+    covers the tokens routed to it, a different set each time: Qwen3-Next's first row moved by 1e-6 of
+    its size), so only a difference above rounding counts (1e-4 of the row's size; a later token's
+    whole contribution is far larger).
     """
     device = next(model.parameters()).device
     firsts = []
@@ -178,7 +188,7 @@ def _sees_later_tokens(model: nn.Module, vocab_size: int) -> bool:
         return False
     finally:
         model.set_attn_implementation(ATTENTION_IMPLEMENTATION)
-    return bool((firsts[0] - firsts[1]).abs().max() > 1e-6 * firsts[0].abs().max().clamp(min=1.0))
+    return bool((firsts[0] - firsts[1]).abs().max() > 1e-4 * firsts[0].abs().max().clamp(min=1.0))
 
 
 def _classification_head(model: nn.Module) -> nn.Module:
@@ -303,7 +313,12 @@ def load_model(
             "mean" if encoder.mean_pooling else "first-token",
             encoder.max_positions,
         )
+    recurrent = None
     if encoder is None:
+        try:
+            recurrent = prepare_recurrent(model, config)
+        except StatefulLayerError as exc:
+            raise ModelLoadError(f"model: {exc}") from exc
         body = _decoder_body(body, decoder_forward, torch_device)
     return LoadedModel(
         name=served_name or model_path,
@@ -317,11 +332,12 @@ def load_model(
         input_vocab_size=int(model.get_input_embeddings().num_embeddings),
         output_vocab_size=output_vocab,
         max_positions=encoder.max_positions if encoder else getattr(config, "max_position_embeddings", None),
-        mis_block_reason=_ENCODER_MIS_REASON if encoder else _mis_block_reason(config),
+        mis_block_reason=_ENCODER_MIS_REASON if encoder else _mis_block_reason(config, recurrent),
         # An encoder's windowed layers (ModernBERT) name their own window in each attention call.
         sliding_window=None if encoder else _sliding_window(config),
         final_logit_softcap=_final_logit_softcap(config, kind),
         encoder=encoder,
         num_classes=int(config.num_labels) if kind is ModelKind.CLASSIFICATION else 0,
         revision=checkpoint_revision(model_path),
+        recurrent=recurrent,
     )

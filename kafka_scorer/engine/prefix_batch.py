@@ -263,10 +263,12 @@ def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> Prefix
 
     Off for encoders (bidirectional: a prefix's states depend on what follows it), for models with a
     sliding window (a cached key may fall out of a later token's window) and for models whose layers
-    are not plain causal attention (`mis_block_reason`)."""
+    are not plain causal attention (`mis_block_reason`) or carry state along the sequence (hybrid
+    decoders: the cache keeps attention keys and values, not a Gated DeltaNet layer's state at the
+    prefix's end)."""
     if setting_mb == 0 or model.encoder is not None or model.sliding_window is not None:
         return None
-    if model.mis_block_reason is not None:
+    if model.mis_block_reason is not None or model.recurrent is not None:
         return None
     config = model.model.config
     config = config.get_text_config() if hasattr(config, "get_text_config") else config

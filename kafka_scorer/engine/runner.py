@@ -22,6 +22,7 @@ from kafka_scorer.engine.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.invariant_heads import invariant_classification_scores, invariant_label_scores
 from kafka_scorer.engine.kernels.label_scores import resolve_backend
 from kafka_scorer.engine.model import LoadedModel, ModelKind
+from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, build_runs
 
 
 @dataclass
@@ -105,6 +106,11 @@ class ModelRunner:
         }
         if self.model.encoder is None:
             inputs["use_cache"] = False
+        recurrent = self.model.recurrent
+        if recurrent is not None:
+            # Hybrid decoders' stateful layers run each sequence and item from its own state (`recurrent/`).
+            runs = build_runs(batch.layout, recurrent.window, pin=self.model.device.type == "cuda")
+            inputs[RUNS_KWARG] = runs.to(self.model.device)
         if batch.token_types is not None:
             inputs["token_type_ids"] = to_device(batch.token_types)[None]
         return self.model.body(**inputs)[0][0]

@@ -1,0 +1,136 @@
+"""A Gated DeltaNet layer run over a packed stream, each sequence (and MIS item) from its own start.
+
+transformers' layer convolves and recurs over its whole input; over a packed stream that carries one
+sequence's convolution window and recurrent state into the next (its torch path ignores the
+`cu_seq_lens_q` that its fla kernels would honour). This wrapper keeps the checkpoint's layer and its
+weights, computes the per-token parts (projections, β, decay, gated norm, output projection) over the
+whole stream, and the two stateful parts over `RecurrentRuns`' padded groups:
+- the causal depthwise convolution over each run's tokens, after the `window` tokens its run sees
+  before it (zeros for a leading run, the query's last tokens for an MIS item);
+- the chunked gated delta rule, transformers' own function from the layer's modeling module (fla's
+  kernel where transformers picked it), from zero state or the query's final state.
+Padding slots are zeroed after the convolution, so their keys and β are 0 and their decay is 1: the
+final state a query hands its items is the one its real tokens built. Called without runs (a plain
+single-sequence call, as the load-time probes make), the wrapped layer runs as transformers wrote it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kafka_scorer.engine.attention.registry import METADATA_KWARG
+from kafka_scorer.engine.recurrent.projections import GatedDeltaInputs, Projections
+from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RecurrentRuns, RunGroup
+
+DeltaRule = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def delta_rule_of(layer: nn.Module) -> DeltaRule | None:
+    """The chunked gated delta rule the layer's own modeling module calls (torch, or fla's kernel)."""
+    return getattr(sys.modules.get(type(layer).__module__), "torch_chunk_gated_delta_rule", None)
+
+
+class PackedGatedDeltaNet(nn.Module):
+    """transformers' Gated DeltaNet layer (`inner`), run per run of `RecurrentRuns` when given them."""
+
+    def __init__(self, inner: nn.Module, projections: Projections, delta_rule: DeltaRule) -> None:
+        super().__init__()
+        self.inner = inner
+        self.projections = projections
+        self.delta_rule = delta_rule
+        self.window = int(inner.conv_kernel_size) - 1
+        from transformers.activations import ACT2FN
+
+        self.activation = ACT2FN[inner.activation]
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        cache: object | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: object,
+    ) -> torch.Tensor:
+        runs = kwargs.get(RUNS_KWARG)
+        if runs is None:
+            if kwargs.get(METADATA_KWARG) is not None:
+                raise RuntimeError(
+                    f"a packed forward reached a Gated DeltaNet layer without `{RUNS_KWARG}`: its sequences "
+                    "would share one recurrent state"
+                )
+            return self.inner(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+        if cache is not None or hidden_states.shape[0] != 1:
+            raise RuntimeError("a packed forward is one stream ([1, T, D]) with no cache")
+        assert isinstance(runs, RecurrentRuns)
+        return self._packed(hidden_states[0], runs)[None]
+
+    def _packed(self, hidden: torch.Tensor, runs: RecurrentRuns) -> torch.Tensor:
+        inner = self.inner
+        inputs = self.projections(inner, hidden)
+        beta = inputs.b.sigmoid()
+        decay = -inner.A_log.float().exp() * F.softplus(inputs.a.float() + inner.dt_bias)
+        # One zero row past the stream: what padding slots and missing window tokens read.
+        mixed, beta, decay = (_with_zero_row(x) for x in (inputs.mixed, beta, decay))
+        core = hidden.new_zeros(hidden.shape[0], inputs.z.shape[1], inner.head_v_dim)
+        states: torch.Tensor | None = None
+        for group in runs.groups:
+            out, final = self._run_group(group, mixed, beta, decay, states)
+            core.index_copy_(0, group.tokens, out.flatten(0, 1).index_select(0, group.slots))
+            if group.keep_rows is not None and final is not None:
+                if states is None:
+                    states = final.new_zeros((runs.kept_states, *final.shape[1:]))
+                states.index_copy_(0, group.keep_slots, final.index_select(0, group.keep_rows))
+        return self._output(core, inputs)
+
+    def _run_group(
+        self,
+        group: RunGroup,
+        mixed: torch.Tensor,
+        beta: torch.Tensor,
+        decay: torch.Tensor,
+        states: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, L, value_heads, value_head_dim] outputs and [B, heads, key_dim, value_dim] final states."""
+        inner = self.inner
+        convolved = self._convolve(mixed[torch.cat([group.window, group.index], dim=1)])
+        convolved = convolved * group.valid[..., None].to(convolved.dtype)
+        rows, length = group.index.shape
+        query, key, value = torch.split(convolved, [inner.key_dim, inner.key_dim, inner.value_dim], dim=-1)
+        initial = None
+        if group.state_from is not None:
+            assert states is not None, "items run after their queries' group"
+            initial = states.index_select(0, group.state_from)
+        return self.delta_rule(
+            query.reshape(rows, length, -1, inner.head_k_dim),
+            key.reshape(rows, length, -1, inner.head_k_dim),
+            value.reshape(rows, length, -1, inner.head_v_dim),
+            g=decay[group.index],
+            beta=beta[group.index],
+            initial_state=initial,
+            output_final_state=group.keep_rows is not None,
+            use_qk_l2norm_in_kernel=True,
+        )
+
+    def _convolve(self, windowed: torch.Tensor) -> torch.Tensor:
+        """[B, W + L, C] (each run after its window) -> [B, L, C]: the causal depthwise convolution
+        and its activation, every output from its own K inputs, with no padding."""
+        conv = self.inner.conv1d
+        out = F.conv1d(
+            windowed.transpose(1, 2).to(conv.weight.dtype), conv.weight, conv.bias, groups=windowed.shape[-1]
+        )
+        return self.activation(out).to(windowed.dtype).transpose(1, 2)
+
+    def _output(self, core: torch.Tensor, inputs: GatedDeltaInputs) -> torch.Tensor:
+        """The gated norm and output projection, per token as the layer computes them."""
+        inner = self.inner
+        heads_dim = inner.head_v_dim
+        normed = inner.norm(core.reshape(-1, heads_dim), inputs.z.reshape(-1, heads_dim))
+        return inner.out_proj(normed.reshape(core.shape[0], -1))
+
+
+def _with_zero_row(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, x.new_zeros((1, *x.shape[1:]))])

@@ -1,0 +1,148 @@
+"""RecurrentRuns: the spans of a packed stream that a stateful layer computes, each from its own start.
+
+A stateful layer (`recurrent/gated_delta.py`) must see each packed sequence as if it ran alone. Its
+work is split into runs:
+- every sequence's leading run (a plain pair, or an MIS query) starts from zero state, with nothing
+  before it in its convolution window;
+- every MIS item starts from its query's end: the query's last `window` tokens fill the item's
+  convolution window and the query's final recurrent state is the item's initial state, so the item
+  sees exactly what it would see following the query alone, and nothing of the items before it.
+Runs of similar length are stacked into padded groups (at most `MAX_ROWS` rows, so the per-row state a
+group holds stays bounded), leading runs first: an item's group needs its query's state. Everything is
+computed here from lengths, on the CPU, like the attention metadata (`engine/batch.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host, to_device
+
+RUNS_KWARG = "scorer_recurrent_runs"
+"""The forward kwarg that carries a batch's runs to the stateful layers (beside the attention metadata)."""
+
+MAX_ROWS = 64
+"""Rows of one padded group: a row holds a [heads, key_dim, value_dim] float32 state while it runs."""
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """Runs stacked as rows of one padded call; padding slots read the stream's zero row."""
+
+    index: torch.Tensor
+    """[B, L] the stream token of each slot; padding slots hold the zero row's index (the token count)."""
+    window: torch.Tensor
+    """[B, W] the tokens before each run that its convolution sees (its query's last W, for an item),
+    left-padded with the zero row."""
+    valid: torch.Tensor
+    """[B, L] True at real tokens."""
+    slots: torch.Tensor
+    """[N] the flat slot (row · L + column) of each real token, row-major."""
+    tokens: torch.Tensor
+    """[N] the stream token at each of `slots`."""
+    state_from: torch.Tensor | None
+    """[B] each row's initial state in the forward's state table (items); None: all start from zero."""
+    keep_rows: torch.Tensor | None
+    """[S] rows whose final state later runs start from (queries with items); None: none kept."""
+    keep_slots: torch.Tensor | None
+    """[S] where in the state table each of `keep_rows` goes."""
+
+
+@dataclass(frozen=True)
+class RecurrentRuns:
+    groups: list[RunGroup]
+    """Leading runs' groups first, then items' groups."""
+    kept_states: int
+    """Rows of the state table: one per query whose items start from its state."""
+    tokens: int
+    """Tokens of the stream; the zero row that padding reads is appended at this index."""
+
+    def to(self, device: torch.device) -> RecurrentRuns:
+        return to_device(self, device)
+
+
+@dataclass(frozen=True)
+class _Run:
+    start: int
+    length: int
+    context: tuple[int, ...] = ()
+    """Stream tokens before the run that its convolution window sees (an item's query tail)."""
+    parent: int | None = None
+    """State-table slot the run starts from; None: zero state."""
+    keep: int | None = None
+    """State-table slot its final state goes to; None: not kept."""
+
+
+def build_runs(
+    layout: AttentionLayout, window: int, pin: bool = False, max_rows: int = MAX_ROWS
+) -> RecurrentRuns:
+    """The runs of `layout`'s stream for layers whose convolution sees `window` earlier tokens."""
+    leading: list[_Run] = []
+    items: list[_Run] = []
+    kept = 0
+    for start, prefix_len, item_lens in zip(layout.seq_starts, layout.prefix_lens, layout.item_lens):
+        item_runs = _item_spans(start + prefix_len, item_lens)
+        if prefix_len == 0:  # an empty query: each item is a sequence of its own
+            leading.extend(_Run(s, n) for s, n in item_runs)
+            continue
+        keep = kept if item_runs else None
+        kept += keep is not None
+        leading.append(_Run(start, prefix_len, keep=keep))
+        end = start + prefix_len
+        tail = tuple(range(max(start, end - window), end))
+        items.extend(_Run(s, n, context=tail, parent=keep) for s, n in item_runs)
+    tokens = layout.total_tokens
+    groups = [
+        _group(rows, tokens, window, pin) for runs in (leading, items) for rows in _stack(runs, max_rows)
+    ]
+    return RecurrentRuns(groups=groups, kept_states=kept, tokens=tokens)
+
+
+def _item_spans(first: int, item_lens: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(start, length) of each non-empty item laid out from `first` (an empty item scores at its
+    query's last token, which its query's run computes)."""
+    spans = []
+    for length in item_lens:
+        if length:
+            spans.append((first, length))
+        first += length
+    return spans
+
+
+def _stack(runs: list[_Run], max_rows: int) -> list[list[_Run]]:
+    """Runs of similar length together (padding each group to its longest costs little), at most
+    `max_rows` a group."""
+    by_start = {run.start: run for run in runs}
+    groups = []
+    for bucket in bucket_by_length([(run.start, run.length) for run in runs]):
+        rows = [by_start[start] for start, _ in bucket]
+        groups.extend(rows[i : i + max_rows] for i in range(0, len(rows), max_rows))
+    return groups
+
+
+def _group(rows: list[_Run], zero: int, window: int, pin: bool) -> RunGroup:
+    longest = max(run.length for run in rows)
+    index = torch.full((len(rows), longest), zero, dtype=torch.long)
+    valid = torch.zeros((len(rows), longest), dtype=torch.bool)
+    for row, run in enumerate(rows):
+        index[row, : run.length] = torch.arange(run.start, run.start + run.length)
+        valid[row, : run.length] = True
+    contexts = [[zero] * (window - len(run.context)) + list(run.context) for run in rows]
+    slots = valid.flatten().nonzero().flatten()
+    kept = [(row, run.keep) for row, run in enumerate(rows) if run.keep is not None]
+    parents = [run.parent for run in rows]
+    # A group is all leading runs (zero state) or all items (a query's state): `build_runs` stacks
+    # the two apart.
+    assert len({parent is None for parent in parents}) == 1
+    return RunGroup(
+        index=host(index, pin),
+        window=host(torch.tensor(contexts, dtype=torch.long).reshape(len(rows), window), pin),
+        valid=host(valid, pin),
+        slots=host(slots, pin),
+        tokens=host(index.flatten()[slots], pin),
+        state_from=host(torch.tensor(parents), pin) if parents[0] is not None else None,
+        keep_rows=host(torch.tensor([row for row, _ in kept]), pin) if kept else None,
+        keep_slots=host(torch.tensor([slot for _, slot in kept]), pin) if kept else None,
+    )
