@@ -108,6 +108,27 @@ def test_maxsim_is_the_plain_loop():
     assert maxsim(query, documents).tolist() == pytest.approx(expected, abs=1e-5)
 
 
+def test_a_documents_maxsim_does_not_depend_on_its_place_in_the_job():
+    """One document's score, bit for bit, whatever its column and however many documents beside it
+    (issue 40): torch's sum over the outer dimension of the [query, documents] maxima vectorises across
+    documents and rounds the last columns otherwise (with 7 copies here: 4 scores, then 3 others)."""
+    from kafka_scorer.engine.late_interaction.maxsim import maxsim
+
+    generator = torch.Generator().manual_seed(0)
+
+    def vectors(rows: int) -> torch.Tensor:
+        return torch.nn.functional.normalize(torch.randn(rows, 128, generator=generator), dim=-1)
+
+    query, document = vectors(32), vectors(12)
+    others = [vectors(n) for n in (3, 20, 7)]
+    alone = maxsim(query, [document])
+    assert alone.tolist() == pytest.approx([float((query @ document.T).max(dim=1).values.sum())], abs=1e-5)
+    for count in range(2, 40):
+        assert torch.equal(maxsim(query, [document] * count), alone.expand(count)), count
+        mixed = maxsim(query, [*others[: count % 4], document, *others[: count % 3], document])
+        assert mixed[count % 4] == alone and mixed[-1] == alone, count
+
+
 @pytest.fixture(scope="session")
 def minilm_colbert(tmp_path_factory):
     """MiniLM's real weights under a seeded projection, in PyLate's layout (checkpoints/real_models.py)."""
