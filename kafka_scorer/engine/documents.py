@@ -31,6 +31,7 @@ DEFAULT_RANK_FIELDS = ("text",)
 """What an object document is scored by when the job names no `rank_fields`."""
 FIELD_SEPARATOR = "\n"
 """Between the values of several rank fields in the scored text."""
+RANK_FIELDS_IGNORED_WARNING = "rank_fields ignored: every document is a text, none an object"
 
 
 def is_rerank(job: Job) -> bool:
@@ -97,6 +98,12 @@ def _scored_text(index: int, document: Document, fields: tuple[str, ...]) -> str
 def all_texts(job: Job) -> bool:
     """Whether every document is a text (then `rank_fields` has nothing to choose from)."""
     return is_rerank(job) and all(isinstance(document, str) for document in job.documents)  # type: ignore[union-attr]
+
+
+def rank_fields_warnings(job: Job) -> list[str]:
+    """`rank_fields` beside text documents only has nothing to choose from: the job is scored, and its
+    `warnings` say the field went unused (every kind's preparer adds these to its warnings)."""
+    return [RANK_FIELDS_IGNORED_WARNING] if job.rank_fields is not None and all_texts(job) else []
 
 
 def echo(document: Document) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka_scorer.engine.documents import all_texts
+from kafka_scorer.engine.documents import rank_fields_warnings
 from kafka_scorer.engine.labels import LabelError, LabelResolver
 from kafka_scorer.engine.model import LoadedModel, ModelKind
 from kafka_scorer.engine.prepared import InputError, InputLimits
@@ -24,7 +24,6 @@ ACTIVATION_IGNORED_WARNING = (
 )
 INSTRUCTION_IGNORED_WARNING = "instruction ignored: the served template has no {instruction}"
 NO_TEMPLATE_WARNING = "instruction ignored: this worker serves no template"
-RANK_FIELDS_IGNORED_WARNING = "rank_fields ignored: every document is a text, none an object"
 
 
 class ScoreFields:
@@ -43,8 +42,7 @@ class ScoreFields:
                 warnings.append(LABEL_TOKENS_IGNORED_WARNING)
         elif job.activation is not None:
             warnings.append(ACTIVATION_IGNORED_WARNING)
-        if job.rank_fields is not None and all_texts(job):
-            warnings.append(RANK_FIELDS_IGNORED_WARNING)
+        warnings += rank_fields_warnings(job)
         if job.instruction is not None:
             if self.template is None:
                 warnings.append(NO_TEMPLATE_WARNING)

@@ -5,13 +5,18 @@ A `documents` job must score exactly as the same job sent as `items` (the docume
 `relevance_score` must equal an independent reference for its model kind: a CausalLM reranker's
 P(yes) / (P(yes) + P(no)) from a plain transformers forward of the model card's prompt, a decoder
 classifier's head output from plain transformers, a cross-encoder's score from sentence-transformers'
-`CrossEncoder.predict` (its default sigmoid for one logit). The order and the echo are checked against
-rules written out here; every hostile use of the new fields is a typed error.
+`CrossEncoder.predict` (its default sigmoid for one logit), a late-interaction (ColBERT) model's MaxSim
+from sentence-transformers' `MultiVectorEncoder`. The order and the echo are checked against rules
+written out here; every hostile use of the new fields is a typed error. What the shape promises beyond
+a kind's relevance (the text field, the echo, `documents: []`, the typed errors, equal documents) is a
+contract over kinds: those tests run on the CausalLM reranker and on the ColBERT kind alike.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -51,13 +56,15 @@ def one(scorer: Scorer, **fields) -> Result:
     return result
 
 
-def check_results(result: Result, relevance: list[float], top_n: int | None, returned: bool) -> None:
+def check_results(
+    result: Result, relevance: list[float], top_n: int | None, returned: bool, tolerance: float = TOLERANCE
+) -> None:
     assert result.ok, result.error
     assert result.ranking is None  # the rerank shape answers with `results` instead
     want = rule_order(relevance)[:top_n]
     assert [entry.index for entry in result.results] == want
     for entry in result.results:
-        assert entry.relevance_score == pytest.approx(relevance[entry.index], abs=TOLERANCE)
+        assert entry.relevance_score == pytest.approx(relevance[entry.index], abs=tolerance)
         if returned:
             sent = DOCS[entry.index]
             assert entry.document == ({"text": sent} if isinstance(sent, str) else sent)
@@ -65,14 +72,58 @@ def check_results(result: Result, relevance: list[float], top_n: int | None, ret
             assert entry.document is None
 
 
+@dataclass
+class Kind:
+    """A served kind: its scorer, and how to open its checkpoint again with other settings."""
+
+    scorer: Scorer
+    path: Path
+    options: dict
+
+    def opened(self, **options) -> Scorer:
+        from kafka_scorer.engine.scorers import open_scorer
+
+        return open_scorer(str(self.path), dtype="float32", device="cpu", **self.options, **options)
+
+
 @pytest.fixture(scope="module")
-def reranker(tmp_path_factory):
+def reranker_kind(tmp_path_factory) -> Kind:
     from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
     path = build_tiny_reranker(tmp_path_factory.mktemp("rerank-shape"))
-    return Scorer(
-        str(path), dtype="float32", device="cpu", template="qwen3-reranker", prefix_cache_mb=0
-    ), path
+    options = {"template": "qwen3-reranker", "prefix_cache_mb": 0}
+    return Kind(Scorer(str(path), dtype="float32", device="cpu", **options), path, options)
+
+
+@pytest.fixture(scope="module")
+def colbert_kind(tmp_path_factory) -> Kind:
+    from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
+
+    path = build_tiny_colbert(tmp_path_factory.mktemp("rerank-shape-colbert"))
+    kind = Kind(None, path, {"embedding_cache_mb": 0})  # type: ignore[arg-type]
+    kind.scorer = kind.opened()
+    return kind
+
+
+@pytest.fixture(scope="module")
+def reranker(reranker_kind):
+    return reranker_kind.scorer, reranker_kind.path
+
+
+@pytest.fixture(scope="module")
+def colbert(colbert_kind):
+    return colbert_kind.scorer, colbert_kind.path
+
+
+@pytest.fixture(params=["reranker_kind", "colbert_kind"], ids=["causal-reranker", "colbert"])
+def kind(request) -> Kind:
+    """The rerank shape's contract holds for every kind: each test taking this runs on both."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture
+def any_kind(kind) -> Scorer:
+    return kind.scorer
 
 
 @pytest.mark.parametrize("apply_softmax", [False, True])
@@ -115,11 +166,43 @@ def test_cross_encoder_relevance_is_cross_encoder_predict(minilm_cross_encoder):
     check_results(got, [float(score) for score in predicted], 3, False)
 
 
-def test_text_documents_default_to_the_text_field_and_chunk_like_items(reranker):
-    scorer, _ = reranker
+@pytest.mark.parametrize(("top_n", "returned"), [(None, False), (2, True), (0, True), (9, False)])
+def test_colbert_relevance_is_the_multi_vector_encoders_maxsim(colbert, top_n, returned):
+    """A ColBERT document's `relevance_score` is its MaxSim score: the reference encodes with
+    sentence-transformers' `MultiVectorEncoder` and takes MaxSim one (query, document) pair at a time."""
+    from sentence_transformers import MultiVectorEncoder
+
+    from tests.engine.late_interaction.test_late_scores import TOLERANCE as LATE_TOLERANCE
+    from tests.engine.late_interaction.test_late_scores import reference_scores as maxsim_reference
+
+    scorer, path = colbert
+    got = one(scorer, documents=DOCS, rank_fields=FIELDS, top_n=top_n, return_documents=returned)
+    assert got.scores == one(scorer, items=TEXTS).scores
+    relevance = maxsim_reference(MultiVectorEncoder(str(path), device="cpu"), QUERY, TEXTS)
+    assert [row[0] for row in got.scores] == pytest.approx(relevance, abs=LATE_TOLERANCE)
+    check_results(got, relevance, top_n, returned, tolerance=LATE_TOLERANCE)
+
+
+def test_text_documents_default_to_the_text_field(any_kind):
     objects = [{"text": text} for text in TEXTS]
-    by_field = one(scorer, documents=objects)
-    assert by_field.scores == one(scorer, items=TEXTS).scores
+    by_field = one(any_kind, documents=objects)
+    assert by_field.ok and by_field.scores == one(any_kind, items=TEXTS).scores
+
+
+def test_documents_chunk_like_items(any_kind):
+    long = ["río " * 120, "short"]
+    chunking = Chunking(window=12, overlap=4, aggregate="mean")
+    chunked = one(any_kind, documents=long, chunking=chunking, return_documents=True)
+    plain = one(any_kind, items=long, chunking=chunking)
+    assert chunked.ok and chunked.scores == plain.scores and chunked.chunks == plain.chunks
+    assert [c.index for c in chunked.chunks] == [0]
+    assert {entry.index: entry.document for entry in chunked.results} == {
+        0: {"text": long[0]},
+        1: {"text": "short"},
+    }
+
+
+def test_long_documents_chunk_like_items_at_the_pair_limit(reranker):
     long = ["río " * 120, "short"]  # the first needs windows at the model's pair limit below
     small = Scorer(
         str(reranker[1]), dtype="float32", device="cpu", template="qwen3-reranker", max_pair_tokens=160
@@ -135,16 +218,29 @@ def test_text_documents_default_to_the_text_field_and_chunk_like_items(reranker)
     }
 
 
-def test_empty_documents_give_empty_results(reranker):
-    scorer, _ = reranker
-    result = one(scorer, documents=[], top_n=3, return_documents=True)
+def test_empty_documents_give_empty_results(any_kind):
+    result = one(any_kind, documents=[], top_n=3, return_documents=True)
     assert result.ok and result.scores == [] and result.results == [] and result.ranking is None
 
 
-def test_results_cross_the_wire_in_both_formats(reranker):
+def test_equal_documents_score_alike_and_rank_by_index(kind):
+    """Three copies of one text (as a text and as objects, among other documents) get bit-equal
+    scores, so they rank by index; a job cut into several forwards by a small token budget too."""
+    same = "The Nile is the longest river in Africa."
+    documents = ["Kafka is a log.", same, {"text": same}, "A river.", {"text": same, "id": 3}, "Rain."]
+    for scorer in (kind.scorer, kind.opened(max_batch_tokens=64)):
+        result = one(scorer, documents=documents * 3)
+        assert result.ok
+        copies = [row[0] for index, row in enumerate(result.scores) if index % 6 in (1, 2, 4)]
+        assert len(set(copies)) == 1, copies
+        ranked = [entry.index for entry in result.results if entry.index % 6 in (1, 2, 4)]
+        assert ranked == sorted(ranked)
+
+
+def test_results_cross_the_wire_in_both_formats(any_kind):
     from kafka_scorer.wire.protocol import decode_job, decode_result, encode_result
 
-    scorer, _ = reranker
+    scorer = any_kind
     document = {"query": QUERY, "documents": DOCS, "rank_fields": FIELDS, "return_documents": True}
     for fmt, encode in (("json", msgspec.json.encode), ("msgpack", msgspec.msgpack.encode)):
         job, _ = decode_job(encode(document), f"application/{fmt}")
@@ -168,19 +264,34 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize(("fields", "needle"), HOSTILE)
-def test_hostile_rerank_fields_are_invalid_requests(reranker, fields, needle):
-    scorer, _ = reranker
-    job = Job(query=fields.pop("query", QUERY), **fields)
-    result = scorer.prepare(job, "hostile")
+def test_hostile_rerank_fields_are_invalid_requests(any_kind, fields, needle):
+    job = Job(**{"query": QUERY, **fields})  # not popped: the parameter's dict serves every kind
+    result = any_kind.prepare(job, "hostile")
     assert isinstance(result, Result) and result.error is not None
     assert result.error.code is ErrorCode.INVALID_REQUEST and needle in result.error.message
     if "document 1" in needle:
         assert result.error.item == 1
+    # and through scoring: answered, never raised or `internal`
+    (scored,) = any_kind.score_jobs([job])
+    assert scored.error is not None and scored.error.code is ErrorCode.INVALID_REQUEST
 
 
-def test_rank_fields_on_text_documents_are_ignored_with_a_warning(reranker):
-    scorer, _ = reranker
-    result = one(scorer, documents=["a", "b"], rank_fields=["title"])
+@pytest.mark.parametrize(("fields", "needle"), HOSTILE)
+def test_every_kind_answers_a_hostile_job_alike(reranker, colbert, fields, needle):
+    """The same code, message and document index whichever kind is served."""
+    job = Job(**{"query": QUERY, **fields})  # not popped: the parameter's dict serves every kind
+    errors = [scorer.prepare(job, "hostile").error for scorer in (reranker[0], colbert[0])]
+    assert errors[0] == errors[1]
+
+
+def test_too_many_documents_are_too_long(kind):
+    result = one(kind.opened(max_items_per_job=2), documents=["a", "b", "c"])
+    assert result.error is not None and result.error.code is ErrorCode.TOO_LONG
+    assert "3 items" in result.error.message
+
+
+def test_rank_fields_on_text_documents_are_ignored_with_a_warning(any_kind):
+    result = one(any_kind, documents=["a", "b"], rank_fields=["title"])
     assert result.ok and any("rank_fields ignored" in warning for warning in result.warnings)
 
 

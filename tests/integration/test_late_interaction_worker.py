@@ -1,6 +1,7 @@
 """A ColBERT checkpoint served by the worker through a real broker: MaxSim scores equal to
 sentence-transformers' MultiVectorEncoder, a second query over the same documents read from the
-embedding cache (`cached_tokens`), and a field this kind cannot use answered `unsupported`."""
+embedding cache (`cached_tokens`), a job in the rerank shape (`documents`) answered with `results`, and a
+field this kind cannot use answered `unsupported`."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ async def test_the_worker_serves_a_colbert_checkpoint(kafka, tmp_path) -> None:
         first = await client.score(QUERIES[0], PASSAGES[:4])
         second = await client.score(QUERIES[1], PASSAGES[:4], top_n=2)
         refused = await client.request(Job(id="labels", query="q", items=["d"], label_token_ids=[1]))
+        objects = [{"text": passage, "id": i} for i, passage in enumerate(PASSAGES[:4])]
+        reranked = await client.request(
+            Job(id="rerank", query=QUERIES[1], documents=objects, top_n=2, return_documents=True)
+        )
     encoder = MultiVectorEncoder(str(path), device="cpu")
     documents = encoder.encode_document(PASSAGES[:4])
     for query, result in ((QUERIES[0], first), (QUERIES[1], second)):
@@ -38,3 +43,9 @@ async def test_the_worker_serves_a_colbert_checkpoint(kafka, tmp_path) -> None:
         :2
     ]
     assert refused.error is not None and refused.error.code is ErrorCode.UNSUPPORTED
+    expected = encoder.similarity(encoder.encode_query([QUERIES[1]]), documents)[0].tolist()
+    assert reranked.error is None and reranked.ranking is None
+    assert [entry.index for entry in reranked.results] == sorted(range(4), key=lambda i: -expected[i])[:2]
+    for entry in reranked.results:
+        assert entry.relevance_score == pytest.approx(expected[entry.index], abs=1e-4)
+        assert entry.document == objects[entry.index]

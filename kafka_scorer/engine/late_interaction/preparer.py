@@ -5,7 +5,9 @@ query expansion) padded to exactly `query_length` with the expansion (mask) toke
 query vector. Document: `lead + marker + text + tail`, cut to `document_length`; the positions of
 skiplist tokens are dropped before MaxSim. Token-id inputs are the text's tokens: they get the same
 special tokens and marker. Documents longer than `document_length` are cut as the checkpoint's own
-encoder cuts them, and listed in `truncated_items`.
+encoder cuts them, and listed in `truncated_items`. A job in the rerank shape (`documents`) is mapped to
+items by the same code as every other kind's (`engine/documents.py`), so its texts, errors and warnings
+are theirs.
 
 Everything is checked here, on the CPU: a bad job becomes an error `Result` without reaching the device.
 """
@@ -16,10 +18,12 @@ import hashlib
 from array import array
 from dataclasses import dataclass, field, replace
 
+from kafka_scorer.engine.documents import as_items, is_rerank, rank_fields_warnings
 from kafka_scorer.engine.late_interaction.loading import LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.ranking import ranking
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 QUERY_CUT_WARNING = "query cut to the checkpoint's query_length={} tokens"
@@ -70,17 +74,21 @@ class LatePreparer:
             return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
 
     def _prepare(self, job: Job, job_id: str) -> LateJob | Result:
+        self._check_model(job)
+        job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
         self._check_fields(job)
-        warnings = [INSTRUCTION_IGNORED_WARNING] if job.instruction is not None else []
+        warnings = rank_fields_warnings(job)
+        if job.instruction is not None:
+            warnings.append(INSTRUCTION_IGNORED_WARNING)
         if not job.items:
-            ranking = [] if job.top_n is not None else None
             return Result(
                 id=job_id,
                 scores=[],
                 prompt_tokens=0,
                 model=self.model.name,
                 warnings=warnings,
-                ranking=ranking,
+                ranking=ranking(job, [], 0),
+                results=[] if is_rerank(job) else None,
             )
         query_ids, doc_ids = self._tokenize(job)
         spec, settings = self.spec, self.spec.settings
@@ -129,13 +137,16 @@ class LatePreparer:
         cut = len(ids) > room
         return [*spec.lead, *marker, *ids[: max(room, 0)], *spec.tail], cut
 
-    def _check_fields(self, job: Job) -> None:
-        """Fields that mean nothing for one MaxSim score per document are refused, not ignored."""
+    def _check_model(self, job: Job) -> None:
+        """Before anything else, as on every kind: a job for another model is answered as such."""
         name = self.model.name
         if job.model is not None and job.model != name:
             raise InputError(
                 ErrorCode.MODEL_MISMATCH, f"job asks for model {job.model!r}; this worker serves {name!r}"
             )
+
+    def _check_fields(self, job: Job) -> None:
+        """Fields that mean nothing for one MaxSim score per document are refused, not ignored."""
         if len(job.items) > self.limits.max_items_per_job:
             raise InputError(
                 ErrorCode.TOO_LONG,

@@ -6,7 +6,8 @@ worker, the CLI and the bench serve it like any other kind; its checkpoint is lo
 result stamping are `Scorer`'s; what differs is the preparer (`preparer.py`), the forward
 (`forward.py`: queries and uncached documents in one pass, MaxSim per job) and the embedding cache.
 Results carry one column, the MaxSim score of each item, and `cached_tokens` counts the document
-tokens whose vectors came from the cache.
+tokens whose vectors came from the cache. Equal documents of one job get the first one's score
+(`same_rows_for_equal_documents`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kafka_scorer.engine.late_interaction.embedding_cache import (
 )
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
-from kafka_scorer.engine.late_interaction.preparer import LatePreparer
+from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
 from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
@@ -83,4 +84,20 @@ class LateInteractionScorer(Scorer):
             for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens):
                 rows[index].extend([score] for score in piece_scores)
                 cached[index] += piece_cached
-        return [self._result(job, job_rows, [], hit) for job, job_rows, hit in zip(jobs, rows, cached)]
+        return [
+            self._result(job, same_rows_for_equal_documents(job, job_rows), [], hit)
+            for job, job_rows, hit in zip(jobs, rows, cached)
+        ]
+
+
+def same_rows_for_equal_documents(job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+    """Each document (or window) whose tokens equal an earlier one's takes that one's row.
+
+    A job larger than the token budget is cut into pieces run in different forwards, and a forward's
+    sequences are computed beside different batch-mates (their length buckets, the row count of every
+    projection), so two copies of a document in different pieces came back a few ulps apart and ranked
+    by that noise, not by index. Their inputs are the same tokens: the first copy's score is theirs.
+    Within one forward a recurring document already runs once (`forward.py`)."""
+    assert isinstance(job, LateJob)
+    first: dict[bytes, int] = {}
+    return [list(rows[first.setdefault(key, index)]) for index, key in enumerate(job.doc_keys)]

@@ -79,6 +79,42 @@ def test_any_job_is_prepared_or_answered_with_a_typed_error(colbert_scorer, quer
     assert all(len(row) == 1 and row[0] == row[0] for row in result.scores)  # one finite column
 
 
+_field = st.sampled_from(["text", "title", "body"])
+_document = st.one_of(
+    _text,
+    st.dictionaries(_field, st.one_of(_text, st.integers(), st.lists(_text, max_size=2)), max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    query=st.one_of(_text, _ids),
+    documents=st.lists(_document, max_size=5),
+    rank_fields=st.one_of(st.none(), st.lists(_field, max_size=2)),
+    return_documents=st.booleans(),
+    top_n=st.one_of(st.none(), st.integers(0, 8)),
+)
+def test_any_rerank_shaped_job_is_scored_or_answered_with_a_typed_error(
+    colbert_scorer, query, documents, **fields
+):
+    """The rerank shape: never `internal` (issue 40: every such job failed `prepare failed: TypeError`);
+    a scored one answers `results`, every document or the best `top_n` in order, echoed when asked."""
+    scorer = colbert_scorer()
+    [result] = scorer.score_jobs([Job(query=query, documents=documents, **fields)])
+    if result.error is not None:
+        assert result.error.code is ErrorCode.INVALID_REQUEST, result.error
+        return
+    assert len(result.scores) == len(documents) and result.ranking is None
+    scores = [row[0] for row in result.scores]
+    by_rule = sorted(range(len(documents)), key=lambda i: (-scores[i], i))  # highest first, ties by index
+    assert [entry.index for entry in result.results] == by_rule[: fields["top_n"]]
+    for entry in result.results:
+        assert entry.relevance_score == result.scores[entry.index][0]
+        sent = documents[entry.index]
+        echoed = {"text": sent} if isinstance(sent, str) else sent
+        assert entry.document == (echoed if fields["return_documents"] else None)
+
+
 def test_the_plain_scorer_names_the_factory_for_a_colbert_checkpoint(tiny_colbert):
     """`Scorer` serves the decoder and cross-encoder kinds; a ColBERT directory handed to it is refused
     with the way to open it, not loaded as an encoder with no head."""

@@ -108,6 +108,27 @@ def test_maxsim_is_the_plain_loop():
     assert maxsim(query, documents).tolist() == pytest.approx(expected, abs=1e-5)
 
 
+def test_a_documents_maxsim_does_not_depend_on_its_place_in_the_job():
+    """One document's score, bit for bit, whatever its column and however many documents beside it
+    (issue 40): torch's sum over the outer dimension of the [query, documents] maxima vectorises across
+    documents and rounds the last columns otherwise (with 7 copies here: 4 scores, then 3 others)."""
+    from kafka_scorer.engine.late_interaction.maxsim import maxsim
+
+    generator = torch.Generator().manual_seed(0)
+
+    def vectors(rows: int) -> torch.Tensor:
+        return torch.nn.functional.normalize(torch.randn(rows, 128, generator=generator), dim=-1)
+
+    query, document = vectors(32), vectors(12)
+    others = [vectors(n) for n in (3, 20, 7)]
+    alone = maxsim(query, [document])
+    assert alone.tolist() == pytest.approx([float((query @ document.T).max(dim=1).values.sum())], abs=1e-5)
+    for count in range(2, 40):
+        assert torch.equal(maxsim(query, [document] * count), alone.expand(count)), count
+        mixed = maxsim(query, [*others[: count % 4], document, *others[: count % 3], document])
+        assert mixed[count % 4] == alone and mixed[-1] == alone, count
+
+
 @pytest.fixture(scope="session")
 def minilm_colbert(tmp_path_factory):
     """MiniLM's real weights under a seeded projection, in PyLate's layout (checkpoints/real_models.py)."""
@@ -130,3 +151,43 @@ def test_real_weights_score_as_the_reference(minilm_colbert):
     for query, result in zip(QUERIES[:2], results):
         got = [row[0] for row in result.scores]
         assert got == pytest.approx(reference_scores(encoder, query, PASSAGES), abs=TOLERANCE)
+
+
+def reference_order(scores: list[float]) -> list[int]:
+    """Highest first, ties by the lower index (docs/message-schema.md's rule, written out here)."""
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+SAME = PASSAGES[0]
+
+
+@pytest.mark.parametrize(
+    ("budget", "documents"),
+    [(None, [SAME] * 7), (128, [SAME] * 7 + PASSAGES[1:5] + [SAME, PASSAGES[5], SAME])],
+    ids=["one-forward", "several-forwards"],
+)
+def test_equal_documents_get_bit_equal_scores_and_rank_by_index(minilm_colbert, budget, documents):
+    """Copies of one text, sent in the rerank shape (issue 40: three copies came back 16.8860149,
+    16.8860149, 16.8860168). In one forward their MaxSim sums used to round by their column in the job
+    (seven copies of this passage: four scores, then three others); with a token budget that cuts the
+    job into several forwards, copies in different forwards were also encoded beside different
+    batch-mates. The reference encodes each document alone, so its copies tie exactly and its order is
+    the one to match."""
+    from sentence_transformers import MultiVectorEncoder
+
+    from kafka_scorer.engine.scorers import open_scorer
+
+    options = {} if budget is None else {"max_batch_tokens": budget}
+    scorer = open_scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0, **options)
+    copies = [i for i, document in enumerate(documents) if document == SAME]
+    top_n = len(documents) - 1
+    (result,) = scorer.score_jobs([Job(query=QUERIES[0], documents=documents, top_n=top_n)])
+    assert result.error is None
+    got = [row[0] for row in result.scores]
+    assert len({got[i] for i in copies}) == 1, [got[i] for i in copies]
+    expected = reference_scores(MultiVectorEncoder(str(minilm_colbert), device="cpu"), QUERIES[0], documents)
+    assert got == pytest.approx(expected, abs=TOLERANCE)
+    ranked = [entry.index for entry in result.results]
+    assert ranked == reference_order(expected)[:top_n]
+    ranked_copies = [i for i in ranked if i in copies]
+    assert ranked_copies == sorted(ranked_copies)
