@@ -16,6 +16,7 @@ import torch
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.model import ModelLoadError, load_model
 from kafka_scorer.engine.prefix_batch import prefix_planner
+from kafka_scorer.engine.recurrent.detection import PASSES_LAYER_KWARGS
 from kafka_scorer.engine.recurrent.runs import build_runs
 from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
@@ -32,12 +33,25 @@ LONG_QUERY = list(range(3, 73))
 
 
 def _needs_family(arch: str) -> None:
-    """Qwen3.5 came to transformers after 5.1, the declared floor (`./dev floors` runs these tests)."""
+    """Qwen3.5 came to transformers after 5.1, the declared floor (`./dev floors` runs these tests), and
+    hybrids are served from 5.9 on (`recurrent/detection.py`; below it, refused: see the test below)."""
     import transformers
+    from packaging.version import Version
 
     config = {"qwen3_5": "Qwen3_5TextConfig", "qwen3_5_moe": "Qwen3_5MoeTextConfig"}.get(arch)
     if config is not None and not hasattr(transformers, config):
         pytest.skip(f"transformers {transformers.__version__} has no {config}")
+    if Version(transformers.__version__) < Version(PASSES_LAYER_KWARGS):
+        pytest.skip(f"hybrids are refused at load below transformers {PASSES_LAYER_KWARGS}")
+
+
+def test_below_the_transformers_that_passes_layer_arguments_a_hybrid_is_refused(tiny_models, monkeypatch):
+    """Never packed with shared state: a clear load error names the version to install."""
+    from kafka_scorer.engine.recurrent import detection
+
+    monkeypatch.setattr(detection, "PASSES_LAYER_KWARGS", "99.0")  # the installed one is older than that
+    with pytest.raises(ModelLoadError, match=r"needs transformers >= 99\.0"):
+        load_model(str(tiny_models.get("qwen3_next", "causal", 3)), dtype="float32", device="cpu")
 
 
 def _scorer(scorer_for, arch: str, kind: str):

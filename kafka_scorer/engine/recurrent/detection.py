@@ -77,6 +77,24 @@ def stateful_layers(decoder: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
+PASSES_LAYER_KWARGS = "5.9"
+"""The first transformers whose hybrid decoder layers hand their keyword arguments on to the Gated
+DeltaNet layer: before it, a packed forward's runs could not reach the wrapper (5.1 to 5.8 call it with
+four fixed arguments), and every sequence would share one state."""
+
+
+def _check_transformers(family: object) -> None:
+    import transformers
+    from packaging.version import Version
+
+    if Version(transformers.__version__) < Version(PASSES_LAYER_KWARGS):
+        raise StatefulLayerError(
+            f"model_type {family!r} needs transformers >= {PASSES_LAYER_KWARGS} (installed: "
+            f"{transformers.__version__}): older decoder layers keep the packed sequences' boundaries from "
+            f"its Gated DeltaNet layers; pip install 'transformers>={PASSES_LAYER_KWARGS}'"
+        )
+
+
 def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
     """Wrap `model`'s stateful layers in place, or raise `StatefulLayerError`; None: it has none."""
     decoder = _decoder(model)
@@ -98,6 +116,7 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
             f"DeltaNet layers of {sorted(GATED_DELTA_FAMILIES)}, so this model's scores would depend on "
             "their batch-mates: not served"
         )
+    _check_transformers(family)
     windows = {int(module.conv_kernel_size) - 1 for _, module in layers}
     if len(windows) != 1:
         raise StatefulLayerError(f"model_type {family!r}: its layers' convolution kernels differ ({windows})")

@@ -62,7 +62,11 @@ class PackedGatedDeltaNet(nn.Module):
                     f"a packed forward reached a Gated DeltaNet layer without `{RUNS_KWARG}`: its sequences "
                     "would share one recurrent state"
                 )
-            return self.inner(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+            if (
+                cache is not None
+            ):  # transformers >= 5.2x names it `cache`; older ones `cache_params` (in kwargs)
+                kwargs["cache"] = cache
+            return self.inner(hidden_states, attention_mask=attention_mask, **kwargs)
         if cache is not None or hidden_states.shape[0] != 1:
             raise RuntimeError("a packed forward is one stream ([1, T, D]) with no cache")
         assert isinstance(runs, RecurrentRuns)
