@@ -190,10 +190,14 @@ def test_text_documents_default_to_the_text_field(any_kind):
 
 
 def test_documents_chunk_like_items(any_kind):
+    _assert_documents_chunk_like_items(any_kind, Chunking(window=12, overlap=4, aggregate="mean"))
+
+
+def _assert_documents_chunk_like_items(scorer, chunking: Chunking) -> None:
+    """A long document and a short one: the same windows and scores as items, the texts returned."""
     long = ["río " * 120, "short"]
-    chunking = Chunking(window=12, overlap=4, aggregate="mean")
-    chunked = one(any_kind, documents=long, chunking=chunking, return_documents=True)
-    plain = one(any_kind, items=long, chunking=chunking)
+    chunked = one(scorer, documents=long, chunking=chunking, return_documents=True)
+    plain = one(scorer, items=long, chunking=chunking)
     assert chunked.ok and chunked.scores == plain.scores and chunked.chunks == plain.chunks
     assert [c.index for c in chunked.chunks] == [0]
     assert {entry.index: entry.document for entry in chunked.results} == {
@@ -203,19 +207,12 @@ def test_documents_chunk_like_items(any_kind):
 
 
 def test_long_documents_chunk_like_items_at_the_pair_limit(reranker):
-    long = ["río " * 120, "short"]  # the first needs windows at the model's pair limit below
+    # the long document needs windows at the model's pair limit below
     small = Scorer(
         str(reranker[1]), dtype="float32", device="cpu", template="qwen3-reranker", max_pair_tokens=160
     )
-    chunking = Chunking(overlap=4, aggregate="mean")  # `max` picks by relevance: the test below
-    chunked = one(small, documents=long, chunking=chunking, return_documents=True)
-    plain = one(small, items=long, chunking=chunking)
-    assert chunked.ok and chunked.scores == plain.scores and chunked.chunks == plain.chunks
-    assert [c.index for c in chunked.chunks] == [0]
-    assert {entry.index: entry.document for entry in chunked.results} == {
-        0: {"text": long[0]},
-        1: {"text": "short"},
-    }
+    # `max` picks by relevance: the test below
+    _assert_documents_chunk_like_items(small, Chunking(overlap=4, aggregate="mean"))
 
 
 def test_empty_documents_give_empty_results(any_kind):
