@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -48,7 +49,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
-from kafka_scorer.kafka.log_reset import LogResetWatch, Verdicts
+from kafka_scorer.kafka.log_reset import NEW_LOG, LogResetWatch, Verdicts
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 from kafka_scorer.kafka.subscription import fetch_states
@@ -56,6 +57,8 @@ from kafka_scorer.kafka.subscription import fetch_states
 log = logging.getLogger(__name__)
 
 _COMMITTED_WAIT_S = 5.0  # longest the poll loop waits for a reset partition's committed offset
+_NEW_LOG_SETTLE_S = 3.0  # after a broker restart: how long "nothing committed" is asked again
+_COMMITTED_RETRY_S = 0.25
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -328,8 +331,11 @@ class JobConsumer:
                 reason,
                 self._settings.auto_offset_reset,
             )
+            settle_s = _NEW_LOG_SETTLE_S if reason == NEW_LOG else 0.0
             try:
-                await asyncio.wait_for(self._seek_committed(tp, within=states[tp].log_end), _COMMITTED_WAIT_S)
+                await asyncio.wait_for(
+                    self._seek_committed(tp, within=states[tp].log_end, settle_s=settle_s), _COMMITTED_WAIT_S
+                )
             except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
                 log.warning(
                     "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s "
@@ -362,10 +368,22 @@ class JobConsumer:
         for tp in partitions:
             await self._seek_committed(tp)
 
-    async def _seek_committed(self, tp: TopicPartition, within: int | None = None) -> None:
+    async def _seek_committed(
+        self, tp: TopicPartition, within: int | None = None, settle_s: float = 0.0
+    ) -> None:
         """To the group's committed offset (what the broker holds), else as `auto_offset_reset` says;
-        a committed offset beyond `within` (the log end) belongs to an older log and is not trusted."""
+        a committed offset beyond `within` (the log end) belongs to an older log and is not trusted.
+
+        `settle_s`: how long "nothing committed" is asked again before it is believed. Right after a
+        restart Apache Kafka answers an offset fetch while it still loads the group's offsets with a
+        response-level error that aiokafka 0.14 does not read, so the partition reads as never committed
+        (seen here: one partition of three, committed at 30, answered -1), and the worker would read it
+        again from the start."""
         committed = await self._consumer.committed(tp)
+        deadline = time.monotonic() + settle_s
+        while committed is None and time.monotonic() < deadline:
+            await asyncio.sleep(_COMMITTED_RETRY_S)
+            committed = await self._consumer.committed(tp)
         if committed is not None and (within is None or committed <= within):
             self._consumer.seek(tp, committed)
         else:

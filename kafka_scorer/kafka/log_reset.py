@@ -55,7 +55,7 @@ from typing import Generic, TypeVar
 
 P = TypeVar("P")  # a partition key: aiokafka's TopicPartition in the worker, anything hashable in tests
 
-_NEW_LOG = "its leader or the connection to it changed (a broker restart): the log may be a new one"
+NEW_LOG = "its leader or the connection to it changed (a broker restart): the log may be a new one"
 
 MAX_REPOSITIONS = 3
 """Repositionings of one partition acted on within `WINDOW_S`; more are refused."""
@@ -139,7 +139,7 @@ class LogResetWatch(Generic[P]):
             part = self._parts.setdefault(tp, _Partition())
             if self._follow_log(part, state) and self._new_log_is_reset:
                 part.suspect_at = None
-                self._decide(tp, part, state, _NEW_LOG, verdicts)
+                self._decide(tp, part, state, NEW_LOG, verdicts)
                 if tp in verdicts.reset or tp in verdicts.refused:
                     continue
             reason = self._contradiction(part, state, received.get(tp))
