@@ -25,6 +25,7 @@ from types import TracebackType
 from devtools import kafka_probe
 from devtools.kafka_distribution import ApacheKafkaUnavailable, KafkaDistribution, java_command
 from devtools.kafka_properties import BrokerProperties, Listener
+from devtools.kafka_security import ScramUser
 from devtools.processes import alive, die_with_parent, terminate
 from kafka_scorer.embedded.broker import free_port
 
@@ -76,6 +77,7 @@ class ApacheKafka:
         start_timeout_s: float = 120.0,
         stop_timeout_s: float = 30.0,
         die_with_parent: bool = True,
+        scram_users: tuple[ScramUser, ...] = (),
     ) -> None:
         self.distribution = distribution or KafkaDistribution.default()
         self._own_dir = run_dir is None
@@ -90,6 +92,7 @@ class ApacheKafka:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.die_with_parent = die_with_parent
+        self.scram_users = scram_users  # written at each format: a wiped log gets them again
         self._proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None  # the last start's seconds, from spawn to answering
 
@@ -137,11 +140,12 @@ class ApacheKafka:
         return config
 
     def _format(self, config: Path) -> None:
-        """An empty KRaft log under a new cluster id (`kafka-storage.sh format --standalone`)."""
+        """An empty KRaft log under a new cluster id (`kafka-storage.sh format --standalone`), with the
+        SCRAM users in it: KRaft has no other way to have them before the first client connects."""
+        scram = [part for user in self.scram_users for part in ("--add-scram", user.format_argument())]
+        format_args = ("format", "--standalone", "-t", cluster_id(), "-c", str(config), *scram)
         done = subprocess.run(
-            self._java(
-                "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id(), "-c", str(config)
-            ),
+            self._java("kafka.tools.StorageTool", *format_args),
             capture_output=True,
             text=True,
             timeout=120,

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +27,9 @@ from kafka_scorer.errors import SettingError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.preflight import check_connection, wait_until_accepted
 from kafka_scorer.wire.protocol import Job, Result
+from tests.integration.cli_runs import assert_names_setting, cli_flags, one_line, run_cli
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
-    ROOT,
     BrokerInfo,
     InProcessWorker,
     Topics,
@@ -104,33 +102,6 @@ def _security(mode: str, material: TlsMaterial, **overrides: str) -> dict[str, s
     return settings | overrides
 
 
-def _flags(settings: dict[str, str]) -> list[str]:
-    return [part for name, value in settings.items() for part in ("--" + name.replace("_", "-"), value)]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_SCORER_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
-async def _run(*args: str, stdin: bytes | None = None, timeout_s: float = 120) -> tuple[int, str, str]:
-    """A child process (`python -m kafka_scorer ARGS`) that does not block the test's event loop."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kafka_scorer", *args, cwd=ROOT, env=_env(),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
-    except TimeoutError:
-        proc.kill()  # e.g. a worker retrying forever: the failure is the timeout, not a stray process
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
 async def _topics(listener: Listener, security: dict[str, str]) -> Topics:
     """Request and reply topics made through the listener itself (tansu sends every client there)."""
     broker = BrokerInfo(listener.bootstrap, "tansu behind a TLS proxy", False, 0)
@@ -154,16 +125,9 @@ def _check_scores(stdout: str, reference: Reference) -> None:
         assert max_abs_diff(result.scores, reference.scores(msgspec.convert(spec, Job))) <= 1e-4
 
 
-def _one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert "Traceback" not in stderr, stderr
-    assert len(lines) == 1, stderr
-    return lines[0]
-
-
 async def _submit(listener: Listener, topics: Topics, security: dict[str, str]) -> tuple[int, str, str]:
-    return await _run(
-        "submit", "--bootstrap-servers", listener.bootstrap, *_flags(security), "--request-topic",
+    return await run_cli(
+        "submit", "--bootstrap-servers", listener.bootstrap, *cli_flags(security), "--request-topic",
         topics.requests, "--reply-topic", topics.replies, "--timeout", "60", "--no-progress",
         stdin=b"\n".join(msgspec.json.encode(job) for job in JOBS),
     )  # fmt: skip
@@ -224,16 +188,16 @@ async def test_worker_refused_by_the_broker_says_which_setting_in_one_line(
         (sasl_listener, _security("PLAIN", material, sasl_password=WRONG), "sasl_password"),
     ]
     runs = [
-        _run("worker", "--model", str(causal_model), "--metrics-port", "0",
-             "--bootstrap-servers", listener.bootstrap, *_flags(security), timeout_s=60)
+        run_cli("worker", "--model", str(causal_model), "--metrics-port", "0",
+                "--bootstrap-servers", listener.bootstrap, *cli_flags(security), timeout_s=60)
         for listener, security, _ in cases
     ]  # fmt: skip
     logins_before = sasl_listener.proxy.refused_logins
     for (_, _, setting), (rc, stdout, stderr) in zip(cases, await asyncio.gather(*runs), strict=True):
         assert rc == 2, (setting, stderr)
-        line = _one_line(stderr)
+        line = one_line(stderr)
         assert line.startswith("kafka-scorer worker: error: "), line
-        assert f"--{setting.replace('_', '-')}" in line and f"KAFKA_SCORER_{setting.upper()}" in line, line
+        assert_names_setting(line, setting)
         assert "loading model" not in stdout + stderr  # refused before the model, not minutes later
         assert PASSWORD not in stdout + stderr and WRONG not in stdout + stderr
     assert sasl_listener.proxy.refused_logins == logins_before + 1  # the proxy refused it, once
@@ -241,12 +205,12 @@ async def test_worker_refused_by_the_broker_says_which_setting_in_one_line(
 
 async def test_submit_with_a_wrong_password_says_so_in_one_line(sasl_listener: Listener) -> None:
     security = _security("PLAIN", sasl_listener.material, sasl_password=WRONG)
-    rc, _stdout, stderr = await _run(
-        "submit", "--bootstrap-servers", sasl_listener.bootstrap, *_flags(security), "--no-progress",
+    rc, _stdout, stderr = await run_cli(
+        "submit", "--bootstrap-servers", sasl_listener.bootstrap, *cli_flags(security), "--no-progress",
         stdin=msgspec.json.encode(JOBS[0]),
     )  # fmt: skip
     assert rc == 2
-    line = _one_line(stderr)
+    line = one_line(stderr)
     assert "refused SASL PLAIN authentication as sasl_username='scorer'" in line
     assert "--sasl-password" in line and WRONG not in line
 
