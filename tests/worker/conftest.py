@@ -61,7 +61,7 @@ class FakeEngine:
     (tests/engine/contract.py) so the worker's tests stand on what a real engine does.
 
     `prepare` answers a job for another model (`model_mismatch`), one over `max_items_per_job`
-    (`too_long`) and the rerank shape (`unsupported`: the fake has no ranking) with an error result; it
+    (`too_long`) and a ranking (`top_n`, the rerank shape: `unsupported`) with an error result; it
     blocks on `gate` for jobs whose id starts with "slow" and raises (a bug) for "boom" jobs. `pack`
     and `run_packed` record their threads and calls, optionally take `compute_s`, and raise when told
     to (`fail`, `fail_pack`). A forward that `fault` makes raise is run again in halves, as the engine's
@@ -101,8 +101,8 @@ class FakeEngine:
     def _refusal(self, job: Job) -> tuple[ErrorCode, str] | None:
         if job.model is not None and job.model != self.served.name:
             return ErrorCode.MODEL_MISMATCH, f"job asks for model {job.model!r}; this is {self.served.name!r}"
-        if job.documents is not msgspec.UNSET:
-            return ErrorCode.UNSUPPORTED, "the fake engine does not rank documents"
+        if job.documents is not msgspec.UNSET or job.top_n is not None:
+            return ErrorCode.UNSUPPORTED, "the fake engine ranks nothing (top_n, documents)"
         if len(job.inputs) > self.max_items_per_job:
             return ErrorCode.TOO_LONG, f"{len(job.inputs)} items; the limit is {self.max_items_per_job}"
         return None
