@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from kafka_scorer.wire.engine_stats import EngineStats
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result
 from kafka_scorer.worker.engine import Engine
 from tests.worker.conftest import Fault
@@ -179,6 +180,13 @@ class EngineContract:
                 served.revision,
                 served.dtype,
             ), result.id
+
+    def test_stats_are_plain_counters(self, engine) -> None:
+        """What /metrics reads of the engine comes through the seam typed (wire/engine_stats.py)."""
+        stats = engine.stats()
+        assert isinstance(stats, EngineStats)
+        for part in (stats.prefix_cache, stats.embedding_cache, stats.cuda_graphs):
+            assert part is None or all(isinstance(value, int) for value in part.values())
 
     def test_deterministic_scores_are_bitwise_the_same_alone_and_among_mates(
         self, deterministic_engine

@@ -16,7 +16,9 @@ import pytest
 
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.errors import SettingError
-from tests.engine.contract import EngineContract
+from kafka_scorer.wire.protocol import Job
+from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
+from tests.engine.contract import EngineContract, run
 from tests.engine.test_hybrid_models import _needs_family
 from tests.worker.conftest import FakeEngine, Fault
 
@@ -158,3 +160,18 @@ class TestHybrid(ScorerContract):
     def deterministic_engine(self, scorer_for) -> Scorer:
         _needs_family("qwen3_5")
         return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True))
+
+
+@pytest.mark.parametrize("kind", ["prefix_cache", "embedding_cache"])
+def test_a_real_engines_stats_name_what_the_worker_exports(kind, scorer_for, colbert_scorer) -> None:
+    """`Engine.stats()` carries each cache's counters under the names /metrics reads them by
+    (worker/cache_metrics.py), so a renamed field fails here, not at a scrape."""
+    if kind == "prefix_cache":
+        engine, series = scorer_for("qwen3", "causal", prefix_cache_mb=16), PREFIX_CACHE
+    else:
+        engine, series = colbert_scorer(embedding_cache_mb=16), EMBEDDING_CACHE
+    run(engine, [Job(id="a", query=[3, 4, 5], items=[[7], [8]], label_token_ids=[5, 6])])
+    part = series.part(engine.stats())
+    assert part is not None
+    assert {name for name, _ in (*series.counters, *series.gauges)} <= set(part)
+    assert all(isinstance(value, int) for value in part.values())

@@ -18,6 +18,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.engine.failures import failed_results, is_fatal
 from kafka_scorer.kafka.producer import Refused
 from kafka_scorer.kafka.records import OutRecord
+from kafka_scorer.wire.engine_stats import EngineStats
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, error_result
 from kafka_scorer.wire.provenance import ServedModel
 from kafka_scorer.worker.envelope import Origin
@@ -73,6 +74,8 @@ class FakeEngine:
         self.max_batch_tokens = 8192
         self.max_items_per_job = 16
         self.fault: Fault | None = None
+        self.counters = EngineStats()
+        """What `stats` reports (a test sets caches' counters here)."""
         self.gate = threading.Event()
         self.calls: list[list[str]] = []
         self.prepared: list[str] = []
@@ -128,6 +131,9 @@ class FakeEngine:
         finally:
             with self._lock:
                 self._active -= 1
+
+    def stats(self) -> EngineStats:
+        return self.counters
 
     def _bisected(self, jobs: list[FakePrepared]) -> list[Result]:
         """The engine's bisection (engine/bisection.py), without its out-of-memory handling."""
