@@ -21,6 +21,7 @@ from typing import Any
 
 from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
 from kafka_scorer.bench.worker_contender import QUICK_GROUP
+from kafka_scorer.wire.engine_stats import EngineStats
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
 
 
@@ -63,6 +64,9 @@ class _TimedEngine:
             return self.scorer.run_packed(packed)
         finally:
             self.forward_s.append(time.perf_counter() - started)
+
+    def stats(self) -> EngineStats:
+        return self.scorer.stats()
 
 
 def run_backlog_bench(

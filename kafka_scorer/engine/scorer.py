@@ -38,6 +38,7 @@ from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.templates import load_template
 from kafka_scorer.engine.tensors import to_wire
 from kafka_scorer.errors import SettingError
+from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef, parse_chunking
 from kafka_scorer.wire.provenance import ServedModel
 
@@ -361,6 +362,12 @@ class Scorer:
     def prefix_cache_stats(self) -> PrefixCacheStats | None:
         """The prefix cache's counters (None when it is off), for the worker's metrics and the bench."""
         return self._prefixes.cache.stats() if self._prefixes is not None else None
+
+    def stats(self) -> EngineStats:
+        """The counters the worker's /metrics reads at each scrape (the seam's `Engine.stats`)."""
+        return EngineStats(
+            prefix_cache=counters(self.prefix_cache_stats), cuda_graphs=counters(self.graph_stats)
+        )
 
     def score_jobs(self, jobs: Sequence[Job]) -> list[Result]:
         """Prepare, batch by the token budget and run; results in the jobs' order."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+from kafka_scorer.wire.engine_stats import EngineStats
 from kafka_scorer.wire.protocol import Job, Result
 from kafka_scorer.wire.provenance import ServedModel
 
@@ -47,3 +48,7 @@ class Engine(Protocol[P, B]):
     def pack(self, jobs: Sequence[P]) -> B: ...
 
     def run_packed(self, packed: B) -> list[Result]: ...
+
+    def stats(self) -> EngineStats:
+        """The engine's counters now (caches, CUDA graphs), read by the worker's /metrics at each scrape."""
+        ...

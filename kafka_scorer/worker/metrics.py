@@ -27,7 +27,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from kafka_scorer.worker.cache_metrics import ENGINE_SERIES
+from kafka_scorer.worker.cache_metrics import ENGINE_SERIES, Counted
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class WorkerMetrics:
         for (topic, partition), lag in lags.items():
             self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
 
-    def watch_caches(self, engine: object) -> None:
+    def watch_caches(self, engine: Counted) -> None:
         """Export the engine's cache counters (prefix cache, document embeddings) and CUDA graph replays,
         read at each scrape."""
         for cache in ENGINE_SERIES:

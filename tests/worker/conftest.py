@@ -7,16 +7,19 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import pytest
 from aiokafka import TopicPartition
 
 from kafka_scorer.config import Settings
+from kafka_scorer.engine.failures import failed_results, is_fatal
 from kafka_scorer.kafka.producer import Refused
 from kafka_scorer.kafka.records import OutRecord
-from kafka_scorer.wire.protocol import Job, Result
+from kafka_scorer.wire.engine_stats import EngineStats
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result, error_result
 from kafka_scorer.wire.provenance import ServedModel
 from kafka_scorer.worker.envelope import Origin
 from kafka_scorer.worker.ledger import Ledger
@@ -44,18 +47,35 @@ class Rec:
 class FakePrepared:
     job_id: str
     num_tokens: int = 3
+    tokens: tuple[int, ...] = ()
+    """The job's token ids (query, then items), what a forward's fault sees (`FakeEngine.fault`)."""
+    rows: int = 1
+    """One score row per item."""
+
+
+Fault = Callable[[Sequence[int]], None]
+"""Called with a forward's token ids before it runs; raises to make that forward fail."""
 
 
 class FakeEngine:
-    """The engine seam (worker/engine.py) without a model.
+    """The engine seam (worker/engine.py) without a model, keeping the engine contract
+    (tests/engine/contract.py) so the worker's tests stand on what a real engine does.
 
-    `prepare` blocks on `gate` for jobs whose id starts with "slow" and raises for "boom" jobs; `pack`
+    `prepare` answers a job for another model (`model_mismatch`), one over `max_items_per_job`
+    (`too_long`) and a ranking (`top_n`, the rerank shape: `unsupported`) with an error result; it
+    blocks on `gate` for jobs whose id starts with "slow" and raises (a bug) for "boom" jobs. `pack`
     and `run_packed` record their threads and calls, optionally take `compute_s`, and raise when told
-    to (`fail`, `fail_pack`); every job scores `[[1.0]]`."""
+    to (`fail`, `fail_pack`). A forward that `fault` makes raise is run again in halves, as the engine's
+    bisection does, until the job behind it is answered `internal` alone; a poisoned device is raised.
+    Every item scores `[1.0]`; every result carries `served`'s provenance."""
 
     def __init__(self, compute_s: float = 0.0, fail: bool = False, fail_pack: bool = False) -> None:
-        self.served = ServedModel("fake")
+        self.served = ServedModel("fake", "rev-fake", "float32")
         self.max_batch_tokens = 8192
+        self.max_items_per_job = 16
+        self.fault: Fault | None = None
+        self.counters = EngineStats()
+        """What `stats` reports (a test sets caches' counters here)."""
         self.gate = threading.Event()
         self.calls: list[list[str]] = []
         self.prepared: list[str] = []
@@ -68,13 +88,27 @@ class FakeEngine:
         self.max_active = 0
         self._lock = threading.Lock()
 
-    def prepare(self, job: Job, job_id: str) -> FakePrepared:
+    def prepare(self, job: Job, job_id: str) -> FakePrepared | Result:
         self.prepared.append(job_id)
         if job_id.startswith("slow"):
             assert self.gate.wait(10), "test never opened the gate"
         if job_id.startswith("boom"):
             raise RuntimeError("tokenizer exploded")
-        return FakePrepared(job_id)
+        refusal = self._refusal(job)
+        if refusal is not None:
+            return self.served.stamp(error_result(job_id, *refusal))
+        items = job.inputs
+        tokens = [*_ids(job.query), *(i for item in items for i in _ids(item))]
+        return FakePrepared(job_id, tokens=tuple(tokens), rows=len(items))
+
+    def _refusal(self, job: Job) -> tuple[ErrorCode, str] | None:
+        if job.model is not None and job.model != self.served.name:
+            return ErrorCode.MODEL_MISMATCH, f"job asks for model {job.model!r}; this is {self.served.name!r}"
+        if job.documents is not msgspec.UNSET or job.top_n is not None:
+            return ErrorCode.UNSUPPORTED, "the fake engine ranks nothing (top_n, documents)"
+        if len(job.inputs) > self.max_items_per_job:
+            return ErrorCode.TOO_LONG, f"{len(job.inputs)} items; the limit is {self.max_items_per_job}"
+        return None
 
     def pack(self, jobs: Sequence[FakePrepared]) -> list[FakePrepared]:
         self.pack_threads.add(threading.current_thread().name)
@@ -93,10 +127,38 @@ class FakeEngine:
                 time.sleep(self.compute_s)
             if self.fail:
                 raise RuntimeError("device on fire")
-            return [Result(id=j.job_id, scores=[[1.0]], prompt_tokens=j.num_tokens) for j in jobs]
+            return self._bisected(jobs)
         finally:
             with self._lock:
                 self._active -= 1
+
+    def stats(self) -> EngineStats:
+        return self.counters
+
+    def _bisected(self, jobs: list[FakePrepared]) -> list[Result]:
+        """The engine's bisection (engine/bisection.py), without its out-of-memory handling."""
+        try:
+            return self._forward(jobs)
+        except Exception as exc:  # as the engine's guard: a failed forward is isolated to its job
+            if is_fatal(exc):
+                raise
+            if len(jobs) > 1:
+                half = len(jobs) // 2
+                return self._bisected(jobs[:half]) + self._bisected(jobs[half:])
+            return [self.served.stamp(r) for r in failed_results([jobs[0].job_id], exc, self.served.name)]
+
+    def _forward(self, jobs: list[FakePrepared]) -> list[Result]:
+        if self.fault is not None:
+            self.fault([token for job in jobs for token in job.tokens])
+        return [
+            self.served.stamp(Result(id=j.job_id, scores=[[1.0]] * j.rows, prompt_tokens=j.num_tokens))
+            for j in jobs
+        ]
+
+
+def _ids(text_or_ids: object) -> list[int]:
+    """Token ids as sent; a text has none the fake can see."""
+    return list(text_or_ids) if isinstance(text_or_ids, list) else []
 
 
 class FakeProducer:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.worker.cache_metrics import PREFIX_CACHE
 from kafka_scorer.worker.metrics import WorkerMetrics
+from tests.worker.conftest import FakeEngine
 
 
 @dataclass
@@ -19,27 +21,23 @@ class Stats:
     capacity_bytes: int = 1 << 20
 
 
-class EngineWithCache:
-    def __init__(self) -> None:
-        self.prefix_cache_stats = Stats()
-
-
 def test_counters_are_read_at_each_scrape():
     metrics = WorkerMetrics()
-    engine = EngineWithCache()
+    engine = FakeEngine()
+    engine.counters = EngineStats(prefix_cache=counters(Stats()))
     PREFIX_CACHE.watch(metrics.registry, engine)
     text = metrics.render().decode()
     assert "kafka_scorer_prefix_cache_hits_total 3.0" in text
     assert "kafka_scorer_prefix_cache_evictions_total 1.0" in text
     assert "kafka_scorer_prefix_cache_peak_bytes 8192.0" in text
     assert all(f"{name} " in text for name in PREFIX_CACHE.exported)  # the names docs/operations.md lists
-    engine.prefix_cache_stats = Stats(hits=10)
+    engine.counters = EngineStats(prefix_cache=counters(Stats(hits=10)))
     assert "kafka_scorer_prefix_cache_hits_total 10.0" in metrics.render().decode()
 
 
 def test_an_engine_without_a_cache_exports_nothing():
     metrics = WorkerMetrics()
-    PREFIX_CACHE.watch(metrics.registry, object())
+    PREFIX_CACHE.watch(metrics.registry, FakeEngine())
     assert "prefix_cache" not in metrics.render().decode()
 
 

@@ -12,6 +12,8 @@ tokens whose vectors came from the cache. Equal documents of one job get the fir
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kafka_scorer.engine.late_interaction.embedding_cache import (
     EmbeddingCache,
     EmbeddingCacheStats,
@@ -24,6 +26,7 @@ from kafka_scorer.engine.model import LoadedModel
 from kafka_scorer.engine.prepared import PreparedJob
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
 from kafka_scorer.errors import SettingError
+from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Result
 
 
@@ -60,6 +63,9 @@ class LateInteractionScorer(Scorer):
     @property
     def embedding_cache_stats(self) -> EmbeddingCacheStats | None:
         return self._embeddings.stats() if self._embeddings is not None else None
+
+    def stats(self) -> EngineStats:
+        return replace(super().stats(), embedding_cache=counters(self.embedding_cache_stats))
 
     def clear_embedding_cache(self) -> None:
         if self._embeddings is not None:

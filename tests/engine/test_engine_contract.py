@@ -1,0 +1,177 @@
+"""The engine contract (tests/engine/contract.py) run against the worker's fake engine and a real
+engine of every model kind, each on a tiny float32 CPU checkpoint the suite already builds.
+
+A real engine's faults go in at the model body, through torch's forward pre-hook: every kind's forward
+runs its body once per forward with the forward's `input_ids` (the decoder runner, the encoder, the
+late-interaction forward), so one seam serves them all and the rest is the real engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.errors import SettingError
+from kafka_scorer.wire.protocol import Job
+from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
+from tests.engine.contract import EngineContract, run
+from tests.engine.test_hybrid_models import _needs_family
+from tests.worker.conftest import FakeEngine, Fault
+
+CAUSAL_LABELS: dict[str, Any] = {"label_token_ids": [5, 6]}
+
+
+class TestFakeEngine(EngineContract):
+    """The fake the worker's unit tests run on keeps the same promises."""
+
+    @pytest.fixture
+    def engine(self) -> FakeEngine:
+        return FakeEngine()
+
+    @pytest.fixture
+    def deterministic_engine(self) -> FakeEngine:
+        return FakeEngine()
+
+    def max_items(self, engine: FakeEngine) -> int:
+        return engine.max_items_per_job
+
+    @contextmanager
+    def breaking(self, engine: FakeEngine, fault: Fault) -> Iterator[list[int]]:
+        sizes: list[int] = []
+
+        def recorded(tokens) -> None:
+            sizes.append(len(tokens))
+            fault(tokens)
+
+        engine.fault = recorded
+        try:
+            yield sizes
+        finally:
+            engine.fault = None
+
+
+class ScorerContract(EngineContract):
+    """A real `Scorer`; subclasses say which checkpoint."""
+
+    def max_items(self, engine: Scorer) -> int:
+        return engine.limits.max_items_per_job
+
+    @contextmanager
+    def breaking(self, engine: Scorer, fault: Fault) -> Iterator[list[int]]:
+        sizes: list[int] = []
+
+        def hook(module, args, kwargs) -> None:
+            ids = kwargs["input_ids"]
+            sizes.append(int(ids.numel()))
+            fault(ids.flatten().tolist())
+
+        handle = engine.loaded.body.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            yield sizes
+        finally:
+            handle.remove()
+
+
+def deterministic(make) -> Scorer:
+    """The kind's scorer in deterministic mode, or a skip that says why the kind refuses it."""
+    try:
+        return make()
+    except SettingError as exc:
+        pytest.skip(f"refuses deterministic mode: {exc}")
+
+
+class TestCausalLM(ScorerContract):
+    labels = CAUSAL_LABELS
+
+    @pytest.fixture
+    def engine(self, scorer_for) -> Scorer:
+        return scorer_for("qwen3", "causal")
+
+    @pytest.fixture
+    def deterministic_engine(self, scorer_for) -> Scorer:
+        return deterministic(lambda: scorer_for("qwen3", "causal", deterministic=True))
+
+
+class TestDecoderClassifier(ScorerContract):
+    @pytest.fixture
+    def engine(self, scorer_for) -> Scorer:
+        return scorer_for("qwen3", "classification")
+
+    @pytest.fixture
+    def deterministic_engine(self, scorer_for) -> Scorer:
+        return deterministic(lambda: scorer_for("qwen3", "classification", deterministic=True))
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tiny_encoder):
+    """A tiny BERT cross-encoder's scorer, plain or in deterministic mode, loaded once per mode."""
+    scorers: dict[bool, Scorer] = {}
+
+    def get(deterministic_mode: bool = False) -> Scorer:
+        if deterministic_mode not in scorers:
+            path = str(tiny_encoder("bert", 2))
+            scorers[deterministic_mode] = Scorer(
+                path, dtype="float32", device="cpu", deterministic=deterministic_mode
+            )
+        return scorers[deterministic_mode]
+
+    return get
+
+
+class TestCrossEncoder(ScorerContract):
+    """BERT, the encoder family's reference."""
+
+    @pytest.fixture
+    def engine(self, cross_encoder) -> Scorer:
+        return cross_encoder()
+
+    @pytest.fixture
+    def deterministic_engine(self, cross_encoder) -> Scorer:
+        return deterministic(lambda: cross_encoder(True))
+
+
+class TestLateInteraction(ScorerContract):
+    """ColBERT (its embedding cache off: `colbert_scorer`)."""
+
+    @pytest.fixture
+    def engine(self, colbert_scorer) -> Scorer:
+        return colbert_scorer()
+
+    @pytest.fixture
+    def deterministic_engine(self, colbert_scorer) -> Scorer:
+        return deterministic(lambda: colbert_scorer(deterministic=True))
+
+
+class TestHybrid(ScorerContract):
+    """Qwen3.5: Gated DeltaNet state carried along the stream (tests/engine/test_hybrid_models.py)."""
+
+    labels = CAUSAL_LABELS
+
+    @pytest.fixture
+    def engine(self, scorer_for) -> Scorer:
+        _needs_family("qwen3_5")
+        return scorer_for("qwen3_5", "causal", decoder_forward="transformers")
+
+    @pytest.fixture
+    def deterministic_engine(self, scorer_for) -> Scorer:
+        _needs_family("qwen3_5")
+        return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True))
+
+
+@pytest.mark.parametrize("kind", ["prefix_cache", "embedding_cache"])
+def test_a_real_engines_stats_name_what_the_worker_exports(kind, scorer_for, colbert_scorer) -> None:
+    """`Engine.stats()` carries each cache's counters under the names /metrics reads them by
+    (worker/cache_metrics.py), so a renamed field fails here, not at a scrape."""
+    if kind == "prefix_cache":
+        engine, series = scorer_for("qwen3", "causal", prefix_cache_mb=16), PREFIX_CACHE
+    else:
+        engine, series = colbert_scorer(embedding_cache_mb=16), EMBEDDING_CACHE
+    run(engine, [Job(id="a", query=[3, 4, 5], items=[[7], [8]], label_token_ids=[5, 6])])
+    part = series.part(engine.stats())
+    assert part is not None
+    assert {name for name, _ in (*series.counters, *series.gauges)} <= set(part)
+    assert all(isinstance(value, int) for value in part.values())
