@@ -4,6 +4,8 @@ package index's build on a GPU machine or where the CPU index cannot be reached.
 prints the decision without installing anything; the inputs (GPU present, index reachable) are forced
 through the script's own override variables, so every branch runs here. `./dev gpu-check` is the one
 command that takes no venv at all (a lent GPU host is bare: its python3 imports the project).
+`./dev kafka start|stop|status` runs a real Apache Kafka that outlives the command (on this interpreter
+through `KAFKA_SCORER_PYTHON`, so no venv is made here).
 """
 
 from __future__ import annotations
