@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny random checkpoints on disk, built once per test session."""
+"""Shared fixtures: tiny random checkpoints on disk, built once per test session; Apache Kafka's jars."""
 
 from __future__ import annotations
 
@@ -36,3 +36,22 @@ class TinyModels:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return TinyModels(tmp_path_factory.mktemp("tiny-models"))
+
+
+REQUIRE_APACHE_KAFKA = "KAFKA_SCORER_REQUIRE_APACHE_KAFKA"
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_distribution():
+    """Apache Kafka's jars (devtools/kafka_distribution.py), resolved once per machine; the tests marked
+    `apache_kafka` skip, saying what is missing, where Java or Maven is not installed, and fail instead
+    where `KAFKA_SCORER_REQUIRE_APACHE_KAFKA=1` (CI sets it: there a skip would hide a lost tier)."""
+    from devtools.kafka_distribution import ApacheKafkaUnavailable, KafkaDistribution, java_command
+
+    try:
+        java_command()
+        return KafkaDistribution.default().resolve()
+    except ApacheKafkaUnavailable as exc:
+        if os.environ.get(REQUIRE_APACHE_KAFKA) == "1":
+            pytest.fail(f"{REQUIRE_APACHE_KAFKA}=1 but Apache Kafka is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"Apache Kafka is unavailable ({exc}); {REQUIRE_APACHE_KAFKA}=1 makes this a failure")

@@ -4,6 +4,8 @@ package index's build on a GPU machine or where the CPU index cannot be reached.
 prints the decision without installing anything; the inputs (GPU present, index reachable) are forced
 through the script's own override variables, so every branch runs here. `./dev gpu-check` is the one
 command that takes no venv at all (a lent GPU host is bare: its python3 imports the project).
+`./dev kafka start|stop|status` runs a real Apache Kafka that outlives the command (on this interpreter
+through `KAFKA_SCORER_PYTHON`, so no venv is made here).
 """
 
 from __future__ import annotations
@@ -84,3 +86,43 @@ def test_gpu_check_runs_without_a_venv(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[0].startswith("cuda-tier ")
     assert f"tables to {tmp_path}" in done.stdout
     assert not (tmp_path / "venv").exists()
+
+
+def _dev_kafka(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`./dev kafka ARGS` on this interpreter (no venv made), its broker living in `run_dir`."""
+    return subprocess.run(
+        ["bash", str(ROOT / "dev"), "kafka", *args],
+        env={**os.environ, "KAFKA_SCORER_PYTHON": sys.executable, "KAFKA_SCORER_KAFKA_RUN": str(run_dir)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_dev_kafka_status_says_when_no_broker_runs(tmp_path: Path) -> None:
+    done = _dev_kafka(tmp_path, "status")
+    assert done.returncode == 3 and "not running" in done.stdout, done.stdout + done.stderr
+    assert _dev_kafka(tmp_path, "stop").returncode == 0
+
+
+@pytest.mark.apache_kafka
+def test_dev_kafka_starts_a_broker_that_outlives_the_command_and_stops_it(
+    tmp_path: Path, apache_kafka_distribution
+) -> None:
+    """`start` returns with the JVM running and prints the line to export; `status` finds it by its pid,
+    a second `start` reuses it, `stop` ends it."""
+    started = _dev_kafka(tmp_path, "start")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        export = started.stdout.splitlines()[-1]
+        assert export.startswith("export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:"), started.stdout
+        status = _dev_kafka(tmp_path, "status")
+        assert status.returncode == 0 and status.stdout.splitlines()[-1] == export
+        again = _dev_kafka(tmp_path, "start")
+        assert again.stdout.splitlines()[-1] == export and "started in" not in again.stdout
+    finally:
+        stopped = _dev_kafka(tmp_path, "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert _dev_kafka(tmp_path, "status").returncode == 3
+    assert "Kafka Server started" in (tmp_path / "broker.log").read_text()

@@ -9,6 +9,10 @@ Which broker (first that works):
 Exactly-once needs transactions, which tansu refuses (docs/worker.md, "The embedded brokers"):
 `transactional_kafka` uses the session broker when it has them, else starts noida-db (the `noida-db`
 wheel), else skips with the reason spelled out.
+
+A test parametrised with `tests.integration.brokers.on_each_broker` also runs on a real Apache Kafka
+(`apache_kafka`: one JVM per test process, started by the first test that needs it, with transactions,
+so it serves `transactional_kafka` too). `kafka` and `transactional_kafka` pick by the parameter.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from kafka_scorer.embedded.broker import BrokerError, EmbeddedBroker, TransactionalBroker
+from tests.integration.brokers import APACHE_KAFKA, EMBEDDED
 from tests.integration.jobs import Reference
 from tests.integration.kafka_helpers import BrokerInfo
 
@@ -50,7 +55,8 @@ def _testcontainers_kafka() -> contextlib.AbstractContextManager[str] | None:
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[BrokerInfo]:
+def embedded_kafka() -> Iterator[BrokerInfo]:
+    """The session broker, chosen as the module docstring says."""
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if env:
         yield BrokerInfo(env, "KAFKA_BOOTSTRAP_SERVERS", transactions=True, min_session_timeout_ms=6000)
@@ -65,7 +71,9 @@ def kafka() -> Iterator[BrokerInfo]:
 
 
 @pytest.fixture(scope="session")
-def transactional_kafka(kafka: BrokerInfo) -> Iterator[BrokerInfo]:
+def embedded_transactional_kafka(embedded_kafka: BrokerInfo) -> Iterator[BrokerInfo]:
+    """The session broker when it grants transactions, else noida-db."""
+    kafka = embedded_kafka
     if kafka.transactions:
         yield kafka
         return
@@ -82,6 +90,41 @@ def transactional_kafka(kafka: BrokerInfo) -> Iterator[BrokerInfo]:
         yield BrokerInfo(broker.bootstrap_servers, "noida-db", transactions=True, min_session_timeout_ms=6000)
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(apache_kafka_distribution) -> Iterator[BrokerInfo]:
+    """A real Apache Kafka (devtools/apache_kafka.py) for this test process; its log is printed if it
+    dies, so a failing test shows why."""
+    from devtools.apache_kafka import ApacheKafka
+    from devtools.kafka_properties import MIN_SESSION_TIMEOUT_MS
+
+    with ApacheKafka(apache_kafka_distribution) as broker:
+        log.info("Apache Kafka on %s, ready in %.1fs", broker.bootstrap_servers, broker.startup_s)
+        yield BrokerInfo(
+            broker.bootstrap_servers,
+            APACHE_KAFKA,
+            transactions=True,
+            min_session_timeout_ms=MIN_SESSION_TIMEOUT_MS,
+        )
+        if not broker.running:
+            log.error("Apache Kafka died during the session:\n%s", broker.log_tail())
+
+
+@pytest.fixture
+def kafka(request: pytest.FixtureRequest) -> BrokerInfo:
+    """The session broker, or Apache Kafka where the test is parametrised with `on_each_broker()`."""
+    which = getattr(request, "param", EMBEDDED)
+    return request.getfixturevalue("apache_kafka" if which == APACHE_KAFKA else "embedded_kafka")
+
+
+@pytest.fixture
+def transactional_kafka(request: pytest.FixtureRequest) -> BrokerInfo:
+    """A broker with transactions: the session's (or noida-db), or Apache Kafka where parametrised."""
+    which = getattr(request, "param", EMBEDDED)
+    return request.getfixturevalue(
+        "apache_kafka" if which == APACHE_KAFKA else "embedded_transactional_kafka"
+    )
 
 
 @dataclass(frozen=True)

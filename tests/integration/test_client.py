@@ -1,6 +1,7 @@
 """`ScoringClient` against a real broker and a running worker: many calls in flight on one client,
 each answered with its own job's result (scores from the independent reference), typed failures, and
-a timeout that both raises and travels with the job as `timeout_ms`."""
+a timeout that both raises and travels with the job as `timeout_ms`. On the session broker and on Apache
+Kafka."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from kafka_scorer.client import (
 )
 from kafka_scorer.embedded.broker import EmbeddedBroker, free_port
 from kafka_scorer.wire.protocol import ErrorCode, Job, decode_job
+from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import MODEL_VOCAB, Sent, assert_matches_reference, mixed_jobs
 from tests.integration.kafka_helpers import InProcessWorker, fresh_topics, read_topic
 
@@ -41,6 +43,7 @@ def _client(kafka, topics, **kwargs) -> ScoringClient:
     )
 
 
+@on_each_broker()
 async def test_many_concurrent_calls_each_get_their_own_jobs_result(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
@@ -62,6 +65,7 @@ async def test_many_concurrent_calls_each_get_their_own_jobs_result(
         assert_matches_reference(result, s, causal_reference)  # each call got its own job's scores
 
 
+@on_each_broker()
 async def test_an_error_result_raises_job_failed_and_request_returns_it(
     kafka, causal_model, causal_scorer
 ) -> None:
@@ -78,6 +82,7 @@ async def test_an_error_result_raises_job_failed_and_request_returns_it(
     assert returned.error is not None and returned.error.code is ErrorCode.INVALID_REQUEST
 
 
+@on_each_broker()
 async def test_a_timeout_raises_and_the_job_carries_the_same_deadline(kafka) -> None:
     """No worker reads the topic: the call gives up after its timeout, and the record it produced says
     so to any worker that reads it later (timestamp + timeout_ms is when the caller stopped waiting)."""
@@ -103,6 +108,7 @@ async def test_a_timeout_raises_and_the_job_carries_the_same_deadline(kafka) -> 
     assert jobs["own-shorter"][0].timeout_ms == 50
 
 
+@on_each_broker()
 async def test_a_rerank_shaped_job_crosses_the_worker(kafka, causal_model, causal_scorer) -> None:
     """SPEC §10 through a real broker and worker: `documents` are scored as the same job's `items`
     (same scores), answered with `results` that echo the documents; a document missing its rank field
@@ -129,6 +135,7 @@ async def test_a_rerank_shaped_job_crosses_the_worker(kafka, causal_model, causa
     assert failed.error.item == 1 and "'title'" in failed.error.message
 
 
+@on_each_broker()
 async def test_a_job_over_the_producers_size_limit_is_not_sent(kafka) -> None:
     topics = await fresh_topics(kafka, partitions=1)
     async with _client(kafka, topics) as client:
@@ -138,6 +145,7 @@ async def test_a_job_over_the_producers_size_limit_is_not_sent(kafka) -> None:
     assert refused.value.__cause__ is not None
 
 
+@on_each_broker()
 async def test_a_missing_topic_is_topic_missing_at_start(kafka, monkeypatch) -> None:
     """The embedded broker creates every topic it is asked about, so the broker's refusal is played
     by the producer's metadata call, the one `start` asks."""
@@ -155,6 +163,7 @@ async def test_a_missing_topic_is_topic_missing_at_start(kafka, monkeypatch) -> 
     assert missing.value.topic == topics.requests and "does not exist" in str(missing.value)
 
 
+@on_each_broker()
 async def test_closing_the_client_ends_waiting_calls_with_client_closed(kafka) -> None:
     topics = await fresh_topics(kafka, partitions=1)  # no worker: the call waits
     client = await _client(kafka, topics).__aenter__()
@@ -167,6 +176,7 @@ async def test_closing_the_client_ends_waiting_calls_with_client_closed(kafka) -
         await client.score([1], [[2]], label_token_ids=[3])
 
 
+@on_each_broker()
 async def test_a_reply_reader_failure_reaches_waiting_calls_as_client_closed(kafka, monkeypatch) -> None:
     """Before, the reader's own exception reached the calls raw (not a `ScoringError`)."""
     from aiokafka import AIOKafkaConsumer

@@ -1,7 +1,8 @@
 """The delivery contract of tests/worker/test_delivery.py on a real broker: the same expectations, with
 the real `ResultProducer` producing to the embedded broker (tansu for at-least-once, noida-db for
-exactly-once transactions) and the results read back from the topics. The consumer side stays the
-fake that records commits: what is under test is what delivery produces and when it lets offsets move.
+exactly-once transactions) and to Apache Kafka (both modes), and the results read back from the
+topics. The consumer side stays the fake that records commits: what is under test is what delivery
+produces and when it lets offsets move.
 
 A broker that refuses a topic needs ACLs, which the embedded brokers lack: those cases run on the fake
 only (tests/integration/test_delivery_faults.py runs a missing topic against the real broker)."""
@@ -17,7 +18,9 @@ from kafka_scorer.config import Settings
 from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.kafka.producer import ResultProducer
 from kafka_scorer.wire.protocol import Result, decode_result
+from tests.integration.brokers import on_each_broker
 from tests.integration.kafka_helpers import BrokerInfo, read_topic, unique
+from tests.worker.conftest import TP
 from tests.worker.test_delivery import DEFAULT, DeliveryContract, Harness
 
 pytestmark = pytest.mark.integration
@@ -47,7 +50,10 @@ class OnBroker(DeliveryContract):
     async def harness(self, refused: dict[str, BaseException] | None = None) -> Harness:
         if refused:
             pytest.skip("refusing a topic needs broker ACLs, which the embedded brokers lack")
-        await create_topics(self.broker.bootstrap, [DEFAULT, DEAD_LETTERS], 1)
+        # The input topic too: exactly-once commits its offsets in the transaction, and Apache Kafka
+        # answers TxnOffsetCommit for a topic it does not have with UNKNOWN_TOPIC_OR_PARTITION, which
+        # aiokafka retries forever (the embedded brokers accept it).
+        await create_topics(self.broker.bootstrap, [DEFAULT, DEAD_LETTERS, TP.topic], 1)
         settings = Settings(_env_file=None, model="unused", bootstrap_servers=self.broker.bootstrap)  # type: ignore[call-arg]
         txn_id = unique("delivery-contract") if self.exactly_once else None
         producer = SpyingProducer(settings, transactional_id=txn_id)
@@ -84,6 +90,7 @@ class OnBroker(DeliveryContract):
             await producer.stop()
 
 
+@on_each_broker()
 class TestAtLeastOnceOnBroker(OnBroker):
     exactly_once = False
 
@@ -92,6 +99,7 @@ class TestAtLeastOnceOnBroker(OnBroker):
         self.broker = kafka
 
 
+@on_each_broker("transactional_kafka")
 class TestExactlyOnceOnBroker(OnBroker):
     exactly_once = True
 

@@ -15,6 +15,7 @@ import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from kafka_scorer.wire.protocol import ErrorCode, Job
+from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import Sent, to_record
 from tests.integration.kafka_helpers import InProcessWorker, Out, committed_offsets, fresh_topics, produce
 
@@ -27,6 +28,7 @@ def _job(job_id: str) -> Sent:
     )
 
 
+@on_each_broker()
 async def test_refused_reply_topic_falls_back_and_an_undeliverable_answer_stops_uncommitted(
     kafka, causal_model, causal_scorer, monkeypatch, caplog
 ) -> None:

@@ -8,7 +8,8 @@ suite (test_chaos.py): bounded in time, with a printed tally, on events, not on 
 
 Runs on a broker with transactions: the session broker when it has them (testcontainers, or
 KAFKA_BOOTSTRAP_SERVERS), else noida-db; the `transactional_kafka` fixture skips with the reason when
-none is available (the embedded tansu refuses aiokafka's transactional producer).
+none is available (the embedded tansu refuses aiokafka's transactional producer). And on Apache Kafka
+(`on_each_broker`), where fencing, aborts and read_committed are the reference implementation's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 import pytest
 
 from kafka_scorer.embedded.broker import free_port
+from tests.integration.brokers import on_each_broker
 from tests.integration.chaos import ATOL, gauge, get_text, tally, templated_jobs
 from tests.integration.jobs import assert_matches_reference, expected_id, to_record
 from tests.integration.kafka_helpers import WorkerProcess, fresh_topics, gated, produce, read_topic
@@ -39,6 +41,7 @@ async def _jobs_answered(port: int) -> float:
     return 0.0
 
 
+@on_each_broker("transactional_kafka")
 async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_read_committed_reader(
     transactional_kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:

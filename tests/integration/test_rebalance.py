@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import assert_answers, mixed_stream
 from tests.integration.kafka_helpers import InProcessWorker, decode_replies, produce
 
@@ -24,6 +25,7 @@ async def _wait(predicate, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+@on_each_broker()
 async def test_one_of_two_workers_leaves_without_losing_or_doubling_a_job(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
