@@ -10,20 +10,17 @@ and for making topics.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from devtools.apache_kafka import ApacheKafka, ApacheKafkaUnavailable
+from devtools.apache_kafka import ApacheKafka
+from devtools.kafka_distribution import KafkaDistribution
 from devtools.kafka_properties import Listener
 from devtools.kafka_security import ScramUser, scram_properties, ssl_properties, write_pem_keystore
 from kafka_scorer.embedded.broker import free_port
 from tests.integration.tls_material import TlsMaterial, make_tls_material
 
-REQUIRE_ENV = "KAFKA_SCORER_REQUIRE_APACHE_KAFKA"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 
 
@@ -69,22 +66,15 @@ def _listeners(material: TlsMaterial, keystore: Path) -> tuple[tuple[Listener, .
 
 
 @contextlib.contextmanager
-def secured_kafka(directory: Path, user: ScramUser) -> Iterator[SecuredKafka]:
+def secured_kafka(
+    directory: Path, user: ScramUser, distribution: KafkaDistribution
+) -> Iterator[SecuredKafka]:
     """Certificates made in `directory`, a broker started with them, stopped and removed on exit."""
     material = make_tls_material(directory)
     server = material.server
     keystore = write_pem_keystore(server.cert, server.key, directory / "broker-keystore.pem")
     listeners, properties = _listeners(material, keystore)
-    broker = ApacheKafka(listeners=listeners, extra=properties, scram_users=(user,))
+    broker = ApacheKafka(distribution, listeners=listeners, extra=properties, scram_users=(user,))
     with broker:
         tls, mtls, scram = (f"{lst.host}:{lst.port}" for lst in listeners)
         yield SecuredKafka(broker, material, user, tls=tls, mtls=mtls, scram=scram)
-
-
-def skip_unless_required(exc: ApacheKafkaUnavailable) -> None:
-    """No Java or Maven here: skip, saying what to install, unless the run demands the real broker
-    (`KAFKA_SCORER_REQUIRE_APACHE_KAFKA=1`, as CI sets it), where a silent skip would hide the gap."""
-    reason = f"needs Apache Kafka (Java 17+ and Maven): {exc}"
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{REQUIRE_ENV}=1 but {reason}", pytrace=False)
-    pytest.skip(reason)

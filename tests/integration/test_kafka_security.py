@@ -11,13 +11,11 @@ a wrong password — each become one line naming the setting, from the worker's 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devtools.apache_kafka import ApacheKafkaUnavailable
 from devtools.kafka_security import ScramUser
 from kafka_scorer.client import InvalidSetting, ScoringClient
 from kafka_scorer.config import Settings
@@ -28,7 +26,7 @@ from kafka_scorer.wire.protocol import Job
 from tests.integration.cli_runs import assert_names_setting, cli_flags, one_line, run_cli
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import BrokerInfo, InProcessWorker, Topics, unique
-from tests.integration.secured_kafka import SecuredKafka, secured_kafka, skip_unless_required
+from tests.integration.secured_kafka import SecuredKafka, secured_kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka]
 
@@ -50,12 +48,9 @@ NOT_SASL = {"security_protocol": "SSL", "sasl_mechanism": None, "sasl_username":
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
-    with contextlib.ExitStack() as stack:
-        try:
-            started = stack.enter_context(secured_kafka(tmp_path_factory.mktemp("kafka-security"), USER))
-        except ApacheKafkaUnavailable as exc:
-            skip_unless_required(exc)
+def secured(apache_kafka_distribution, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    """`apache_kafka_distribution` (tests/conftest.py) skips, or fails where CI requires the broker."""
+    with secured_kafka(tmp_path_factory.mktemp("kafka-security"), USER, apache_kafka_distribution) as started:
         yield started
 
 
