@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 _SLACK_BYTES = 1 << 20  # room for headers and batch framing on top of the largest record we accept
 _REFUSAL_ATTEMPTS = 3  # a refusal can be passing (ACLs propagating); three tries, ~0.3 s, then it stands
 _MISSING_TOPIC_GRACE_S = 10.0  # how long a topic the broker says it lacks may take to appear (auto-create)
+# The longest a transaction's offset commit (or its abort) may take before the transaction counts as failed:
+# Apache Kafka 4.1 answers TxnOffsetCommit for a topic it does not have (deleted under a running worker)
+# with UNKNOWN_TOPIC_OR_PARTITION, which aiokafka 0.14 retries for ever; the worker hung inside the
+# transaction instead of aborting it and rewinding (found by the delivery contract on Apache Kafka).
+_TRANSACTION_STEP_S = 30.0
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's rule for topic names
 
 
@@ -79,10 +84,12 @@ class ResultProducer:
         transactional_id: str | None = None,
         *,
         missing_topic_grace_s: float = _MISSING_TOPIC_GRACE_S,
+        transaction_step_s: float = _TRANSACTION_STEP_S,
     ) -> None:
         self._settings = settings
         self._transactional_id = transactional_id
         self.missing_topic_grace_s = missing_topic_grace_s
+        self.transaction_step_s = transaction_step_s
         self.max_request_size = settings.max_message_bytes + _SLACK_BYTES
         self._producer: AIOKafkaProducer | None = None
         self._framing = ResultFraming.from_settings(settings)
@@ -272,15 +279,17 @@ class ResultProducer:
                 for r, v in zip(records, values, strict=True)
             ]
             await asyncio.gather(*futures)
-            if offsets:
-                await producer.send_offsets_to_transaction(offsets, group_id)
+            if offsets:  # bounded: aiokafka retries an offset commit for a topic the broker lacks for ever
+                await asyncio.wait_for(
+                    producer.send_offsets_to_transaction(offsets, group_id), self.transaction_step_s
+                )
             await producer.commit_transaction()
         except ProducerFenced as exc:
             raise FatalProducerError(str(exc)) from exc
         except BaseException:  # anything (a cancel included) leaves the transaction open: abort it, re-raise
             try:
-                await producer.abort_transaction()
-            except Exception as abort_exc:  # a failed abort is cleared by restarting the producer
+                await asyncio.wait_for(producer.abort_transaction(), self.transaction_step_s)
+            except Exception as abort_exc:  # a failed or hung abort is cleared by restarting the producer
                 log.warning("producer: abort_transaction failed (%r); restarting the producer", abort_exc)
                 await self.stop()
                 await self.start()  # InitProducerId with the same id aborts the open transaction

@@ -100,3 +100,58 @@ async def test_a_refusing_broker_is_tried_a_bounded_number_of_times() -> None:
     with pytest.raises(Refused):
         await asyncio.wait_for(_producer(fake).send(OutRecord("t", b"v", None, [])), 5)
     assert fake.attempts == 3
+
+
+class _HungOffsetCommit(_AIOKafkaProducer):
+    """A transactional producer whose offset commit never ends (aiokafka retrying, for ever, a broker's
+    UNKNOWN_TOPIC_OR_PARTITION for an input topic deleted under the worker) and whose abort may hang."""
+
+    def __init__(self, abort_hangs: bool) -> None:
+        super().__init__()
+        self.abort_hangs = abort_hangs
+        self.calls: list[str] = []
+
+    async def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    async def send_offsets_to_transaction(self, offsets, group_id) -> None:
+        self.calls.append("offsets")
+        await asyncio.Event().wait()
+
+    async def commit_transaction(self) -> None:
+        self.calls.append("commit")
+
+    async def abort_transaction(self) -> None:
+        self.calls.append("abort")
+        if self.abort_hangs:
+            await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("abort_hangs", [False, True], ids=["abort-answers", "abort-hangs"])
+async def test_a_transaction_whose_offset_commit_never_ends_is_aborted_and_raised_not_waited_on(
+    abort_hangs, monkeypatch
+) -> None:
+    """The caller (worker/delivery.py) rewinds to the committed offsets on any raise; a hang would stall
+    every partition's answers behind one transaction. A hung abort restarts the producer instead."""
+    from aiokafka import TopicPartition
+
+    fake = _HungOffsetCommit(abort_hangs)
+    producer = _producer(fake)
+    producer.transaction_step_s = 0.2
+    restarted: list[str] = []
+
+    async def stop() -> None:
+        restarted.append("stop")
+
+    async def start() -> None:
+        restarted.append("start")
+
+    monkeypatch.setattr(producer, "stop", stop)
+    monkeypatch.setattr(producer, "start", start)
+    record = OutRecord("replies", b"v", None, [])
+    with pytest.raises(asyncio.TimeoutError):  # TimeoutError itself from 3.11
+        await asyncio.wait_for(
+            producer.send_transaction([record], {TopicPartition("requests", 0): 5}, "group"), 5
+        )
+    assert fake.calls == ["begin", "offsets", "abort"]
+    assert restarted == (["stop", "start"] if abort_hangs else [])
