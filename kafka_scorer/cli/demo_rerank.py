@@ -125,7 +125,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
             {True: "yes", False: "no", None: "auto"}[s.job.multi_item],
             ",".join(s.job.label_tokens) if s.job.label_tokens else "preset",
             "preset" if s.job.instruction is None else "custom",
-            f"{s.job.top_n}/{len(s.job.items)}",
+            f"{s.job.top_n}/{len(s.job.inputs())}",
             Text(ranking_outcome(s.job, s.result, s.send_error)),  # item text is not rich markup
             latency,
         )
