@@ -115,7 +115,7 @@ def sample_jobs(models: list[DemoModel], count: int) -> list[DemoJob]:
     """`count` jobs spread over the models and over the features: text and token ids, with and
     without MIS, both softmax modes, pooled hidden states once per model, and one bad job."""
     jobs: list[DemoJob] = []
-    variants = [
+    variants: list[dict[str, Any]] = [
         {"multi_item": True, "apply_softmax": False, "tokens": False},
         {"multi_item": False, "apply_softmax": True, "tokens": False},
         {"multi_item": True, "apply_softmax": True, "tokens": True},
@@ -211,7 +211,7 @@ async def run_demo(
             with ProgressBar(len(jobs), "scoring", enabled=progress) as bar:
 
                 def done(submission: Submission) -> None:
-                    bar.advance(len(submission.job.items))
+                    bar.advance(len(submission.job.inputs))
 
                 def sending() -> None:  # throughput counts from the first send, not from connecting
                     if not started:
@@ -292,7 +292,7 @@ def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_r
         _scores_table(console, jobs, max_rows)
     done = [j.submission for j in jobs if j.submission.result is not None]
     latencies = sorted(s.latency_s * 1000 for s in done if s.latency_s is not None)
-    items = sum(len(s.job.items) for s in done)
+    items = sum(len(s.job.inputs) for s in done)
     failed = sum(1 for s in done if s.result is not None and s.result.error is not None)
     p50 = statistics.median(latencies) if latencies else 0.0
     p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else 0.0
@@ -321,7 +321,7 @@ def _scores_table(console: Any, jobs: list[DemoJob], max_rows: int) -> None:
         if s.job.apply_softmax:
             kind += ", softmax"
         latency = f"{s.latency_s * 1000:.0f}" if s.latency_s is not None else "-"  # produce to result
-        table.add_row(s.job_id, job.model.label, mis, kind, str(len(s.job.items)), _outcome(s), latency)
+        table.add_row(s.job_id, job.model.label, mis, kind, str(len(s.job.inputs)), _outcome(s), latency)
     if len(jobs) > max_rows:
         table.caption = f"first {max_rows} of {len(jobs)} jobs"
     print_fitted(console, table)

@@ -87,7 +87,7 @@ def rerank_jobs(model: DemoModel, count: int) -> list[DemoJob]:
     from kafka_scorer.cli.demo_parts import DemoJob
 
     jobs = [DemoJob(model, new_submission(rerank_job(n))) for n in range(max(count - 1, 0))]
-    bad = Job(id="bad-job", query=QUERIES[0], items=DOCUMENTS[:2], label_tokens=BAD_LABELS, top_n=1)
+    bad = Job(id="bad-job", query=QUERIES[0], items=[*DOCUMENTS[:2]], label_tokens=BAD_LABELS, top_n=1)
     jobs.append(DemoJob(model, new_submission(bad), expect_error=True))
     return jobs
 
@@ -125,7 +125,7 @@ def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[st
             {True: "yes", False: "no", None: "auto"}[s.job.multi_item],
             ",".join(s.job.label_tokens) if s.job.label_tokens else "preset",
             "preset" if s.job.instruction is None else "custom",
-            f"{s.job.top_n}/{len(s.job.items)}",
+            f"{s.job.top_n}/{len(s.job.inputs)}",
             Text(ranking_outcome(s.job, s.result, s.send_error)),  # item text is not rich markup
             latency,
         )

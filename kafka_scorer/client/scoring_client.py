@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import difflib
 import math
+import sys
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -324,7 +325,9 @@ async def _stop(client: Any) -> None:
         await client.stop()
     except asyncio.CancelledError:
         task = asyncio.current_task()
-        if task is not None and task.cancelling():
+        # Python 3.10 has no `Task.cancelling()`, so there the stray cancellation cannot be told from a
+        # real one: it is raised (swallowing a real one would leave the task running)
+        if sys.version_info < (3, 11) or (task is not None and task.cancelling()):
             raise
 
 

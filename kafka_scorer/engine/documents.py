@@ -39,6 +39,13 @@ def is_rerank(job: Job) -> bool:
     return job.documents is not msgspec.UNSET
 
 
+def item_list(job: Job) -> list[str | list[int]]:
+    """The items of a job `as_items` returned; `InputError` (`invalid_request`) for a job with none."""
+    if job.items is msgspec.UNSET:
+        raise InputError(ErrorCode.INVALID_REQUEST, "items: missing; send `items` or `documents`")
+    return job.items
+
+
 def as_items(job: Job) -> Job:
     """The job with `items` set to its documents' scored texts (a job of `items` as it is).
 
@@ -66,7 +73,7 @@ def as_items(job: Job) -> Job:
     fields = DEFAULT_RANK_FIELDS if job.rank_fields is None else tuple(job.rank_fields)
     if not fields:
         raise InputError(ErrorCode.INVALID_REQUEST, "rank_fields: name at least one field (or leave it out)")
-    documents: list[Document] = job.documents  # type: ignore[assignment]
+    documents = job.documents if job.documents is not msgspec.UNSET else []
     texts = [_scored_text(index, document, fields) for index, document in enumerate(documents)]
     return msgspec.structs.replace(job, items=texts)
 
@@ -97,7 +104,7 @@ def _scored_text(index: int, document: Document, fields: tuple[str, ...]) -> str
 
 def all_texts(job: Job) -> bool:
     """Whether every document is a text (then `rank_fields` has nothing to choose from)."""
-    return is_rerank(job) and all(isinstance(document, str) for document in job.documents)  # type: ignore[union-attr]
+    return job.documents is not msgspec.UNSET and all(isinstance(document, str) for document in job.documents)
 
 
 def rank_fields_warnings(job: Job) -> list[str]:

@@ -7,11 +7,12 @@ without ever reaching the device, and the token count the scheduler budgets with
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import msgspec
 
 from kafka_scorer.engine.chunking import ChunkPlan
-from kafka_scorer.engine.documents import as_items, is_rerank
+from kafka_scorer.engine.documents import as_items, is_rerank, item_list
 from kafka_scorer.engine.encoders import PairTemplate
 from kafka_scorer.engine.item_windows import SEAM_MARGIN, ItemWindows
 from kafka_scorer.engine.labels import LabelResolver
@@ -47,7 +48,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         if tokenizer is not None:
             # The first call clears any truncation/padding stored in tokenizer.json, which mutates the
             # Rust tokenizer; done here, once, so concurrent prepare threads only ever read it.
-            tokenizer("warm-up", add_special_tokens=True)  # type: ignore[operator]
+            tokenizer("warm-up", add_special_tokens=True)
 
     @property
     def max_text_chars(self) -> int:
@@ -69,10 +70,11 @@ class JobPreparer(ItemWindows, ScoreFields):
                 f"job asks for model {job.model!r}; this worker serves {model.name!r}",
             )
         job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
-        if len(job.items) > self.limits.max_items_per_job:
+        count = len(item_list(job))
+        if count > self.limits.max_items_per_job:
             raise InputError(
                 ErrorCode.TOO_LONG,
-                f"{len(job.items)} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
+                f"{count} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
             )
         warnings = self._ignored_fields(job)
         label_ids = self._label_ids(job)
@@ -186,7 +188,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         # the instruction is text the tokenizer reads (twice, with the seam check): bounded like the rest
         self._check_inputs(job, instruction if template.has_instruction else None)
         tokenizer = self._tokenizer()
-        items = [str(item) for item in job.items]
+        items = [str(item) for item in item_list(job)]
         tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
         if chunking is not None:
@@ -206,7 +208,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
         bound before tokenizing instead of being rejected; the token-level cut then finishes the job."""
         bound = self.max_text_chars
-        cut, items = set(), list(job.items)
+        cut, items = set(), list(item_list(job))
         for index, item in enumerate(items):
             limit = bound if isinstance(item, str) else self.limits.max_pair_tokens
             if len(item) > limit:
@@ -260,7 +262,8 @@ class JobPreparer(ItemWindows, ScoreFields):
         template = self._encoder_template()
         limit = self.limits.max_pair_tokens
         room = limit - len(query) - template.num_special
-        pairs, types, cut = [], [], []
+        pairs, cut = [], []
+        types: list[list[int]] = []  # one per pair when the template has token types, else none
         for index, item in enumerate(items):
             if truncate and len(item) > room >= 0:
                 item = item[:room]
@@ -276,7 +279,8 @@ class JobPreparer(ItemWindows, ScoreFields):
                     item=index,
                 )
             pairs.append(ids)
-            types.append(pair_types)
+            if pair_types is not None:
+                types.append(pair_types)
         return PreparedJob(
             job_id=job_id,
             job=job,
@@ -304,7 +308,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         """One kind of input per job, and no part (nor the template's `instruction`) too long to fit;
         True for text jobs."""
         text_query = isinstance(job.query, str)
-        kinds = {isinstance(item, str) for item in job.items}
+        kinds = {isinstance(item, str) for item in item_list(job)}
         if kinds != {text_query}:
             raise InputError(
                 ErrorCode.INVALID_REQUEST,
@@ -324,8 +328,9 @@ class JobPreparer(ItemWindows, ScoreFields):
     def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
         """SPEC §4: the leading part gets the tokenizer's special tokens, the trailing part does not."""
         if not self._check_inputs(job):
-            query = list(job.query)  # type: ignore[arg-type]
-            items = [list(item) for item in job.items]  # type: ignore[arg-type]
+            # `_check_inputs` said every part is token ids
+            query = list(cast("list[int]", job.query))
+            items = [list(cast("list[int]", item)) for item in item_list(job)]
             self._check_token_ids(query, None)
             for index, item in enumerate(items):
                 self._check_token_ids(item, index)
@@ -334,8 +339,8 @@ class JobPreparer(ItemWindows, ScoreFields):
         # An encoder's pair template adds its special tokens when the pair is joined (SPEC §8).
         query_leads = not job.item_first and self.model.encoder is None
         item_leads = job.item_first and self.model.encoder is None
-        query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]  # type: ignore[operator]
-        items = tokenizer(list(job.items), add_special_tokens=item_leads)["input_ids"]  # type: ignore[operator]
+        query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]
+        items = tokenizer(list(item_list(job)), add_special_tokens=item_leads)["input_ids"]
         return list(query), [list(item) for item in items]
 
     def _check_lengths(self, job: Job, text: bool, instruction: str | None = None) -> None:
@@ -354,8 +359,10 @@ class JobPreparer(ItemWindows, ScoreFields):
         _, chunking = self.limits.long_item_policy(job)
         chunks = self.limits.max_chunks_per_job if chunking is not None else 1
         item_why = f"{why} × max_chunks_per_job={chunks}" if chunking is not None else why
-        named = [("query", job.query, None, limit, why)]
-        named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(job.items)]
+        named: list[tuple[str, str | list[int], int | None, int, str]] = [
+            ("query", job.query, None, limit, why)
+        ]
+        named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(item_list(job))]
         if instruction is not None:
             named.append(("instruction", instruction, None, limit, why))
         for where, part, item, bound, because in named:

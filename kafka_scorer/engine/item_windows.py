@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kafka_scorer.engine.chunking import ChunkPlan, WindowedItem, char_spans, count_windows, window_ranges
+from kafka_scorer.engine.documents import item_list
 from kafka_scorer.engine.prepared import InputError, InputLimits
 from kafka_scorer.engine.template_tokens import tokenize_templated
 from kafka_scorer.engine.text_bounds import leading_special_tokens
@@ -121,12 +122,14 @@ class ItemWindows:
         """Text items' own tokens (no special tokens) with their character offsets, where the
         tokenizer gives offsets (fast tokenizers); without them the spans are left out."""
         tokenizer = self._tokenizer()
-        texts = [str(job.items[i]) for i in indices]
+        items = item_list(job)
+        texts = [str(items[i]) for i in indices]
+        offsets: list[list[tuple[int, int]] | None]
         try:
-            encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
-            offsets = [[tuple(pair) for pair in row] for row in encoded["offset_mapping"]]
+            encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = [[(start, end) for start, end in row] for row in encoded["offset_mapping"]]
         except NotImplementedError:
-            encoded = tokenizer(texts, add_special_tokens=False)  # type: ignore[operator]
+            encoded = tokenizer(texts, add_special_tokens=False)
             offsets = [None] * len(texts)
         return {
             index: (list(ids), spans) for index, ids, spans in zip(indices, encoded["input_ids"], offsets)
@@ -155,7 +158,7 @@ class ItemWindows:
         template = self.template
         assert template is not None
         tokenizer = self._tokenizer()
-        fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+        fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])
         window = self._window(chunking, room - fixed - SEAM_MARGIN)
         own = self._own_tokens(job, list(range(len(items))))
         asked = chunking.window

@@ -14,7 +14,7 @@ import enum
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -60,7 +60,7 @@ class LoadedModel:
     """The decoder stack whose output is the final-norm hidden state (SPEC §6)."""
     head: nn.Module
     """LM head (CausalLM) or classification head; applied only to scoring rows."""
-    tokenizer: object | None
+    tokenizer: Any | None  # a Hugging Face tokenizer (called and indexed as one; None: token ids only)
     device: torch.device
     dtype: torch.dtype
     input_vocab_size: int

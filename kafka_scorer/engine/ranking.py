@@ -69,7 +69,7 @@ def reranked(job: PreparedJob, rows: list[list[float]]) -> list[Reranked] | None
         Reranked(
             index=index,
             relevance_score=scores[index],
-            document=echo(documents[index]) if documents else None,  # type: ignore[index]
+            document=echo(documents[index]) if documents else None,
         )
         for index in order(scores, job.job.top_n)
     ]

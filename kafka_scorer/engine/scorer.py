@@ -21,7 +21,7 @@ import torch
 from kafka_scorer.engine.attention.registry import choose_attention_backend
 from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.bisection import Bisection
-from kafka_scorer.engine.chunking import aggregate
+from kafka_scorer.engine.chunking import ChunkedItem, aggregate
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
 from kafka_scorer.engine.description import describe
 from kafka_scorer.engine.deterministic import keeps_prefix_cache, make_deterministic
@@ -303,7 +303,7 @@ class Scorer:
     ) -> Result:
         """One job's result from its scoring rows, one per window of a chunked job (SPEC §9)."""
         pooled = torch.cat(hidden) if hidden else None
-        chunks = []
+        chunks: list[ChunkedItem] = []
         if job.chunks is not None:
             rows, pooled, chunks = aggregate(job.chunks, rows, job.rank_by, pooled, job.rank_normalised)
         return self.stamp(
@@ -372,7 +372,7 @@ class Scorer:
     def score_jobs(self, jobs: Sequence[Job]) -> list[Result]:
         """Prepare, batch by the token budget and run; results in the jobs' order."""
         results: list[Result | None] = [None] * len(jobs)
-        scheduler = TokenBudgetScheduler(self.max_batch_tokens)
+        scheduler: TokenBudgetScheduler[PreparedJob] = TokenBudgetScheduler(self.max_batch_tokens)
         position: dict[int, int] = {}
         for index, job in enumerate(jobs):
             prepared = self.prepare(job, job.id if job.id is not None else str(index))

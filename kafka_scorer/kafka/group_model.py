@@ -159,11 +159,11 @@ class OneModelAssignor(AbstractPartitionAssignor):
     def ready(self) -> bool:
         return self.serving_elsewhere is None
 
-    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         claim = _Claim(self.served, self.since_ms, self.group_served)
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), claim.encode())
 
-    def assign(  # type: ignore[override]
+    def assign(
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         claims = {member: _Claim.decode(metadata.user_data) for member, metadata in members.items()}
@@ -171,7 +171,7 @@ class OneModelAssignor(AbstractPartitionAssignor):
         eligible = {
             member: metadata
             for member, metadata in members.items()
-            if chosen is None or claims[member] is None or claims[member].served == chosen  # type: ignore[union-attr]
+            if chosen is None or (claim := claims[member]) is None or claim.served == chosen
         }
         shares = RoundRobinPartitionAssignor.assign(cluster, eligible)
         kept_out = sorted({str(claim.served) for m, claim in claims.items() if claim and m not in eligible})
@@ -183,7 +183,7 @@ class OneModelAssignor(AbstractPartitionAssignor):
             for member in members
         }
 
-    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         verdict = _Verdict.decode(assignment.user_data)
         chosen = verdict.serves if verdict is not None else None
         mine = self.served

@@ -89,13 +89,13 @@ async def check_connection(
 async def _probe_twice(
     settings: Settings, context: ssl.SSLContext | None, host: str, port: int, timeout_s: float
 ) -> str | None:
-    for attempt in range(2):
+    verdict = await asyncio.to_thread(probe_listener, settings, context, host, port, timeout_s)
+    if isinstance(verdict, _HungUp):
+        await asyncio.sleep(_HUNG_UP_RECHECK_S)
         verdict = await asyncio.to_thread(probe_listener, settings, context, host, port, timeout_s)
-        if not isinstance(verdict, _HungUp):
-            return verdict
-        if attempt == 0:
-            await asyncio.sleep(_HUNG_UP_RECHECK_S)
-    raise verdict.error
+        if isinstance(verdict, _HungUp):
+            raise verdict.error
+    return verdict
 
 
 def probe_listener(

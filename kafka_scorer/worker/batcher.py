@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -143,7 +144,7 @@ class Batcher(Generic[P, B]):
             self._hand_to_device(sum(t.num_tokens for t in batch))
             future = asyncio.ensure_future(self._pack_and_compute(loop, batch))
             self._running.add(future)
-            future.add_done_callback(lambda f, b=batch: self._finished(f, b))
+            future.add_done_callback(functools.partial(self._finished, batch=batch))
 
     async def _next_batch(self) -> list[Ticket[P]]:
         """Wait until a batch should close, then close it; expired jobs leave the queue on every turn."""
@@ -225,11 +226,8 @@ class Batcher(Generic[P, B]):
         started = time.monotonic()
         late = [d is not None and d <= started for d in deadlines or ()]
         if not any(late):
-            return (
-                self._checked(self._engine.run_packed(packed), len(jobs)),
-                started,
-                time.monotonic() - started,
-            )
+            computed: list[Result | None] = [*self._checked(self._engine.run_packed(packed), len(jobs))]
+            return computed, started, time.monotonic() - started
         live = [job for job, gone in zip(jobs, late, strict=True) if not gone]
         scored = iter(
             self._checked(self._engine.run_packed(self._engine.pack(live)), len(live)) if live else []

@@ -62,6 +62,13 @@ class Undeliverable(FatalProducerError):
     """An answer that no topic will take: the worker stops without committing its record's offset."""
 
 
+def _answered(ticket: Ticket[Any]) -> Result:
+    """The ticket's result: only answered tickets reach delivery."""
+    if ticket.result is None:
+        raise RuntimeError(f"{ticket.where} reached delivery without a result")
+    return ticket.result
+
+
 def _reply_origin(ticket: Ticket[Any], reply_topic: str | None = None) -> Origin:
     """The ticket's origin (its reply topic replaced if given) with the trace context its result
     carries: the `produce` span's where spans are recorded, else the job's own headers."""
@@ -90,7 +97,7 @@ class Delivery:
 
     def _records(self, ticket: Ticket[Any]) -> tuple[Result, list[OutRecord]]:
         """The ticket's records; a result too large to produce becomes a `too_long` error result."""
-        result = self.served.stamp(ticket.result)
+        result = self.served.stamp(_answered(ticket))
         origin = _reply_origin(ticket)
         record = result_record(result, origin)
         if not self.producer.fits(record):
@@ -118,14 +125,14 @@ class Delivery:
     def _dead_lettered(self, ticket: Ticket[Any], record: OutRecord) -> None:
         """Count the copy and say so in one line: the record is out of the request topic's way now."""
         self.metrics.dead_letters.inc()
-        error = ticket.result.error
+        error = _answered(ticket).error
         log.warning(
             "dead-lettered %s to %s (job %s): %s",
             ticket.where,
             record.topic,
-            ticket.result.id,
+            _answered(ticket).id,
             one_line(error.message) if error is not None else "-",
-            extra={"job_id": ticket.result.id, "dead_letter_topic": record.topic},
+            extra={"job_id": _answered(ticket).id, "dead_letter_topic": record.topic},
         )
 
     def _drop_closed(self, tickets: Sequence[Ticket[Any]]) -> list[Ticket[Any]]:
@@ -154,7 +161,7 @@ class Delivery:
         too_large = isinstance(refused.cause, _TOO_LARGE)
         if record.topic == self.default_reply_topic and not too_large:
             raise Undeliverable(
-                f"cannot ticket {where} (job {ticket.result.id}) on the reply topic {record.topic!r} "
+                f"cannot ticket {where} (job {_answered(ticket).id}) on the reply topic {record.topic!r} "
                 f"({refused.cause!r}); create it or grant this worker write access (setting: reply_topic)"
             ) from refused
         code, why = (
@@ -163,7 +170,7 @@ class Delivery:
             else (ErrorCode.INVALID_REQUEST, "refused it")
         )
         result = error_result(
-            ticket.result.id,
+            _answered(ticket).id,
             code,
             f"cannot produce the result to reply topic {record.topic!r}: "
             f"the broker {why} ({refused.cause!r})",
@@ -227,7 +234,7 @@ class AtLeastOnceDelivery(Delivery):
             await self.producer.send(moved)
         except Refused as exc:
             raise Undeliverable(
-                f"cannot ticket {ticket.where} (job {ticket.result.id}) on {record.topic!r} "
+                f"cannot ticket {ticket.where} (job {_answered(ticket).id}) on {record.topic!r} "
                 f"({refused.cause!r}) nor on the reply topic {moved.topic!r} ({exc.cause!r}) "
                 "(setting: reply_topic)"
             ) from exc

@@ -143,7 +143,8 @@ def read_record(record: RecordLike, rules: WireRules) -> Inbound | Rejected:
     reply = _header(headers, REPLY_TOPIC_HEADERS)
     content_type_header = _header(headers, CONTENT_TYPE_HEADERS)
     content_type = _text(content_type_header[1]) if content_type_header else None
-    reply_topic, notes = rules.reply_topic, ()
+    reply_topic = rules.reply_topic
+    notes: tuple[str, ...] = ()
     if reply is not None:
         asked = _text(reply[1])
         if asked and _TOPIC_NAME.fullmatch(asked) and asked not in (".", ".."):

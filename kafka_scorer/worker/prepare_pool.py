@@ -98,6 +98,7 @@ class PreparePool:
 
     def _serve(self) -> None:
         while (task := self._todo.get()) is not None:
+            ended: tuple[_Task, Any, BaseException | None]
             try:
                 ended = (task, task.run(), None)
             except BaseException as exc:  # handed to the job's `done`, like a future's exception
@@ -108,7 +109,7 @@ class PreparePool:
             if not self._wake_pending:
                 self._wake_pending = True
                 try:
-                    self._loop.call_soon_threadsafe(self._drain)  # type: ignore[union-attr]
+                    self._loop.call_soon_threadsafe(self._drain)  # type: ignore[union-attr]  # set before any thread starts
                 except RuntimeError:  # the loop is closed: nobody is left to answer
                     return
 

@@ -262,8 +262,8 @@ class Worker:
         if failure is not None:
             raise failure
         for task in background:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc
 
     async def _drain(self) -> None:
         """Stop fetching; answer and commit everything in flight, within the grace period."""

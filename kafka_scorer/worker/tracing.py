@@ -259,7 +259,8 @@ class Tracing:
 
 
 def _span_context(context: TraceContext) -> Any:
-    state = otel.TraceState([tuple(m.split("=", 1)) for m in (context.tracestate or "").split(",") if m])
+    members = [m.split("=", 1) for m in (context.tracestate or "").split(",") if m]
+    state = otel.TraceState([(key, value) for key, value in members])
     return otel.SpanContext(
         trace_id=int(context.trace_id, 16),
         span_id=int(context.parent_id, 16),

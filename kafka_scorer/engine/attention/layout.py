@@ -64,7 +64,7 @@ def to_device(value: T, device: torch.device) -> T:
         return [to_device(item, device) for item in value]  # type: ignore[return-value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type | AttentionLayout):
         moved = {f.name: to_device(getattr(value, f.name), device) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **moved)  # type: ignore[return-value]
+        return dataclasses.replace(value, **moved)
     return value
 
 

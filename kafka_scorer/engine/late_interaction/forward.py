@@ -18,6 +18,7 @@ nothing but its own tokens and its query, so a cached copy equals a fresh one bi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -42,7 +43,7 @@ class _Stream:
     vector_rows: list[int] = field(default_factory=list)
     """Flat stream rows that become vectors, in the order their vectors are laid out."""
 
-    def add(self, ids: list[int], positions: list[int], visible: int, rows: list[int]) -> tuple[int, int]:
+    def add(self, ids: list[int], positions: list[int], visible: int, rows: Iterable[int]) -> tuple[int, int]:
         """Append a sequence; returns the [start, end) of its vectors among all vectors."""
         start = len(self.ids)
         self.spans.append((start, len(ids)))
@@ -128,7 +129,7 @@ def _metadata(stream: _Stream, pin: bool, deterministic_backend: str | None) -> 
     # layers, `attention/dense.py`'s `sequence_mask`) and deterministic mode's backends then hide them
     # as keys too
     prefixes = list(stream.hidden_keys)
-    items = [(n - k,) if k < n else () for n, k in zip(lens, prefixes)]
+    items: list[tuple[int, ...]] = [(n - k,) if k < n else () for n, k in zip(lens, prefixes)]
     layout = AttentionLayout(starts, lens, prefixes, items, causal=False)
     if deterministic_backend is not None:
         return prepare_attention(layout, deterministic_backend, pin)
@@ -194,4 +195,5 @@ def _vectors(forward: LateForward, model: LoadedModel) -> torch.Tensor:
         inputs["token_type_ids"] = torch.zeros_like(ids)
     hidden = model.body(**inputs)[0][0]
     rows = hidden.index_select(0, forward.vector_rows.to(device, non_blocking=True))
+    assert model.late is not None  # a late-interaction model's forward
     return torch.nn.functional.normalize(model.late.projection(rows), p=2, dim=-1)

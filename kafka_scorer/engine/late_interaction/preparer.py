@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 from array import array
 from dataclasses import dataclass, field, replace
+from typing import cast
 
-from kafka_scorer.engine.documents import as_items, is_rerank, rank_fields_warnings
+from kafka_scorer.engine.documents import as_items, is_rerank, item_list, rank_fields_warnings
 from kafka_scorer.engine.late_interaction.loading import LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
 from kafka_scorer.engine.model import LoadedModel
@@ -147,10 +148,11 @@ class LatePreparer:
 
     def _check_fields(self, job: Job) -> None:
         """Fields that mean nothing for one MaxSim score per document are refused, not ignored."""
-        if len(job.items) > self.limits.max_items_per_job:
+        count = len(item_list(job))
+        if count > self.limits.max_items_per_job:
             raise InputError(
                 ErrorCode.TOO_LONG,
-                f"{len(job.items)} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
+                f"{count} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
             )
         refused = [
             ("label_token_ids", job.label_token_ids is not None),
@@ -181,14 +183,15 @@ class LatePreparer:
     def _offsets(self, job: Job) -> list[list[tuple[int, int]] | None]:
         """Each text item's token offsets in the item as sent (before stripping), for `chunks` spans."""
         tokenizer = self.model.tokenizer
-        texts = [str(item) for item in job.items]
+        assert tokenizer is not None  # the late-interaction loader refuses a checkpoint without one
+        texts = [str(item) for item in item_list(job)]
         try:
             encoded = tokenizer(
                 [t.strip() for t in texts], add_special_tokens=False, return_offsets_mapping=True
             )
         except (NotImplementedError, ValueError):  # a slow tokenizer gives no offsets: no spans
             return [None] * len(texts)
-        out = []
+        out: list[list[tuple[int, int]] | None] = []
         for text, pairs in zip(texts, encoded["offset_mapping"]):
             lead = len(text) - len(text.lstrip())
             out.append([(start + lead, end + lead) for start, end in pairs])
@@ -196,14 +199,19 @@ class LatePreparer:
 
     def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
         text = isinstance(job.query, str)
-        if {isinstance(item, str) for item in job.items} != {text}:
+        if {isinstance(item, str) for item in item_list(job)} != {text}:
             raise InputError(
                 ErrorCode.INVALID_REQUEST,
                 "query and items must all be text or all be token-id lists, not a mix",
             )
         if not text:
-            parts = [("query", list(job.query), None)]  # type: ignore[arg-type]
-            parts += [(f"item {i}", list(item), i) for i, item in enumerate(job.items)]  # type: ignore[arg-type]
+            # the kinds check above: every part is token ids
+            parts: list[tuple[str, list[int], int | None]] = [
+                ("query", list(cast("list[int]", job.query)), None)
+            ]
+            parts += [
+                (f"item {i}", list(cast("list[int]", item)), i) for i, item in enumerate(item_list(job))
+            ]
             vocab = self.model.input_vocab_size
             for where, ids, item in parts:
                 bad = [t for t in ids if not 0 <= t < vocab]
@@ -215,7 +223,10 @@ class LatePreparer:
                     )
             return parts[0][1], [ids for _, ids, _ in parts[1:]]
         tokenizer = self.model.tokenizer
+        assert tokenizer is not None  # the late-interaction loader refuses a checkpoint without one
         # Leading and trailing whitespace is not the text's (sentence-transformers strips it too).
         query = tokenizer(str(job.query).strip(), add_special_tokens=False)["input_ids"]
-        docs = tokenizer([str(item).strip() for item in job.items], add_special_tokens=False)["input_ids"]
+        docs = tokenizer([str(item).strip() for item in item_list(job)], add_special_tokens=False)[
+            "input_ids"
+        ]
         return list(query), [list(doc) for doc in docs]

@@ -13,6 +13,7 @@ tokens whose vectors came from the cache. Equal documents of one job get the fir
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from kafka_scorer.engine.late_interaction.embedding_cache import (
     EmbeddingCache,
@@ -78,7 +79,8 @@ class LateInteractionScorer(Scorer):
     def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]
         """Scorer.pack's plan and guard; a forward here is the documents' and queries' late forward."""
         backend = self.attention_backend if self.deterministic else None
-        return group, build_late_forward(group, self.loaded, self._embeddings, backend)
+        late = cast("list[tuple[int, LateJob]]", group)  # this scorer's preparer is a LatePreparer
+        return group, build_late_forward(late, self.loaded, self._embeddings, backend)
 
     def _run_packed_once(self, packed: PackedBatch) -> list[Result]:
         jobs = packed.runnable()
