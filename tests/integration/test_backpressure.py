@@ -9,6 +9,7 @@ import random
 import pytest
 
 from kafka_scorer.wire.protocol import Job
+from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import Sent, assert_answers, to_record
 from tests.integration.kafka_helpers import InProcessWorker, decode_replies, fresh_topics, produce
 
@@ -29,6 +30,7 @@ def _templates(rng: random.Random) -> list[Job]:
     return jobs
 
 
+@on_each_broker()
 async def test_pauses_resumes_and_stays_bounded_while_5000_jobs_drain(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
