@@ -11,42 +11,27 @@ is reported instead of acted on. The real broker's restart runs in tests/integra
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 
 from kafka_scorer.kafka.consumer import JobConsumer
 from kafka_scorer.kafka.log_reset import Verdicts
+from tests.kafka.fake_partition import FakePartition
 from tests.worker.conftest import TP, settings
 
 POLLS = 60
 
 
-@dataclass
-class _State:
-    """aiokafka's per-partition fetch state, as `kafka/subscription.py` reads it."""
-
-    position: int
-    highwater: int | None = None
-    timestamp: int | None = None
-    has_valid_position: bool = True
-
-
-class _LyingLog:
+class _LyingLog(FakePartition):
     """One partition holding `records` offsets whose fetch responses report `reported_end` as the end."""
 
     def __init__(self, records: int, reported_end: int, position: int) -> None:
+        super().__init__(position)
         self.records = records
         self.reported_end = reported_end
-        self.state = _State(position)
         self.delivered: Counter[int] = Counter()
         self._responses = 0
-        assignment = SimpleNamespace(tps=[TP], state_value=lambda tp: self.state)
-        self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
-        self._coordinator = SimpleNamespace(generation=1, _coordination_task=None)
-        cluster = SimpleNamespace(leader_for_partition=lambda tp: 1)
-        self._client = SimpleNamespace(cluster=cluster, _conns={})  # one leader, one log throughout
 
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list]:
         start = self.state.position
@@ -56,21 +41,6 @@ class _LyingLog:
         self.state.position = start + len(offsets)
         self.delivered.update(offsets)
         return {TP: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
-
-    async def committed(self, tp: TopicPartition) -> int | None:
-        return None  # the restarted broker lost the group's offsets
-
-    async def seek_to_beginning(self, tp: TopicPartition) -> None:
-        self.state.position = 0
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.state.position = offset
-
-    def assignment(self) -> set[TopicPartition]:
-        return {TP}
-
-    def highwater(self, tp: TopicPartition) -> int | None:
-        return self.state.highwater
 
 
 async def _poll_loop(fake: _LyingLog) -> list[Verdicts[TopicPartition]]:

@@ -20,51 +20,29 @@ tests/integration/test_empty_restart.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
 
 from kafka_scorer.kafka.consumer import JobConsumer
+from tests.kafka.fake_partition import FakePartition
 from tests.worker.conftest import TP, settings
 
 BACKLOG, HANDED_BEFORE, REPORTED_END = 100, 30, 63
 
 
-@dataclass
-class _State:
-    """aiokafka's per-partition fetch state, as `kafka/subscription.py` reads it."""
-
-    position: int
-    highwater: int | None = None
-    timestamp: int | None = None
-    has_valid_position: bool = True
-
-
-class _Connection:
-    def connected(self) -> bool:
-        return True
-
-
-@dataclass
-class _RestartingLog:
+class _RestartingLog(FakePartition):
     """One partition on a broker that restarts empty: a new log of `fresh` records (0..fresh-1) whose
     fetch responses report `REPORTED_END` as its end, and an old backlog still buffered."""
 
-    fresh: int
-    state: _State = field(default_factory=lambda: _State(position=0))
-    buffered: list[int] = field(default_factory=list)  # offsets of the old log, not handed out yet
-    delivered: list[tuple[str, int]] = field(default_factory=list)
-    life: str = "old"
-    stamp: int = 0
-
-    def __post_init__(self) -> None:
-        assignment = SimpleNamespace(tps=[TP], state_value=lambda tp: self.state)
-        self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
-        self._coordinator = SimpleNamespace(generation=1, _coordination_task=None)
-        cluster = SimpleNamespace(leader_for_partition=lambda tp: 1)
-        self._client = SimpleNamespace(cluster=cluster, _conns={(1, 0): _Connection()})
+    def __init__(self, fresh: int) -> None:
+        super().__init__(position=0)
+        self.fresh = fresh
+        self.buffered: list[int] = []  # offsets of the old log, not handed out yet
+        self.delivered: list[tuple[str, int]] = []
+        self.life = "old"
+        self.stamp = 0
 
     def respond(self, highwater: int) -> None:
         self.stamp += 1
@@ -77,7 +55,7 @@ class _RestartingLog:
     def restart_empty(self) -> None:
         """Same address, new process: a new connection, a new log, nothing of the old one."""
         self.life = "new"
-        self._client._conns[(1, 0)] = _Connection()
+        self.reconnect()
 
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list]:
         if self.buffered:  # what the previous response left in the buffer
@@ -95,21 +73,6 @@ class _RestartingLog:
         self.state.position = start + len(offsets)
         self.delivered.extend(("new", o) for o in offsets)
         return {TP: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
-
-    async def committed(self, tp: TopicPartition) -> int | None:
-        return None  # the restarted broker lost the group's offsets
-
-    async def seek_to_beginning(self, tp: TopicPartition) -> None:
-        self.state.position = 0
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.state.position = offset
-
-    def assignment(self) -> set[TopicPartition]:
-        return {TP}
-
-    def highwater(self, tp: TopicPartition) -> int | None:
-        return self.state.highwater
 
 
 async def _poll(consumer: JobConsumer, max_records: int = 500) -> None:
