@@ -7,12 +7,15 @@ pair, a soft-capped encoder layer), so its metadata is part of theirs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from kafka_scorer.engine.attention.layout import AttentionLayout, host, segment_ids, to_device
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's; the package supports 3.10, where importing it fails
+    from typing_extensions import Self
 
 
 @dataclass(frozen=True)
