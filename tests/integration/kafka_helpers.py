@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -263,6 +264,21 @@ async def fresh_topics(broker: BrokerInfo, partitions: int = 3, dead_letters: bo
     names = [topics.requests, topics.replies] + ([topics.dead_letters] if dead_letters else [])
     await create_topics(broker.bootstrap, names, partitions)
     return topics
+
+
+def hold_device(monkeypatch, scorer) -> threading.Event:
+    """A switch on `scorer`'s forward passes: cleared, each pass waits (up to 60 s) until it is set
+    again, so jobs stay in flight, unanswered, through whatever the test does meanwhile. Set at first."""
+    device = threading.Event()
+    device.set()
+    run_packed = scorer.run_packed
+
+    def held_run_packed(packed):
+        device.wait(60)
+        return run_packed(packed)
+
+    monkeypatch.setattr(scorer, "run_packed", held_run_packed)
+    return device
 
 
 class InProcessWorker:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -29,6 +28,7 @@ from tests.integration.kafka_helpers import (
     create_topics,
     decode_replies,
     fresh_topics,
+    hold_device,
     produce,
     read_topic,
 )
@@ -63,15 +63,7 @@ async def _restart_under_a_worker(broker, empty: bool, run: int, model, scorer, 
     before = mixed_jobs(BEFORE, seed=60 + run, model_name=name, prefix=f"before{run}")
     after = mixed_jobs(AFTER, seed=80 + run, model_name=name, prefix=f"after{run}")
     settings = topics.settings(model, max_batch_tokens=64, rebalance_grace_s=3.0)
-    device = threading.Event()  # cleared: forward passes wait, so the backlog is in flight at the restart
-    device.set()
-    run_packed = scorer.run_packed
-
-    def held_run_packed(packed):
-        device.wait(60)
-        return run_packed(packed)
-
-    monkeypatch.setattr(scorer, "run_packed", held_run_packed)
+    device = hold_device(monkeypatch, scorer)  # cleared: the backlog is in flight at the restart
     async with InProcessWorker(settings, scorer) as worker:
         await produce(
             info.bootstrap,

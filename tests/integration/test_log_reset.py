@@ -27,6 +27,7 @@ from tests.integration.kafka_helpers import (
     decode_replies,
     end_offsets,
     fresh_topics,
+    hold_device,
     produce,
     read_topic,
 )
@@ -51,15 +52,7 @@ async def test_no_new_job_is_lost_and_no_commit_passes_the_log_end_after_the_bro
         old = mixed_jobs(OLD_JOBS, seed=51, model_name=causal_scorer.model_name, prefix="old")
         new = mixed_jobs(NEW_JOBS, seed=52, model_name=causal_scorer.model_name, prefix="new")
         settings = topics.settings(causal_model, max_batch_tokens=64, rebalance_grace_s=3.0)
-        device = threading.Event()  # cleared: forward passes wait (the test's hold on the device)
-        device.set()
-        run_packed = causal_scorer.run_packed
-
-        def held_run_packed(packed):
-            device.wait(60)
-            return run_packed(packed)
-
-        monkeypatch.setattr(causal_scorer, "run_packed", held_run_packed)
+        device = hold_device(monkeypatch, causal_scorer)  # cleared: forward passes wait
 
         async with InProcessWorker(settings, causal_scorer) as worker:
             await produce(
