@@ -53,3 +53,15 @@ def one_line(stderr: str) -> str:
 def assert_names_setting(line: str, setting: str) -> None:
     """The line names the setting both ways a person can set it: the flag and the environment variable."""
     assert f"--{setting.replace('_', '-')}" in line and f"KAFKA_SCORER_{setting.upper()}" in line, line
+
+
+def assert_worker_refused_at_start(run: tuple[int, str, str], setting: str, secrets: tuple[str, ...]) -> None:
+    """`kafka-scorer worker` as a person runs it, refused by the broker: exit 2 and one line naming the
+    setting, before the model loads, and no secret in anything it printed."""
+    rc, stdout, stderr = run
+    assert rc == 2, (setting, stderr)
+    line = one_line(stderr)
+    assert line.startswith("kafka-scorer worker: error: "), line
+    assert_names_setting(line, setting)
+    assert "loading model" not in stdout + stderr  # refused before the model, not minutes later
+    assert not [secret for secret in secrets if secret in stdout + stderr]

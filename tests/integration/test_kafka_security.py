@@ -23,7 +23,11 @@ from kafka_scorer.errors import SettingError
 from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.kafka.preflight import check_connection
 from kafka_scorer.wire.protocol import Job
-from tests.integration.cli_runs import assert_names_setting, cli_flags, one_line, run_cli
+from tests.integration.cli_runs import (
+    assert_worker_refused_at_start,
+    cli_flags,
+    run_cli,
+)
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import BrokerInfo, InProcessWorker, Topics, unique
 from tests.integration.secured_kafka import SecuredKafka, secured_kafka
@@ -149,13 +153,8 @@ async def test_worker_command_refused_by_kafka_says_which_setting_in_one_line(
                 "--bootstrap-servers", secured.bootstrap(mode), *cli_flags(security), timeout_s=60)
         for mode, security, _ in cases
     ]  # fmt: skip
-    for (_, _, setting), (rc, stdout, stderr) in zip(cases, await asyncio.gather(*runs), strict=True):
-        assert rc == 2, (setting, stderr)
-        line = one_line(stderr)
-        assert line.startswith("kafka-scorer worker: error: "), line
-        assert_names_setting(line, setting)
-        assert "loading model" not in stdout + stderr  # refused before the model, not minutes later
-        assert USER.password not in stdout + stderr and WRONG not in stdout + stderr
+    for (_, _, setting), run in zip(cases, await asyncio.gather(*runs), strict=True):
+        assert_worker_refused_at_start(run, setting, secrets=(USER.password, WRONG))
 
 
 @pytest.mark.parametrize(("mode", "overrides", "setting", "words"), REFUSALS, ids=REFUSAL_IDS)

@@ -27,7 +27,12 @@ from kafka_scorer.errors import SettingError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.preflight import check_connection, wait_until_accepted
 from kafka_scorer.wire.protocol import Job, Result
-from tests.integration.cli_runs import assert_names_setting, cli_flags, one_line, run_cli
+from tests.integration.cli_runs import (
+    assert_worker_refused_at_start,
+    cli_flags,
+    one_line,
+    run_cli,
+)
 from tests.integration.jobs import Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
     BrokerInfo,
@@ -193,13 +198,8 @@ async def test_worker_refused_by_the_broker_says_which_setting_in_one_line(
         for listener, security, _ in cases
     ]  # fmt: skip
     logins_before = sasl_listener.proxy.refused_logins
-    for (_, _, setting), (rc, stdout, stderr) in zip(cases, await asyncio.gather(*runs), strict=True):
-        assert rc == 2, (setting, stderr)
-        line = one_line(stderr)
-        assert line.startswith("kafka-scorer worker: error: "), line
-        assert_names_setting(line, setting)
-        assert "loading model" not in stdout + stderr  # refused before the model, not minutes later
-        assert PASSWORD not in stdout + stderr and WRONG not in stdout + stderr
+    for (_, _, setting), run in zip(cases, await asyncio.gather(*runs), strict=True):
+        assert_worker_refused_at_start(run, setting, secrets=(PASSWORD, WRONG))
     assert sasl_listener.proxy.refused_logins == logins_before + 1  # the proxy refused it, once
 
 
