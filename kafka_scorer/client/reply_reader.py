@@ -33,7 +33,7 @@ from typing import Any
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
 from kafka_scorer.kafka.log_reset import LogResetWatch
-from kafka_scorer.kafka.subscription import fetch_states, positions
+from kafka_scorer.kafka.subscription import fetch_states, positions, report_received
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +110,12 @@ class ReplyReader:
     async def _poll(self) -> None:
         """Deliver one fetch's records; tell the reset watch how far each partition was read."""
         batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
-        states = fetch_states(self._consumer)  # the stamps of the responses these records came in
+        report_received(self._resets, self._consumer, batches)
         for tp, records in batches.items():
             for record in records:
                 self._listener.deliver(record)
             if records:
                 last = records[-1]
-                if tp in states:
-                    self._resets.received(tp, last.offset, states[tp].fetched_at)
                 self._last_read[tp] = (last.offset, last.timestamp, _correlation(last))
 
     async def _judge_log_ends(self) -> None:

@@ -52,7 +52,7 @@ from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
 from kafka_scorer.kafka.log_reset import NEW_LOG, LogResetWatch, Verdicts
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
-from kafka_scorer.kafka.subscription import fetch_states
+from kafka_scorer.kafka.subscription import fetch_states, report_received
 
 log = logging.getLogger(__name__)
 
@@ -172,19 +172,8 @@ class JobConsumer:
             if self._coordination_dead():
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
-        self._tell_received(got)
+        report_received(self._resets, self._consumer, got)  # what the records prove about each log end
         return got
-
-    def _tell_received(self, got: dict[TopicPartition, list[ConsumerRecord | Unreadable]]) -> None:
-        """What the records just handed out prove about each log end (log_reset.py), with the stamp of
-        the fetch response that carried them: aiokafka fetches no partition that still has records
-        waiting, so the stamp read now is theirs."""
-        if not any(got.values()):
-            return
-        states = fetch_states(self._consumer)
-        for tp, records in got.items():
-            if records and tp in states:
-                self._resets.received(tp, records[-1].offset, states[tp].fetched_at)
 
     async def _skip_unreadable(
         self, timeout_ms: int, max_records: int
@@ -321,31 +310,36 @@ class JobConsumer:
                 reason,
                 states[tp].position,
             )
-        for tp, reason in verdicts.reset.items():
+        # together: after a broker restart every partition may wait out the settling at once, not in turn
+        await asyncio.gather(
+            *(self._reposition(tp, why, states[tp].log_end) for tp, why in verdicts.reset.items())
+        )
+        return verdicts
+
+    async def _reposition(self, tp: TopicPartition, reason: str, log_end: int) -> None:
+        """One reset partition, positioned from the broker (said in one line); never hangs the loop."""
+        log.warning(
+            "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
+            "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
+            "its watermark",
+            tp.topic,
+            tp.partition,
+            reason,
+            self._settings.auto_offset_reset,
+        )
+        settle_s = _NEW_LOG_SETTLE_S if reason == NEW_LOG else 0.0
+        try:
+            await asyncio.wait_for(
+                self._seek_committed(tp, within=log_end, settle_s=settle_s), _COMMITTED_WAIT_S
+            )
+        except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
             log.warning(
-                "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
-                "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
-                "its watermark",
-                tp.topic,
-                tp.partition,
-                reason,
+                "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s offset",
+                *tp,
+                exc,
                 self._settings.auto_offset_reset,
             )
-            settle_s = _NEW_LOG_SETTLE_S if reason == NEW_LOG else 0.0
-            try:
-                await asyncio.wait_for(
-                    self._seek_committed(tp, within=states[tp].log_end, settle_s=settle_s), _COMMITTED_WAIT_S
-                )
-            except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
-                log.warning(
-                    "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s "
-                    "offset",
-                    *tp,
-                    exc,
-                    self._settings.auto_offset_reset,
-                )
-                await self._seek_reset(tp)
-        return verdicts
+            await self._seek_reset(tp)
 
     def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
         """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the

@@ -29,8 +29,8 @@ jobs skipped in one run of four). So:
   response's stamp, and only the state with that same stamp is judged against them);
 - what records proved is forgotten when the log they came from may have changed: the partition's
   leader or the connection the fetches run on (`FetchState.log`; a new group membership is a new
-  assignment, forgotten whole); and a proof
-  carried by a response stamped before that change was seen never counts under the new log;
+  assignment, forgotten whole); and a proof carried by a response stamped before that change was
+  seen never counts under the new log;
 - the position itself is evidence from the old log: a fresh log that producers filled past it looks
   like the old one, grown, and reading on from it skips every fresh record below it. So a partition
   whose leader or connection changed is a reset (`new_log_is_reset`, the worker's choice), positioned
@@ -95,8 +95,7 @@ class _Partition:
     suspect_at: int | None = None  # the fetch response that first showed an anomaly
     proven_end: int | None = None  # one past the records proved beyond a smaller reported end
     armed: bool = True  # False after a reset, until the partition is seen healthy again
-    log: Hashable = None  # the log the fetch states last came from
-    seen: bool = False  # a fetch state of this partition has been judged (`log` is known)
+    log: Hashable = None  # the log the fetch states last came from; None until one is known
     log_since: int = 0  # when `log` was first seen (wall-clock ms): older responses prove nothing in it
     acted_at: deque[float] = field(default_factory=deque)  # when resets were acted on, in the window
 
@@ -169,15 +168,15 @@ class LogResetWatch(Generic[P]):
         return reported if proven is None else max(reported, proven)
 
     def _follow_log(self, part: _Partition, state: FetchState) -> bool:
-        """A new leader, connection or generation may serve another log (a broker restarted empty on
-        the same address): what records proved about the old one no longer holds. True when the log
-        changed; a state whose log is unknown (None: no connection right now) changes nothing."""
+        """A new leader or connection may serve another log (a broker restarted empty on the same
+        address): what records proved about the old one no longer holds. True when the log changed; a
+        state whose log is unknown (None: no connection right now) changes nothing."""
         if state.log is None:
             return False
-        changed = part.seen and state.log != part.log
+        changed = part.log is not None and state.log != part.log
         if changed:
             part.proven_end, part.log_since = None, self._wall_ms()
-        part.log, part.seen = state.log, True
+        part.log = state.log
         return changed
 
     def _contradiction(self, part: _Partition, state: FetchState, delivered: Delivered | None) -> str | None:

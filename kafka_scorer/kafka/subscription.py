@@ -7,12 +7,12 @@ this private part of aiokafka (fenced_commit.py reads the group's generation on 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from aiokafka.client import ConnectionGroup
 
-from kafka_scorer.kafka.log_reset import FetchState
+from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch
 
 
 def fetch_states(consumer: Any) -> dict[Any, FetchState]:
@@ -56,3 +56,16 @@ def positions(consumer: Any) -> dict[Any, int]:
 def _assignment(consumer: Any) -> Any:
     subscription = consumer._subscription.subscription
     return None if subscription is None else subscription.assignment
+
+
+def report_received(watch: LogResetWatch[Any], consumer: Any, batches: Mapping[Any, Sequence[Any]]) -> None:
+    """Tell `watch` how far `batches` (what `getmany` just handed out) reached in each partition, with the
+    stamp of the fetch response that carried them: aiokafka fetches no partition that still has records
+    waiting, so the stamp read right after `getmany` is theirs (log_reset.py: records prove a log end
+    only against their own response)."""
+    if not any(batches.values()):
+        return
+    states = fetch_states(consumer)
+    for tp, records in batches.items():
+        if records and tp in states:
+            watch.received(tp, records[-1].offset, states[tp].fetched_at)
