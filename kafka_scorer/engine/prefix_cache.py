@@ -34,12 +34,14 @@ class PrefixEntry:
 
     Created empty when a forward is planned to compute it (a fill), filled layer by layer by the
     attention function during that forward, and inserted into the cache only after the forward
-    succeeded (`complete`)."""
+    succeeded (`complete`) and only when `admitted`: a head seen for the first time is still computed
+    alone (so that its job's scores are those a later hit gives), but not kept."""
 
     key: PrefixKey
     num_layers: int
     keys: list[torch.Tensor | None] = field(default_factory=list)
     values: list[torch.Tensor | None] = field(default_factory=list)
+    admitted: bool = True
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -123,6 +125,10 @@ class PrefixCache:
                 self._entries.move_to_end(key)
             return entry
 
+    def fits(self, tokens: int, per_token: int) -> bool:
+        """Whether a prefix of `tokens` could ever be kept: one larger than the whole cache never hits."""
+        return tokens * per_token <= self.capacity_bytes
+
     def sight(self, key: PrefixKey) -> bool:
         """Whether `key` has been seen before (and remember it now): admission on the second sighting."""
         with self._lock:
@@ -138,7 +144,7 @@ class PrefixCache:
 
         An entry larger than the whole capacity is dropped; a key already present (two forwards that
         both filled it) keeps the first copy."""
-        if not entry.complete:
+        if not entry.complete or not entry.admitted:
             return
         size = entry.nbytes
         with self._lock:
