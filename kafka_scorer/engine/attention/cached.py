@@ -14,11 +14,12 @@ plain pair; a packed sequence's cut query; each of its items) and one softmax ru
 Work follows the MIS mask as in the cascade: n·I·(C+Q+I) for a packed sequence, never (Q+n·I)². Scores
 are formed explicitly in float32 (the blocks are short: the prefix was the long part), and the two
 sets share one max and one normaliser, so the result is the attention over the whole prompt.
-A prefix computed in this same forward (a fill) is a slice of this layer's keys and values: the
-front sequence that computes it is stored into its entry first, and its hits read the entry. A longer
-prefix can also extend a shorter one (an extension): a hit sequence whose first tokens complete it
+A prefix computed in a forward (a fill) is a slice of this layer's keys and values: the front
+sequence that computes it is stored into its entry first, and any hit of the forward reads the entry.
+A longer prefix can also extend a shorter one (an extension): a hit sequence whose tokens complete it
 stores the shorter prefix's states followed by its own, so a query that comes back after its
-template's head was cached is kept whole without running the head again.
+template's head was cached is kept whole without running the head again. (`engine/prefix_batch.py`
+computes heads in forwards of their own, before the forward that hits them.)
 """
 
 from __future__ import annotations
