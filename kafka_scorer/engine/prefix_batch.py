@@ -18,8 +18,8 @@ On the packing thread, for each forward of a batch (`build_all`):
    head: that head's states, then its own). So a head is always cut at the same marks, whatever the
    cache held: a template's head, then the whole query. Stage `d` holds what extends stage `d - 1`'s
    heads; heads shared by several jobs of the batch are computed once. A head seen for the first time
-   is computed the same way and not kept (`PrefixEntry.admitted`): it is kept on its second sighting,
-   and that call must give the first one's scores.
+   is computed the same way and kept only where the cache has room (`PrefixEntry.admitted`): on its
+   second sighting it may evict others; either way a call that hits it gives the first one's scores.
 3. The stages run first, one forward each (no scoring rows read), then the forward of the pieces: the
    pieces without a cacheable head in full (the front, through the configured backend) and the others
    cut after their longest head (the hits, `engine/attention/cached.py`), positions moved up by it.
@@ -118,16 +118,34 @@ class _Head:
     """A pair piece of `owner` has counted its computed tokens (a job counts them once)."""
 
 
+@dataclass(frozen=True)
+class EntryShape:
+    """What an entry of the served model holds (`PrefixEntry`)."""
+
+    num_layers: int
+    stateless: frozenset[int] = frozenset()
+    """Layers without keys and values (a hybrid's Gated DeltaNet layers)."""
+    recurrent: int = 0
+    """Gated DeltaNet layers, whose state and window an entry keeps."""
+    state_bytes: int = 0
+    """Their size, whatever the prefix's length."""
+
+    def entry(self, key: PrefixKey, admitted: bool) -> PrefixEntry:
+        return PrefixEntry(
+            key, self.num_layers, admitted=admitted, stateless=self.stateless, recurrent=self.recurrent
+        )
+
+
 class PrefixPlanner:
     def __init__(
-        self, cache: PrefixCache, namespace: tuple[str, ...], num_layers: int, per_token: int
+        self, cache: PrefixCache, namespace: tuple[str, ...], shape: EntryShape, per_token: int
     ) -> None:
         self.cache = cache
         self.namespace = namespace
         """What an entry is valid for beyond its tokens: model revision and dtype (template added)."""
-        self.num_layers = num_layers
+        self.shape = shape
         self.per_token = per_token
-        """Bytes of one token's states: which heads could ever be kept."""
+        """Bytes of one token's keys and values: which heads could ever be kept."""
 
     def build_all(
         self,
@@ -160,7 +178,7 @@ class PrefixPlanner:
         return forwards
 
     def commit(self, batch: ForwardBatch) -> None:
-        """After a forward succeeded: the admitted prefixes it filled join the cache."""
+        """After a forward succeeded: the prefixes it filled join the cache (`PrefixCache.insert`)."""
         if isinstance(batch.attention, PrefixedMetadata):
             for entry in batch.attention.filled:
                 self.cache.insert(entry)
@@ -170,7 +188,8 @@ class PrefixPlanner:
         leading = piece.query if piece.packed else piece.items[0]
         template = piece.template.hash if piece.template is not None else ""
         namespace = (*self.namespace, template)
-        marks = sorted(m for m in piece.prefix_marks if self.cache.fits(m, self.per_token))
+        fixed = self.shape.state_bytes
+        marks = sorted(m for m in piece.prefix_marks if self.cache.fits(m, self.per_token, fixed))
         return [(namespace, tuple(leading[:mark])) for mark in marks]
 
     def _plan(self, group: Group, heads: dict[PrefixKey, _Head]) -> tuple[list[_Stage], _Stage]:
@@ -217,7 +236,7 @@ class PrefixPlanner:
         self, key: PrefixKey, shorter: _Head | None, index: int, piece: PreparedJob, stages: list[_Stage]
     ) -> _Head:
         """Plan the head `key` for job `index`: a fill of its tokens, or an extension of `shorter`."""
-        entry = PrefixEntry(key, self.num_layers, admitted=self.cache.sight(key))
+        entry = self.shape.entry(key, admitted=self.cache.sight(key))
         stage_number = 0 if shorter is None else shorter.stage + 1
         while len(stages) <= stage_number:
             stages.append(_Stage())
@@ -326,12 +345,12 @@ def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> Prefix
 
     Off for encoders (bidirectional: a prefix's states depend on what follows it), for models with a
     sliding window (a cached key may fall out of a later token's window) and for models whose layers
-    are not plain causal attention (`mis_block_reason`) or carry state along the sequence (hybrid
-    decoders: the cache keeps attention keys and values, not a Gated DeltaNet layer's state at the
-    prefix's end)."""
+    are not plain causal attention (`mis_block_reason`). A hybrid decoder's entry keeps its attention
+    layers' keys and values and each Gated DeltaNet layer's state and convolution window at the
+    prefix's end (`engine/recurrent/`): a fixed size per entry beside the keys and values per token."""
     if setting_mb == 0 or model.encoder is not None or model.sliding_window is not None:
         return None
-    if model.mis_block_reason is not None or model.recurrent is not None:
+    if model.mis_block_reason is not None:
         return None
     config = model.model.config
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -339,6 +358,12 @@ def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> Prefix
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
     layers = int(config.num_hidden_layers)
+    shape = EntryShape(layers)
+    if model.recurrent is not None:
+        types = list(getattr(config, "layer_types", None) or ())
+        stateless = frozenset(n for n, kind in enumerate(types) if kind == "linear_attention")
+        shape = EntryShape(layers, stateless, model.recurrent.layers, model.recurrent.state_bytes)
     namespace = (revision, str(model.dtype).removeprefix("torch."))
-    per_token = bytes_per_token(layers, kv_heads, head_dim, model.dtype)
-    return PrefixPlanner(PrefixCache(capacity_bytes(setting_mb, per_token)), namespace, layers, per_token)
+    per_token = bytes_per_token(layers - len(shape.stateless), kv_heads, head_dim, model.dtype)
+    cache = PrefixCache(capacity_bytes(setting_mb, per_token))
+    return PrefixPlanner(cache, namespace, shape, per_token)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.batch import ForwardBatch
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
@@ -22,7 +23,7 @@ from kafka_scorer.engine.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.invariant_heads import invariant_classification_scores, invariant_label_scores
 from kafka_scorer.engine.kernels.label_scores import resolve_backend
 from kafka_scorer.engine.model import LoadedModel, ModelKind
-from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, build_runs
+from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, build_runs
 
 
 @dataclass
@@ -109,11 +110,22 @@ class ModelRunner:
         recurrent = self.model.recurrent
         if recurrent is not None:
             # Hybrid decoders' stateful layers run each sequence and item from its own state (`recurrent/`).
-            runs = build_runs(batch.layout, recurrent.window, pin=self.model.device.type == "cuda")
+            attention = batch.attention
+            prefixes = _run_prefixes(attention) if isinstance(attention, PrefixedMetadata) else None
+            pin = self.model.device.type == "cuda"
+            runs = build_runs(batch.layout, recurrent.window, pin=pin, prefixes=prefixes)
             inputs[RUNS_KWARG] = runs.to(self.model.device)
         if batch.token_types is not None:
             inputs["token_type_ids"] = to_device(batch.token_types)[None]
         return self.model.body(**inputs)[0][0]
+
+
+def _run_prefixes(attention: PrefixedMetadata) -> RunPrefixes:
+    """A forward's prefixes as a hybrid's stateful layers need them: the cut sequences start from their
+    head's state; the fills and extensions keep theirs (`engine/recurrent/runs.py`)."""
+    stores = {start: entry for entry, start in attention.fills}
+    stores.update({start: entry for entry, _, start in attention.extends})
+    return RunPrefixes(tuple(attention.entries), dict(attention.starts), stores)
 
 
 def _mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ from tests.engine.reference import reference_scores
 
 LABELS = [3, 44, 120]
 CALLS = 4
-"""Cold, second sighting (the head is kept), then hits of the kept head."""
+"""Cold (the head computed alone and kept), then hits of the kept head."""
 
 
 def default_scorer(path, template: str = "") -> Scorer:

@@ -103,6 +103,9 @@ class PrefixedMetadata:
     segment_calls: list[SegmentCall] | None = None
     """Deterministic mode on the CPU: the hits as the segmented backend's calls, their cached heads
     read from the entries, in place of `hits` (a hit then computes what its miss computes, bit for bit)."""
+    starts: tuple[tuple[int, int], ...] = ()
+    """(stream start, entry index) of each hit sequence: where a hybrid's stateful layers start a cut
+    sequence from its head's state (`engine/recurrent/runs.py`)."""
     backend: ClassVar[str] = "prefixed"
 
     @classmethod
@@ -118,6 +121,7 @@ class PrefixedMetadata:
         extends: tuple[tuple[int, int, int], ...] = (),
         front_backend: str = "",
     ) -> PrefixedMetadata:
+        sources = tuple((seq.start, seq.source) for seq in sequences)
         if front_backend == SegmentedMetadata.backend:
             calls = [
                 call
@@ -127,7 +131,7 @@ class PrefixedMetadata:
                     Cached(seq.source, entries[seq.source].length),
                 )
             ]  # fmt: skip
-            return cls(layout, front, front_tokens, entries, fills, [], extends, calls)
+            return cls(layout, front, front_tokens, entries, fills, [], extends, calls, sources)
         groups = []
         for source in sorted({seq.source for seq in sequences}):
             # causal blocks: plain pairs whole, packed sequences' cut queries; bucketed by length
@@ -139,7 +143,7 @@ class PrefixedMetadata:
             items = [(int(start), n) for start, n in zip(starts, seq.items) if n]
             if items:
                 groups.append(_hit_group(seq.source, items, pin, head=(seq.start, seq.prefix)))
-        return cls(layout, front, front_tokens, entries, fills, groups, extends)
+        return cls(layout, front, front_tokens, entries, fills, groups, extends, starts=sources)
 
     @property
     def filled(self) -> list[PrefixEntry]:
