@@ -173,6 +173,12 @@ class TestHybrid(ScorerContract):
         _needs_family("qwen3_5")
         return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True))
 
+    @pytest.fixture
+    def cached_engine(self, scorer_for) -> Scorer:
+        """Its prefix cache keeps the Gated DeltaNet layers' states too."""
+        _needs_family("qwen3_5")
+        return scorer_for("qwen3_5", "causal", decoder_forward="transformers", prefix_cache_mb=-1)
+
 
 @pytest.mark.parametrize("kind", ["prefix_cache", "embedding_cache"])
 def test_a_real_engines_stats_name_what_the_worker_exports(kind, scorer_for, colbert_scorer) -> None:

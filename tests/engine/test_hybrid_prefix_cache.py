@@ -114,3 +114,16 @@ def test_an_entry_is_the_state_at_the_heads_end(scorer_for):
         assert all(entry.keys[n] is None for n in shape.stateless)
         assert all(state is not None for state in entry.states)
         assert all(window.shape[0] == loaded.recurrent.window for window in entry.windows)
+
+
+def test_deterministic_mode_refuses_them_with_one_line(tiny_models):
+    """Issue 38 item 4: a hybrid's scores follow their batch-mates in the last bits (its recurrence runs
+    in padded groups shaped by the batch, through transformers' layers), so the mode that promises
+    bit-identical scores whatever the batch refuses it at start-up, naming the setting."""
+    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.errors import SettingError
+
+    _needs_family("qwen3_5")
+    path = tiny_models.get("qwen3_5", "classification", 3)
+    with pytest.raises(SettingError, match=r"hybrid linear-attention model.*unset --deterministic"):
+        Scorer(str(path), dtype="float32", device="cpu", deterministic=True)
