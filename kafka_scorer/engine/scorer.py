@@ -251,8 +251,14 @@ class Scorer:
         back reordered, after forwards of no group that compute their new heads."""
         if self._prefixes is None:
             return [self._build_forward(group) for group in groups]
-        options = {"attention_backend": self.attention_backend, "sliding_window": self.loaded.sliding_window}
-        return self._prefixes.build_all(groups, device=self.loaded.device, pad_to=self._pad_to, **options)
+        loaded, backend = self.loaded, self.attention_backend
+        return self._prefixes.build_all(
+            groups,
+            device=loaded.device,
+            attention_backend=backend,
+            sliding_window=loaded.sliding_window,
+            pad_to=self._pad_to,
+        )
 
     def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, ForwardBatch]:
         """One planned forward's tensors."""
