@@ -127,3 +127,33 @@ def test_deterministic_mode_refuses_them_with_one_line(tiny_models):
     path = tiny_models.get("qwen3_5", "classification", 3)
     with pytest.raises(SettingError, match=r"hybrid linear-attention model.*unset --deterministic"):
         Scorer(str(path), dtype="float32", device="cpu", deterministic=True)
+
+
+def test_runs_start_a_cut_sequence_from_its_heads_state_and_hand_a_computed_head_its_own():
+    """A stream of a head computed now (5 tokens, for entry 1), a cut pair after entry 0 (3 tokens)
+    and a cut MIS query after entry 1 (1 token) with items of 2 and 1: the cut pair and the cut query
+    start from their heads' states (table rows 0 and 1), their windows the heads' last inputs past the
+    zero row (index 12: entry 0's at 13-15, entry 1's at 16-18); the items' windows reach back into
+    their head's, the query being shorter than the window; the head hands its last 3 tokens on."""
+    from kafka_scorer.engine.attention.layout import AttentionLayout
+    from kafka_scorer.engine.recurrent.runs import RunPrefixes, build_runs
+
+    layout = AttentionLayout([0, 5, 8], [5, 3, 4], [5, 3, 1], [(), (), (2, 1)])
+    prefixes = RunPrefixes((object(), object()), starts={5: 0, 8: 1}, stores={0: 1})  # type: ignore[arg-type]
+    runs = build_runs(layout, window=3, prefixes=prefixes)
+    assert runs.tokens == 12 and runs.sources == (0, 1)
+    rows = {
+        group.index[row, 0].item(): (group, row)
+        for group in runs.groups
+        for row in range(group.index.shape[0])
+    }
+    head, _ = rows[0]
+    assert head.source_from is None and head.state_from is None
+    assert head.store_entries == (1,) and head.store_window[0].tolist() == [2, 3, 4]
+    pair, pair_row = rows[5]
+    assert pair.source_from[pair_row].item() == 0 and pair.window[pair_row].tolist() == [13, 14, 15]
+    query, query_row = rows[8]
+    assert query.source_from[query_row].item() == 1 and query.window[query_row].tolist() == [16, 17, 18]
+    for start in (9, 11):
+        item, row = rows[start]
+        assert item.state_from is not None and item.window[row].tolist() == [17, 18, 8]
