@@ -52,10 +52,9 @@ def test_with_the_state_cache_warm_every_job_equals_its_pairs_alone(scorer_for, 
     jobs = _jobs(kind == "causal")
     runs = [scorer.score_jobs(jobs) for _ in range(CALLS)]
     for job, *results in zip(jobs, *runs):
-        for result in results:
-            assert result.error is None, result.error
-            _assert_equals_reference(path, job, result.scores)
+        assert all(result.error is None for result in results), results
         assert all(result.scores == results[0].scores for result in results), job.id  # bit for bit
+        _assert_equals_reference(path, job, results[0].scores)
     served = [sum(result.cached_tokens for result in run) for run in runs]
     assert served[-1] > served[0]  # the last call was served from the cache
     stats = scorer.prefix_cache_stats
@@ -86,7 +85,7 @@ def test_no_state_leaks_between_jobs_sharing_a_template_head(
         Job(id=q, query=q, items=["water falling", "light scattering in air", ""], multi_item=m, **labels)
         for q, m in zip(questions, [None, False, None])
     ]
-    for batch in (jobs, jobs[::-1], [_reversed(job) for job in jobs], jobs[1:], jobs[::-1]):
+    for batch in (jobs, jobs[::-1], [_reversed(job) for job in jobs], jobs[1:]):
         for job, result in zip(batch, scorer.score_jobs(batch)):
             assert result.error is None, result.error
             prepared = scorer.prepare(job, "p")
