@@ -72,7 +72,7 @@ BACKENDS: dict[str, Backend[Any]] = {
     "deterministic": Backend(TiledMetadata.build, tiled_attention),
     "deterministic-spans": Backend(AlignedSpanMetadata.build, aligned_spans_attention),
     "segmented": Backend(SegmentedMetadata.build, segmented_attention),
-    # Opt-in until a GPU has timed it next to flex (`bench/gpu_check.py`); `auto` never picks it.
+    # Opt-in until a GPU has timed it next to flex (`devtools/gpu_check/`); `auto` never picks it.
     "spans": Backend(SpanMetadata.build, spans_attention),
     "varlen": Backend(VarlenMetadata.build, varlen_attention),
 }

@@ -131,7 +131,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "Open loop on the fastest correct attention backend, SGLang's shape, 0.6B",
             [
                 "-m",
-                "kafka_scorer.bench.open_loop_best",
+                "devtools.gpu_check.open_loop_best",
                 "--attention-json",
                 str(work / "attention.json"),
                 "--json",

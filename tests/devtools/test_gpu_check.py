@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.bench import gpu_check
-from kafka_scorer.bench.gpu_check import Outcome, Step, main, run_step
+from devtools.gpu_check import run as gpu_check
+from devtools.gpu_check.run import Outcome, Step, main, run_step
 
 
 def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:

@@ -8,7 +8,7 @@ table users compare us by. "Correct" is the attention step's own check: within `
 dense reference on the same inputs. Nothing runs when flex is fastest (the `open-loop` step has that
 table) or when the attention step left no report.
 
-    python -m kafka_scorer.bench.open_loop_best --attention-json attention.json -- BENCH ARGS...
+    python -m devtools.gpu_check.open_loop_best --attention-json attention.json -- BENCH ARGS...
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run(attention_json: Path, bench_args: list[str], out_json: Path | None) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kafka_scorer.bench.open_loop_best", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.gpu_check.open_loop_best", description=__doc__)
     parser.add_argument("--attention-json", type=Path, required=True, help="the attention step's report")
     parser.add_argument("--json", type=Path, help="where the open-loop report (or the skip) goes")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- then `kafka-scorer` arguments")

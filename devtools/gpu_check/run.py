@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_scorer.bench.gpu_check_plan import Step, plan_steps
-from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+from devtools.gpu_check.plan import Step, plan_steps
+from devtools.gpu_check.tables import step_markdown, step_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the CUDA tier's tests live under it (absent from an installed package)."""

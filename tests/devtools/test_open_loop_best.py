@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kafka_scorer.bench import open_loop_best
-from kafka_scorer.bench.open_loop_best import best_backend
+from devtools.gpu_check import open_loop_best
+from devtools.gpu_check.open_loop_best import best_backend
 
 
 def report(ms: dict[str, float], diff: dict[str, float], layout: str = "sglang") -> dict:

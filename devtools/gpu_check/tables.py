@@ -194,7 +194,7 @@ def _determinism_table(report: dict) -> list[str]:
 
 
 def _bench_tables(report: dict) -> list[str]:
-    from kafka_scorer.cli.bench import format_report
+    from kafka_scorer.bench.report_text import format_report
 
     lines = [
         "| workload | contender | items/s | tok/s | floor | max diff vs (c) |",
