@@ -34,7 +34,7 @@ the rerank template, no shared prefix; `bench/prefix.py`), `open-loop` (Poisson 
 rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `bench/open_loop.py`) and
 `late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
 cache on and off; `bench/late_interaction.py`)."""
-SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b")
+SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b", "qwen3.5-tiny", "qwen3.5-cpu-small")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "varlen", "all")
 
 
