@@ -162,7 +162,7 @@ def render() -> str:
         "",
         "What the scoring engine needs: the model, where it runs, and how much goes into one forward pass.",
         "These settings also build the engine without Kafka: `scorer_from_config(settings.engine_config())`",
-        "(`kafka_scorer.engine.scorers`, which picks the scorer class of the checkpoint's kind).",
+        "(`kafka_scorer.engine.load.choice`, which picks the scorer class of the checkpoint's kind).",
         "",
         *render_table(engine),
         "",

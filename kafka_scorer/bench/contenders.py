@@ -47,7 +47,7 @@ class EngineContender(Contender):
     which share the fused layers' weights) against the engine's fused ones, on the same Scorer."""
 
     def __init__(self, scorer, backend: str | None, body=None) -> None:
-        from kafka_scorer.engine.scheduler import TokenBudgetScheduler
+        from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler
 
         self.scorer = scorer
         self.backend = backend

@@ -282,7 +282,7 @@ def run_bench(config: BenchConfig, on_workload: Callable[[dict], None] | None = 
 
     hf_logging.disable_progress_bar()  # per-checkpoint bars would bury the benchmark's own lines
     log = print if config.verbose else (lambda *a, **k: None)
-    from kafka_scorer.engine.model import resolve_device, resolve_dtype
+    from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
 
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)

@@ -32,7 +32,7 @@ from kafka_scorer.bench.models import FIRST_REGULAR_ID
 from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, fastest
 from kafka_scorer.bench.summary import max_abs_diff
-from kafka_scorer.engine.chunking import window_ranges
+from kafka_scorer.engine.prepare.chunking import window_ranges
 from kafka_scorer.wire.protocol import Chunking, Job
 
 

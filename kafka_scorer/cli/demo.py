@@ -71,8 +71,8 @@ _ITEMS = [
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.model import ModelKind
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.load.loaded_model import ModelKind
 
     if model:
         try:

@@ -158,7 +158,9 @@ async def _start_and_run(
     from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
 
     keep_triton_out_on_cpu(settings.device)  # no triton leak report at exit on a CPU machine
-    from kafka_scorer.engine.scorers import scorer_from_config  # torch: seconds, after the connection check
+    from kafka_scorer.engine.load.choice import (
+        scorer_from_config,  # torch: seconds, after the connection check
+    )
     from kafka_scorer.worker.service import Worker
 
     log.info("loading model %s", settings.model)

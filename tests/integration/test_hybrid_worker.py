@@ -50,7 +50,7 @@ def _jobs(labels: list[int]) -> list[Job]:
 async def test_the_worker_serves_a_qwen35_checkpoint_made_by_the_model_command(kafka, tmp_path) -> None:
     _needs_hybrids()
     from kafka_scorer.cli import main as cli_main
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
 
     path = tmp_path / "qwen3.5"
     assert cli_main(["model", "qwen3.5", str(path)]) == 0

@@ -1,6 +1,6 @@
-"""Attention for a batch some of whose sequences start with a cached prefix (`engine/prefix_cache.py`).
+"""Attention for a batch some of whose sequences start with a cached prefix (`engine/pack/prefix_cache.py`).
 
-The stream is cut in two (`engine/prefix_batch.py` orders it so): the front, sequences that run in
+The stream is cut in two (`engine/pack/prefix_batch.py` orders it so): the front, sequences that run in
 full, attended to by the batch's backend unchanged; and the hit sequences, which hold only the tokens
 after their cached prefix, at positions C and on. Every hit token sees the whole cached prefix (it
 lies before the query's first uncached token, and every item sees the whole query) and, among the
@@ -38,7 +38,7 @@ from kafka_scorer.engine.attention.segmented import (
     attend_calls,
     sequence_calls,
 )
-from kafka_scorer.engine.prefix_cache import PrefixEntry
+from kafka_scorer.engine.pack.prefix_cache import PrefixEntry
 
 # float32 scores formed at once per hit group (256 MiB); a larger group goes by slices of its sequences.
 _SCORES_BUDGET = 1 << 26

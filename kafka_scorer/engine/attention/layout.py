@@ -1,6 +1,6 @@
 """AttentionLayout: which tokens of the flat stream see which, as lengths only.
 
-Built by `engine/batch.py` from lengths known at tokenization time; every backend's metadata is
+Built by `engine/pack/batch.py` from lengths known at tokenization time; every backend's metadata is
 derived from it on the packing thread, so nothing on the device scans tokens to find a boundary.
 """
 

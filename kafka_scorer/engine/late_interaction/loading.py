@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass
 
 from kafka_scorer.engine.attention.registry import ATTENTION_IMPLEMENTATION, register_attention
-from kafka_scorer.engine.encoders import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
 from kafka_scorer.engine.late_interaction.checkpoint import (
     CheckpointError,
     ColbertSettings,
@@ -15,15 +14,16 @@ from kafka_scorer.engine.late_interaction.checkpoint import (
     read_projection,
     read_settings,
 )
-from kafka_scorer.engine.model import (
+from kafka_scorer.engine.load.loaded_model import (
     LoadedModel,
     ModelKind,
     ModelLoadError,
     resolve_device,
     resolve_dtype,
 )
-from kafka_scorer.engine.revision import checkpoint_revision
-from kafka_scorer.engine.text_bounds import leading_special_tokens
+from kafka_scorer.engine.load.revision import checkpoint_revision
+from kafka_scorer.engine.models.encoder_family import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
+from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def _late_spec(settings: ColbertSettings, projection: Projection, tokenizer, mod
 
 
 def _revision(model_path: str) -> str:
-    """The encoder's revision (`engine/revision.py`) extended over what else decides a ColBERT score:
+    """The encoder's revision (`engine/load/revision.py`) extended over what else decides a ColBERT score:
     the Dense folders' config and weights, `modules.json` and the ColBERT settings."""
     import hashlib
     import json

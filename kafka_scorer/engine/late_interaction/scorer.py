@@ -1,8 +1,8 @@
 """The `Scorer` of a late-interaction (ColBERT) checkpoint.
 
-`open_scorer(path)` (`engine/scorers.py`) builds this class when `path` is a ColBERT directory, so the
+`open_scorer(path)` (`engine/load/choice.py`) builds this class when `path` is a ColBERT directory, so the
 worker, the CLI and the bench serve it like any other kind; its checkpoint is loaded by `loading.py`
-(the `_load` hook), not by `engine/model.py`. Preparing, the device-thread failure handling and
+(the `_load` hook), not by `engine/load/loaded_model.py`. Preparing, the device-thread failure handling and
 result stamping are `Scorer`'s; what differs is the preparer (`preparer.py`), the forward
 (`forward.py`: queries and uncached documents in one pass, MaxSim per job) and the embedding cache.
 Results carry one column, the MaxSim score of each item, and `cached_tokens` counts the document
@@ -23,8 +23,8 @@ from kafka_scorer.engine.late_interaction.embedding_cache import (
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
-from kafka_scorer.engine.model import LoadedModel
-from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.engine_stats import EngineStats, counters

@@ -131,7 +131,7 @@ class Regions:
     after: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
     compiled: bool = False
     """Whether the regions are `torch.compile`d: their first call compiles, and the warm-up runs them
-    eagerly instead when that fails (`engine/warm_up_fallbacks.py`)."""
+    eagerly instead when that fails (`engine/load/warm_up_fallbacks.py`)."""
 
     @classmethod
     def eager(cls, shape: LayerShape) -> Regions:

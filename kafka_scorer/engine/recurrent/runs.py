@@ -9,7 +9,7 @@ work is split into runs:
   sees exactly what it would see following the query alone, and nothing of the items before it.
 Runs of similar length are stacked into padded groups (at most `MAX_ROWS` rows, so the per-row state a
 group holds stays bounded), leading runs first: an item's group needs its query's state. Everything is
-computed here from lengths, on the CPU, like the attention metadata (`engine/batch.py`).
+computed here from lengths, on the CPU, like the attention metadata (`engine/pack/batch.py`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ preparer in inputs.py builds the pairs); this module only knows token counts, ne
 
 The rows of an item's windows become its row here, after the forward (`aggregate`):
 - `max`: the whole row of the window with the highest relevance score (the `rank_by` column, or its
-  share of the row for a templated or rerank-shaped CausalLM job: `engine/ranking.py`); ties go to the earlier
-  window and a NaN ranks below every number, as in `ranking`;
+  share of the row for a templated or rerank-shaped CausalLM job: `engine/prepare/ranking.py`); ties go
+  to the earlier window and a NaN ranks below every number, as in `ranking`;
 - `mean`: the element-wise mean of the windows' rows;
 - `first`: the first window's row (what truncating the item to W tokens gives).
 Pooled hidden states follow the same choice: the chosen window's vector, or the mean of the windows'.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kafka_scorer.engine.relevance import relevance
+from kafka_scorer.engine.prepare.relevance import relevance
 from kafka_scorer.wire.protocol import ChunkedItem
 
 Span = tuple[int, int]

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka_scorer.engine.chunking import ChunkPlan, WindowedItem, char_spans, count_windows, window_ranges
-from kafka_scorer.engine.documents import item_list
-from kafka_scorer.engine.prepared import InputError, InputLimits
-from kafka_scorer.engine.template_tokens import tokenize_templated
-from kafka_scorer.engine.text_bounds import leading_special_tokens
+from kafka_scorer.engine.prepare.chunking import (
+    ChunkPlan,
+    WindowedItem,
+    char_spans,
+    count_windows,
+    window_ranges,
+)
+from kafka_scorer.engine.prepare.documents import item_list
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
+from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
+from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.templates import PromptTemplate
+    from kafka_scorer.engine.prepare.templates import PromptTemplate
 
 SEAM_MARGIN = 2
 """Tokens a templated item part may gain at the seam (a token or two of the shared part moves over)."""

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import msgspec
 import torch
 
-from kafka_scorer.engine.batch import build_forward_batch
-from kafka_scorer.engine.model import ModelKind
-from kafka_scorer.engine.prepared import PreparedJob
-from kafka_scorer.engine.warm_up_fallbacks import recover, torch_label_scores
+from kafka_scorer.engine.load.loaded_model import ModelKind
+from kafka_scorer.engine.load.warm_up_fallbacks import recover, torch_label_scores
+from kafka_scorer.engine.pack.batch import build_forward_batch
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.errors import first_line
 from kafka_scorer.wire.protocol import Job
 

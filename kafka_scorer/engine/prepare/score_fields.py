@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka_scorer.engine.documents import rank_fields_warnings
-from kafka_scorer.engine.labels import LabelError, LabelResolver
-from kafka_scorer.engine.model import LoadedModel, ModelKind
-from kafka_scorer.engine.prepared import InputError, InputLimits
+from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind
+from kafka_scorer.engine.prepare.documents import rank_fields_warnings
+from kafka_scorer.engine.prepare.labels import LabelError, LabelResolver
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.wire.protocol import ErrorCode, Job
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.templates import PromptTemplate
+    from kafka_scorer.engine.prepare.templates import PromptTemplate
 
 LABELS_IGNORED_WARNING = "label_token_ids ignored: the served model is a classification model"
 LABEL_TOKENS_IGNORED_WARNING = "label_tokens ignored: the served model is a classification model"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.prepared import PreparedJob
+    from kafka_scorer.engine.prepare.prepared import PreparedJob
 
 
 class Counted(Protocol):

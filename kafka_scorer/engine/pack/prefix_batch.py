@@ -1,7 +1,7 @@
 """A forward's jobs against the prefix cache: which pieces hit, which fill, and the batch that runs them.
 
 On the packing thread, before the batch is built:
-1. Each piece with prefix marks (`engine/prefix_marks.py`) looks its marks up, longest first, in this
+1. Each piece with prefix marks (`engine/prepare/prefix_marks.py`) looks its marks up, longest first, in this
    forward's prefixes and then in the cache: a hit runs only its tokens after the prefix.
 2. A piece that misses sights its marks; a mark seen before is admitted: this piece fills it (runs in
    full, its sequence's first C states are kept per layer) and every later piece of the forward with
@@ -29,16 +29,16 @@ import torch
 from kafka_scorer.engine.attention.cached import HitSequence, PrefixedMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout, host
 from kafka_scorer.engine.attention.registry import prepare_attention
-from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
-from kafka_scorer.engine.inputs import PreparedJob
-from kafka_scorer.engine.model import LoadedModel
-from kafka_scorer.engine.prefix_cache import (
+from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.pack.prefix_cache import (
     PrefixCache,
     PrefixEntry,
     PrefixKey,
     bytes_per_token,
     capacity_bytes,
 )
+from kafka_scorer.engine.prepare.inputs import PreparedJob
 
 Group = list[tuple[int, PreparedJob]]
 
@@ -196,7 +196,7 @@ def _cut(piece: PreparedJob, length: int, source: int) -> CachedPiece:
 
 def _sequence_owners(pieces: list[PreparedJob]) -> tuple[list[int], list[int]]:
     """The piece that opens each sequence of the stream, in stream order, and each piece's first
-    sequence: the grouping rule of `engine/batch.py` (packed pieces with equal `query_key` share one
+    sequence: the grouping rule of `engine/pack/batch.py` (packed pieces with equal `query_key` share one
     sequence; a pair is a sequence of its own)."""
     owners: list[int] = []
     first: list[int] = []

@@ -144,7 +144,8 @@ class EncoderSpec:
     takes_token_types: bool
     mean_pooling: bool
     template: PairTemplate | None
-    """None when the checkpoint ships no tokenizer: then no pair can be built (see `engine/inputs.py`)."""
+    """None when the checkpoint ships no tokenizer: then no pair can be built
+    (see `engine/prepare/inputs.py`)."""
     max_positions: int
     """Longest pair the position embeddings allow (RoBERTa: max_position_embeddings - padding_idx - 1)."""
 

@@ -6,7 +6,7 @@ lower index, so equal scores rank the same way on every run and on every worker.
 broken checkpoint can produce one) ranks below every number instead of making the order depend on
 where the sort happened to meet it. `scores` stays complete; this only adds the order.
 
-Both orders go by one relevance per row (`engine/relevance.py`). A CausalLM job whose rows are
+Both orders go by one relevance per row (`engine/prepare/relevance.py`). A CausalLM job whose rows are
 full-vocabulary label probabilities (no `apply_softmax`) of several labels, when it is templated or in
 the rerank shape, is *normalised*: the label's share of its labels, `P(yes) / (P(yes) + P(no))`, the
 score Qwen3-Reranker's model card defines (issue 26: an example of the docs ranked by the raw value
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from kafka_scorer.engine.documents import echo, is_rerank
-from kafka_scorer.engine.model import ModelKind
-from kafka_scorer.engine.prepared import PreparedJob
-from kafka_scorer.engine.relevance import relevance
+from kafka_scorer.engine.load.loaded_model import ModelKind
+from kafka_scorer.engine.prepare.documents import echo, is_rerank
+from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.engine.prepare.relevance import relevance
 from kafka_scorer.wire.protocol import Job, Ranked, Reranked
 
 

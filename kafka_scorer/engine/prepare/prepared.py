@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kafka_scorer.engine.chunking import ChunkPlan
+from kafka_scorer.engine.prepare.chunking import ChunkPlan
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, TemplateRef
 
 
@@ -44,7 +44,8 @@ class PreparedJob:
     template: TemplateRef | None = None
     """The prompt template applied to the job's text (provenance)."""
     prefix_marks: tuple[int, ...] = ()
-    """Lengths of the leading tokens the prefix cache may keep, longest first (`engine/prefix_marks.py`)."""
+    """Lengths of the leading tokens the prefix cache may keep, longest first
+    (`engine/prepare/prefix_marks.py`)."""
     chunks: ChunkPlan | None = None
     """SPEC §9: set when some item is scored as several windows; `items` then holds one entry per
     window and the plan maps their rows back to the job's items."""

@@ -11,19 +11,19 @@ from typing import cast
 
 import msgspec
 
-from kafka_scorer.engine.chunking import ChunkPlan
-from kafka_scorer.engine.documents import as_items, is_rerank, item_list
-from kafka_scorer.engine.encoders import PairTemplate
-from kafka_scorer.engine.item_windows import SEAM_MARGIN, ItemWindows
-from kafka_scorer.engine.labels import LabelResolver
-from kafka_scorer.engine.model import LoadedModel
-from kafka_scorer.engine.prefix_marks import PrefixMarker
-from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
-from kafka_scorer.engine.ranking import normalised, ranking
-from kafka_scorer.engine.score_fields import ScoreFields
-from kafka_scorer.engine.template_tokens import cut_item_text, tokenize_templated
-from kafka_scorer.engine.templates import PromptTemplate
-from kafka_scorer.engine.text_bounds import longest_token_chars, text_char_bound
+from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.models.encoder_family import PairTemplate
+from kafka_scorer.engine.prepare.chunking import ChunkPlan
+from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
+from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows
+from kafka_scorer.engine.prepare.labels import LabelResolver
+from kafka_scorer.engine.prepare.prefix_marks import PrefixMarker
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.prepare.ranking import normalised, ranking
+from kafka_scorer.engine.prepare.score_fields import ScoreFields
+from kafka_scorer.engine.prepare.template_tokens import cut_item_text, tokenize_templated
+from kafka_scorer.engine.prepare.templates import PromptTemplate
+from kafka_scorer.engine.prepare.text_bounds import longest_token_chars, text_char_bound
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"

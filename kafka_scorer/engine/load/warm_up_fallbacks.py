@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kafka_scorer.engine.deterministic import BACKEND, SPANS_BACKEND
+from kafka_scorer.engine.load.deterministic import BACKEND, SPANS_BACKEND
 from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 

@@ -1,6 +1,6 @@
 """The scoring heads of deterministic mode: a row's scores whatever rows share its forward.
 
-`engine/heads.py` sizes its work by the batch: the label kernels' vocabulary tiles follow the row
+`engine/run/heads.py` sizes its work by the batch: the label kernels' vocabulary tiles follow the row
 count, the label gather's matmul the widest label set, the softmax's sum the padded label width. Here
 the rows go by blocks of `HEAD_ROWS` (the last one padded), the vocabulary's log-sum-exp by tiles of a
 fixed `VOCAB_CHUNK`, a label's logit is one dot product over the hidden size, and the sum over a row's

@@ -1,6 +1,7 @@
 """Where a job's leading tokens may be cut for the prefix cache: the prompt heads worth keeping.
 
-Two boundaries are offered per job (the prefix cache keeps whichever comes back, `engine/prefix_cache.py`):
+Two boundaries are offered per job (the prefix cache keeps whichever comes back,
+`engine/pack/prefix_cache.py`):
 - the template's head, the text before `{query}` with the job's instruction filled in: the same for
   every job of a worker that sends the same instruction (a judge's rubric, a reranker's system prompt);
 - the whole query (the template's shared part): the part every item of the job sees, the same for
@@ -14,8 +15,8 @@ leaves the query's last token to run, since a sequence is scored at a token of i
 
 from __future__ import annotations
 
-from kafka_scorer.engine.template_tokens import common_prefix
-from kafka_scorer.engine.templates import PromptTemplate
+from kafka_scorer.engine.prepare.template_tokens import common_prefix
+from kafka_scorer.engine.prepare.templates import PromptTemplate
 
 
 class PrefixMarker:

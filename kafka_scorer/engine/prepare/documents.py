@@ -4,7 +4,7 @@ Pipelines written against Cohere's, Jina's or TEI's rerank APIs send `documents`
 whose `rank_fields` hold the text — instead of `items`. The preparer turns such a job into the job it
 already knows: `items` are the documents' scored texts, in order, so tokenizing, templates, chunking,
 truncation and every limit apply unchanged and name a document by its index. The job keeps its
-`documents`, which is how the result side (`engine/ranking.py`) knows to answer with `results` and
+`documents`, which is how the result side (`engine/prepare/ranking.py`) knows to answer with `results` and
 what to echo with `return_documents`.
 
 Choices where SPEC is silent (also in docs/message-schema.md):
@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from kafka_scorer.engine.prepared import InputError
+from kafka_scorer.engine.prepare.prepared import InputError
 from kafka_scorer.wire.protocol import Document, ErrorCode, Job, shape_problem
 
 DEFAULT_RANK_FIELDS = ("text",)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kafka_scorer.engine.failures import FatalDeviceError, is_fatal, is_out_of_memory
-from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.wire.protocol import Result
 
 log = logging.getLogger(__name__)

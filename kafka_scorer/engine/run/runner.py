@@ -2,7 +2,7 @@
 
 The decoder (or encoder) runs once over the flat stream; only the scoring rows are gathered, and the
 model kind picks the head. An encoder's row is its pair's first token, or the mean over the pair's
-tokens (ModernBERT's mean pooling), and its head is the stock classifier (`engine/encoders.py`).
+tokens (ModernBERT's mean pooling), and its head is the stock classifier (`engine/models/encoder_family.py`).
 The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
 come back. A forward padded to a captured bucket replays its CUDA graph for the body
 (`engine/graphs/`); the rest is the same.
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
-from kafka_scorer.engine.batch import ForwardBatch
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.heads import causal_label_scores, classification_scores
-from kafka_scorer.engine.invariant_heads import invariant_classification_scores, invariant_label_scores
 from kafka_scorer.engine.kernels.label_scores import resolve_backend
-from kafka_scorer.engine.model import LoadedModel, ModelKind
+from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind
+from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, build_runs
+from kafka_scorer.engine.run.heads import causal_label_scores, classification_scores
+from kafka_scorer.engine.run.invariant_heads import invariant_classification_scores, invariant_label_scores
 
 
 @dataclass
@@ -39,12 +39,12 @@ class ModelRunner:
     ) -> None:
         self.model = model
         self.deterministic = deterministic
-        """Heads by fixed-shape row blocks (`engine/invariant_heads.py`)."""
+        """Heads by fixed-shape row blocks (`engine/run/invariant_heads.py`)."""
         self.graphs = graphs
         """The body's CUDA graphs (`engine/graphs/`), used once captured; None where they do not apply."""
         self.label_backend: str = "auto"
         """The label kernels' backend (`kernels/label_scores.py`): Triton on CUDA, unless the warm-up
-        found it broken here (`engine/warm_up_fallbacks.py`); deterministic mode has its own."""
+        found it broken here (`engine/load/warm_up_fallbacks.py`); deterministic mode has its own."""
 
     @property
     def label_kernels(self) -> str:

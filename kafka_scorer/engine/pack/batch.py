@@ -21,9 +21,9 @@ import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
-from kafka_scorer.engine.encoders import EncoderSpec
 from kafka_scorer.engine.graphs.buckets import padding_lengths
-from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.models.encoder_family import EncoderSpec
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 
 
 @dataclass

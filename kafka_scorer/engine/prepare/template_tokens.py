@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kafka_scorer.engine.templates import PromptTemplate
+from kafka_scorer.engine.prepare.templates import PromptTemplate
 
 
 @dataclass(frozen=True)

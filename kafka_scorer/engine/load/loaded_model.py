@@ -2,7 +2,8 @@
 
 The model kind comes from the config's `architectures`, never from the checkpoint's name: a reranker
 called "...-Reranker" may be a CausalLM or a classifier; a classifier whose `model_type` is an encoder
-family (BERT, RoBERTa, ...) is a cross-encoder with bidirectional attention (`engine/encoders.py`).
+family (BERT, RoBERTa, ...) is a cross-encoder with bidirectional attention
+(`engine/models/encoder_family.py`).
 The HF model is loaded unchanged; only its attention function is swapped for ours (registered in
 transformers' attention registry), so any decoder whose attention goes through that registry gets
 packing and MIS without a model rewrite, and any encoder gets varlen pairs without padding.
@@ -20,7 +21,8 @@ import torch
 from torch import nn
 
 from kafka_scorer.engine.attention.registry import ATTENTION_IMPLEMENTATION, register_attention
-from kafka_scorer.engine.encoders import (
+from kafka_scorer.engine.load.revision import checkpoint_revision
+from kafka_scorer.engine.models.encoder_family import (
     EncoderHead,
     EncoderSetupError,
     EncoderSpec,
@@ -28,7 +30,6 @@ from kafka_scorer.engine.encoders import (
     encoder_spec,
 )
 from kafka_scorer.engine.recurrent.detection import RecurrentSpec, StatefulLayerError, prepare_recurrent
-from kafka_scorer.engine.revision import checkpoint_revision
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.late_interaction.loading import LateSpec
@@ -77,7 +78,7 @@ class LoadedModel:
     num_classes: int = 0
     """Columns of a classification head's output (0 for CausalLM: its columns are the job's labels)."""
     revision: str = ""
-    """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/revision.py`)."""
+    """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/load/revision.py`)."""
     late: LateSpec | None = None
     """Set for late-interaction (ColBERT) checkpoints: markers, lengths, projection, skiplist."""
     recurrent: RecurrentSpec | None = None
@@ -167,7 +168,8 @@ def _final_logit_softcap(config, kind: ModelKind) -> float | None:
 def _sees_later_tokens(model: nn.Module, vocab_size: int) -> bool:
     """Whether the first token's final state depends on a later token: bidirectional attention.
 
-    Behaviour, not names: a classifier of a family `engine/encoders.py` does not know (DeBERTa, MPNet,
+    Behaviour, not names: a classifier of a family `engine/models/encoder_family.py` does not know
+    (DeBERTa, MPNet,
     remote code) would otherwise be served as a decoder, its pairs run as one causal stream, and its
     scores come back wrong without an error. Two 8-token forwards with transformers' eager attention,
     alike but for their last tokens, run separately: a causal model computes its first row from the
@@ -242,7 +244,8 @@ def load_model(
         raise ModelLoadError(
             f"model: {model_path!r} is a late-interaction (ColBERT) checkpoint, served by "
             "LateInteractionScorer: open it with open_scorer(path) or scorer_from_config(config) "
-            "(kafka_scorer.engine.scorers), which pick the class for any checkpoint, not with Scorer(path)"
+            "(kafka_scorer.engine.load.choice), which pick the class for any checkpoint, "
+            "not with Scorer(path)"
         )
     register_attention()
     torch_device = resolve_device(device)
