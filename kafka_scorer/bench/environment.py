@@ -42,7 +42,7 @@ class Environment:
         return path
 
     def scorer(self, kind: str, max_batch_tokens: int):
-        from kafka_scorer.engine.scorer import Scorer
+        from kafka_scorer.engine.api import Scorer
 
         if kind not in self.scorers:
             self.scorers[kind] = Scorer(

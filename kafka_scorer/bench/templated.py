@@ -55,7 +55,7 @@ class TemplateTokens:
 def templated_workload(spec: WorkloadSpec, scorer, *, seed: int = 0) -> Workload:
     """`spec`'s shape in text (query and items of about `query_len` / `item_len` tokens each) for a
     `scorer` that serves a template; labels come from the template (none are sent)."""
-    from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
+    from kafka_scorer.engine.api import tokenize_templated
 
     template = scorer.template
     tokenizer = scorer.loaded.tokenizer
