@@ -103,7 +103,7 @@ def _value_text(value: object) -> str:
 
 def default_text(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        return _value_text(field.default_factory())  # type: ignore[call-arg]
+        return _value_text(field.default_factory())  # type: ignore[call-arg]  # pydantic types default_factory as taking the validated data or nothing
     if field.default is PydanticUndefined:
         return "required"
     return _value_text(field.default)

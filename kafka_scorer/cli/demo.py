@@ -89,7 +89,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
 
     models = []
     for kind in ("causal", "classification"):
-        path = build_tiny_model(workdir / f"tiny-{kind}", "qwen3", kind, num_labels=3)  # type: ignore[arg-type]
+        path = build_tiny_model(workdir / f"tiny-{kind}", "qwen3", kind, num_labels=3)  # type: ignore[arg-type]  # kind is a Kind literal from the demo's own list
         scorer = open_scorer(str(path), served_model_name=f"tiny-random-{kind}", device=device, dtype=dtype)
         models.append(_with_labels(DemoModel(kind, scorer, random=True)))
     return models
@@ -252,7 +252,7 @@ def isolated_settings(**overrides: Any) -> Settings:
         name: info.get_default(call_default_factory=True) for name, info in Settings.model_fields.items()
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]  # pydantic-settings takes _env_file at init; mypy does not see it without the plugin
 
 
 async def _wait_joined(workers: list[Any], tasks: list[asyncio.Task[int]]) -> None:

@@ -63,7 +63,7 @@ def results_table(
     for name, justify in columns:
         table.add_column(
             name,
-            justify=justify,  # type: ignore[arg-type]
+            justify=justify,  # type: ignore[arg-type]  # justify is one of rich's literals, from the column table
             overflow="fold",
             no_wrap=name not in (wide, wraps),
             min_width=min_width if name == wide else None,

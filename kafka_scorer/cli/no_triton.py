@@ -31,5 +31,5 @@ def keep_triton_out_on_cpu(device: str) -> bool:
     except Exception:  # a bad device setting: the model load reports it, in its own words
         return False
     if on_cpu:
-        sys.modules["triton"] = None  # type: ignore[assignment]
+        sys.modules["triton"] = None  # type: ignore[assignment]  # None in sys.modules is Python's documented way to make an import fail
     return on_cpu

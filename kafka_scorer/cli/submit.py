@@ -319,7 +319,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["request_topics"] = [args.request_topic]
     if getattr(args, "reply_topic", None):
         overrides["reply_topic"] = args.reply_topic
-    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]  # pydantic-settings takes _env_file at init; mypy does not see it without the plugin
 
 
 def warn_unknown_variables(stream: IO[str]) -> None:

@@ -45,7 +45,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
     if getattr(args, "verbose", False):
         overrides["log_level"] = "DEBUG"
-    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]  # pydantic-settings takes _env_file at init; mypy does not see it without the plugin
 
 
 def describe_errors(exc: ValidationError, prog: str = _PROG, flags: Mapping[str, str] | None = None) -> str:

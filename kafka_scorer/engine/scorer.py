@@ -413,7 +413,7 @@ class Scorer:
             item_first=item_first,
             return_pooled_hidden_states=return_pooled_hidden_states,
             multi_item=multi_item,
-            **fields,  # type: ignore[arg-type]
+            **fields,  # type: ignore[arg-type]  # the caller's keyword fields are Job's own, checked by msgspec at construction
         )
         return self.score_jobs([job])[0]
 

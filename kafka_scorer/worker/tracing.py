@@ -40,7 +40,7 @@ try:
     from opentelemetry import trace as otel
     from opentelemetry.context import Context
 except ImportError:  # the `otel` extra is not installed: header pass-through only
-    otel = None  # type: ignore[assignment]
+    otel = None  # type: ignore[assignment]  # the optional dependency's absence, tested before each use
 
 log = logging.getLogger(__name__)
 

@@ -201,8 +201,8 @@ class _Keys:
             (x.repeat_interleave(self.groups, 0) if self.groups > 1 else x)[None] for x in self.plain(sources)
         )
         if keep:
-            self.made[sources] = pair  # type: ignore[assignment]
-        return pair  # type: ignore[return-value]
+            self.made[sources] = pair  # type: ignore[assignment]  # tuple() of a generator is tuple[Tensor, ...]; it holds two
+        return pair  # type: ignore[return-value]  # as above: the pair is two tensors by construction
 
     def _source(self, source: Source) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(source, Cached):
@@ -263,5 +263,5 @@ def _explicit_mask(
     if causal:  # a segment's shared keys all lie before its rows, so this is also the item's rule
         allowed &= distance >= 0
     if windowed:
-        allowed &= distance.abs() < window  # type: ignore[operator]
+        allowed &= distance.abs() < window  # type: ignore[operator]  # window is an int whenever windowed is true
     return allowed

@@ -46,7 +46,7 @@ class LateInteractionScorer(Scorer):
                 "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
             )
         super().__init__(model, **options)
-        self._preparer = LatePreparer(self.loaded, self._preparer.limits)  # type: ignore[assignment]
+        self._preparer = LatePreparer(self.loaded, self._preparer.limits)  # type: ignore[assignment]  # LatePreparer stands in for JobPreparer (issue 40 item 2: one kind, one object)
         capacity = embedding_capacity_bytes(embedding_cache_mb)
         self._embeddings = (
             EmbeddingCache(capacity, (self.revision, self.dtype_name)) if capacity > 0 else None
@@ -76,7 +76,7 @@ class LateInteractionScorer(Scorer):
         super().warm_up()
         self.clear_embedding_cache()  # the warm-up's documents are no traffic's
 
-    def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]
+    def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]  # the hook returns its kind's forward (issue 40 item 2: one kind, one object)
         """Scorer.pack's plan and guard; a forward here is the documents' and queries' late forward."""
         backend = self.attention_backend if self.deterministic else None
         late = cast("list[tuple[int, LateJob]]", group)  # this scorer's preparer is a LatePreparer

@@ -22,7 +22,7 @@ def scorer_class(model: str) -> type[Scorer]:
 
 def open_scorer(model: str, **options: object) -> Scorer:
     """The engine for `model`, of its kind's class; `options` are `Scorer`'s keyword arguments."""
-    return scorer_class(model)(model, **options)  # type: ignore[arg-type]
+    return scorer_class(model)(model, **options)  # type: ignore[arg-type]  # options are Scorer's keyword arguments, passed through untyped
 
 
 def scorer_from_config(config: EngineConfig) -> Scorer:

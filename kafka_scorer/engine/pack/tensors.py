@@ -22,7 +22,7 @@ def to_wire(tensor: torch.Tensor) -> Tensor:
     array = raw.numpy()
     if sys.byteorder != "little":
         array = array.byteswap()
-    return Tensor(dtype=name, shape=list(tensor.shape), data=array.tobytes())  # type: ignore[arg-type]
+    return Tensor(dtype=name, shape=list(tensor.shape), data=array.tobytes())  # type: ignore[arg-type]  # name is one of the wire's dtype literals (_WIRE_DTYPES' values)
 
 
 def from_wire(wire: Tensor) -> torch.Tensor:

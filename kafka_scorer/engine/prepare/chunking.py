@@ -130,4 +130,4 @@ def _choose(how: str, rows: list[list[float]], rank_by: int, normalised: bool) -
 
 def _entry(item: WindowedItem, count: int, chosen: int | None) -> ChunkedItem:
     span = None if chosen is None or item.spans is None else item.spans[chosen]
-    return ChunkedItem(index=item.index, windows=count, unit=item.unit, window=chosen, span=span)  # type: ignore[arg-type]
+    return ChunkedItem(index=item.index, windows=count, unit=item.unit, window=chosen, span=span)  # type: ignore[arg-type]  # unit is the wire's literal, checked when the job was decoded

@@ -209,7 +209,7 @@ class ItemWindows:
                 counts.append(1)
                 continue
             ids, offsets = own[index]
-            spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]
+            spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]  # offsets exist for text items, the only ones given spans
             texts.extend(item[start:end] for start, end in spans)
             counts.append(len(spans))
             chunked.append(WindowedItem(index, spans, "characters"))

@@ -46,7 +46,7 @@ class LabelResolver:
             raise LabelError("label_tokens: an empty string is not a token")
         if self._tokenizer is None:
             raise LabelError("label_tokens: this model has no tokenizer; send label_token_ids")
-        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]  # transformers types a loaded tokenizer loosely; it is callable
         if len(ids) != 1:
             raise LabelError(
                 f"label_tokens: {text!r} is {len(ids)} tokens ({ids[:8]}) for the served tokenizer, not "

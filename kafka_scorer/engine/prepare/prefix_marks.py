@@ -47,7 +47,7 @@ class PrefixMarker:
         if head is None:
             assert self.template is not None and self.tokenizer is not None
             text = self.template.shared_part("", instruction)
-            head = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])  # type: ignore[operator]
+            head = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])  # type: ignore[operator]  # transformers types a loaded tokenizer loosely; it is callable
             if len(self._heads) < 64:  # bounded: instructions come from jobs
                 self._heads[instruction] = head
         return head

@@ -11,7 +11,7 @@ def longest_token_chars(tokenizer: object) -> int:
     `n / longest` tokens. Byte-level BPE vocabularies spell one byte per character and a text
     character is at least one byte, so the bound holds for them too.
     """
-    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
+    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]  # transformers types a loaded tokenizer loosely; every tokenizer has get_vocab
     return max((len(token) for token in vocab), default=1) or 1
 
 

@@ -122,7 +122,10 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
         raise StatefulLayerError(f"model_type {family!r}: its layers' convolution kernels differ ({windows})")
     for name, module in layers:
         parent, _, attribute = name.rpartition(".")
-        wrapped = PackedGatedDeltaNet(module, projections_for(module), delta_rule_of(module))  # type: ignore[arg-type]
+        rule = delta_rule_of(module)
+        if rule is None:
+            raise StatefulLayerError(f"model_type {family!r}: its modeling module has no gated delta rule")
+        wrapped = PackedGatedDeltaNet(module, projections_for(module), rule)
         setattr(decoder.get_submodule(parent), attribute, wrapped)
     return RecurrentSpec(layers=len(layers), window=windows.pop())
 
