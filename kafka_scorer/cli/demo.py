@@ -31,7 +31,8 @@ from kafka_scorer import errors
 from kafka_scorer.cli.demo_parts import DemoJob, DemoModel, print_fitted, results_table, say
 from kafka_scorer.cli.help_style import add_device_arguments
 from kafka_scorer.cli.progress import ProgressBar
-from kafka_scorer.cli.submit import Submission, new_submission, submit_jobs
+from kafka_scorer.cli.submission import Submission
+from kafka_scorer.cli.submit import new_submission, submit_jobs
 from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:

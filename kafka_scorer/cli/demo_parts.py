@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kafka_scorer.cli.submit import Submission
+    from kafka_scorer.cli.submission import Submission
     from kafka_scorer.engine.scorer import Scorer
 
 _KIND_LABELS = {"causal": "causal LM", "classification": "classifier", "reranker": "reranker"}

@@ -9,7 +9,7 @@ from typing import IO, TYPE_CHECKING
 from kafka_scorer.cli.result_view import provenance_lines, ranked_entries, ranking_lines
 
 if TYPE_CHECKING:
-    from kafka_scorer.cli.submit import Submission
+    from kafka_scorer.cli.submission import Submission
 
 MAX_LISTED = 10
 """Failed, timed-out, warned and ranked jobs listed in the summary, each; the rest are counted."""

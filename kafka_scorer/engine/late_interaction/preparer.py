@@ -19,7 +19,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from kafka_scorer.engine.late_interaction.loading import LateSpec
+from kafka_scorer.engine.late_interaction.spec import LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
 from kafka_scorer.engine.load.loaded_model import LoadedModel
 from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list, rank_fields_warnings

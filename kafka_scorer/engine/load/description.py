@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.load.scorer_view import ScorerView
 
 
-def describe(scorer: Scorer) -> dict[str, str]:
+def describe(scorer: ScorerView) -> dict[str, str]:
     prefixes = scorer.prefix_cache_capacity_mb
     graphs = scorer.graphs
     return {
@@ -30,7 +30,7 @@ def describe(scorer: Scorer) -> dict[str, str]:
     }
 
 
-def _decoder_forward(scorer: Scorer) -> str:
+def _decoder_forward(scorer: ScorerView) -> str:
     """fused-compiled, fused-eager (as asked, or after the warm-up found compiling broken), or the
     checkpoint's own body class (transformers' layers, an encoder)."""
     from kafka_scorer.engine.models.decoder import FusedDecoder

@@ -32,7 +32,7 @@ from kafka_scorer.engine.models.encoder_family import (
 from kafka_scorer.engine.recurrent.detection import RecurrentSpec, StatefulLayerError, prepare_recurrent
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.late_interaction.loading import LateSpec
+    from kafka_scorer.engine.late_interaction.spec import LateSpec
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from kafka_scorer.errors import first_line
 from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.load.scorer_view import ScorerView
 
 log = logging.getLogger(__name__)
 
 
-def warm_up(scorer: Scorer) -> None:
+def warm_up(scorer: ScorerView) -> None:
     failed = _failure(scorer)
     if failed:
         failed = recover(scorer, failed, lambda: _failure(scorer))
@@ -44,7 +44,7 @@ def warm_up(scorer: Scorer) -> None:
     _capture_graphs(scorer)
 
 
-def _ready_label_kernels(scorer: Scorer) -> None:
+def _ready_label_kernels(scorer: ScorerView) -> None:
     """The Triton label kernels tuned and compiled at every row bucket and label tile a forward can
     bring (the warm-up's two batches cover two of them); if that fails, torch's chunked log-sum-exp
     scores the labels, as when the warm-up's batches fail there."""
@@ -83,7 +83,7 @@ states, not scores: a random checkpoint's label probabilities are ~1/vocab, wher
 tolerance would pass garbage."""
 
 
-def _capture_graphs(scorer: Scorer) -> None:
+def _capture_graphs(scorer: ScorerView) -> None:
     graphs = scorer.graphs
     if graphs is None or scorer.attention_backend != "flex":
         return
@@ -113,7 +113,7 @@ def _capture_graphs(scorer: Scorer) -> None:
     )
 
 
-def _graph_check_jobs(scorer: Scorer) -> list[PreparedJob]:
+def _graph_check_jobs(scorer: ScorerView) -> list[PreparedJob]:
     """A lone short job and one that fills about half the largest bucket, neither of a bucket's size."""
     largest = scorer.graphs.buckets.sizes[-1] if scorer.graphs else 0
     jobs = [_short_job(scorer), _sized_job(scorer, max(16, largest // 2 - 37))]
@@ -122,7 +122,7 @@ def _graph_check_jobs(scorer: Scorer) -> list[PreparedJob]:
     return [p for p in prepared if isinstance(p, PreparedJob)]
 
 
-def _graph_difference(scorer: Scorer, job: PreparedJob) -> float:
+def _graph_difference(scorer: ScorerView, job: PreparedJob) -> float:
     """The largest `1 - cosine` between the job's scoring rows' hidden states replayed and run from
     Python (the prefix cache is not involved)."""
     hidden = []
@@ -141,7 +141,7 @@ def _graph_difference(scorer: Scorer, job: PreparedJob) -> float:
     return float(1 - cosine.min())
 
 
-def _failure(scorer: Scorer) -> str | None:
+def _failure(scorer: ScorerView) -> str | None:
     # the full-budget batch, then a lone short job: a compiler that specialises on small token counts
     # does it here, not on the first quiet minute's traffic
     results = scorer.score_jobs(warm_up_jobs(scorer)) + scorer.score_jobs([_short_job(scorer)])
@@ -151,14 +151,14 @@ def _failure(scorer: Scorer) -> str | None:
     return first_line(failures[0], "no message")
 
 
-def _short_job(scorer: Scorer) -> Job:
+def _short_job(scorer: ScorerView) -> Job:
     vocab = scorer.loaded.input_vocab_size
     labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
     ids = [(11 + 17 * i) % vocab for i in range(9)]
     return Job(id="warm-up-short", query=ids[:5], items=[ids[5:7], ids[7:]], label_token_ids=labels)
 
 
-def _sized_job(scorer: Scorer, tokens: int) -> Job:
+def _sized_job(scorer: ScorerView, tokens: int) -> Job:
     """A MIS job of about `tokens` tokens (within the pair limit), other ids than the warm-up's."""
     vocab = scorer.loaded.input_vocab_size
     labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
@@ -169,7 +169,7 @@ def _sized_job(scorer: Scorer, tokens: int) -> Job:
     return Job(id="warm-up-graphs", query=ids[:24], items=items, label_token_ids=labels)
 
 
-def warm_up_jobs(scorer: Scorer) -> list[Job]:
+def warm_up_jobs(scorer: ScorerView) -> list[Job]:
     """Token ids only (no tokenizer needed), valid for any model kind."""
     limits = scorer.limits
     vocab = scorer.loaded.input_vocab_size

@@ -29,7 +29,7 @@ from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.load.scorer_view import ScorerView
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,14 @@ class Fallback:
     """What changed, with a `%s` for the failure that made it: the one line the operator reads."""
 
 
-def fallbacks(scorer: Scorer) -> list[Fallback]:
+def fallbacks(scorer: ScorerView) -> list[Fallback]:
     """The fallbacks that apply to `scorer` as it is now: its compiled regions, its automatic attention
     backend, its Triton label kernels."""
     found = (_eager_regions(scorer), _portable_attention(scorer), torch_label_scores(scorer))
     return [f for f in found if f is not None]
 
 
-def recover(scorer: Scorer, failed: str, failure: Callable[[], str | None]) -> str | None:
+def recover(scorer: ScorerView, failed: str, failure: Callable[[], str | None]) -> str | None:
     """After the warm-up failed with `failed`: the fallbacks one at a time, then two at a time, then all,
     until `failure()` (the warm-up's batches again) passes. Returns None once a set serves, else the last
     failure, with every fallback left applied (the most portable setup, as the caller serves anyway).
@@ -80,7 +80,7 @@ def recover(scorer: Scorer, failed: str, failure: Callable[[], str | None]) -> s
     return failed
 
 
-def _eager_regions(scorer: Scorer) -> Fallback | None:
+def _eager_regions(scorer: ScorerView) -> Fallback | None:
     body = scorer.loaded.body
     if not isinstance(body, FusedDecoder) or not body.regions.compiled:
         return None
@@ -101,7 +101,7 @@ def _eager_regions(scorer: Scorer) -> Fallback | None:
     )
 
 
-def _portable_attention(scorer: Scorer) -> Fallback | None:
+def _portable_attention(scorer: ScorerView) -> Fallback | None:
     chosen = scorer.attention_backend
     portable = FALLBACKS.get(chosen)
     if not scorer.auto_backend or portable is None:
@@ -117,7 +117,7 @@ def _portable_attention(scorer: Scorer) -> Fallback | None:
     return Fallback(apply, undo, line)
 
 
-def torch_label_scores(scorer: Scorer) -> Fallback | None:
+def torch_label_scores(scorer: ScorerView) -> Fallback | None:
     """The Triton label kernels -> torch's chunked log-sum-exp (None where they are not served): also the
     warm-up's answer when tuning them fails (`warm_up._ready_label_kernels`)."""
     runner = scorer.runner
