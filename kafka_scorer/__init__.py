@@ -1,7 +1,7 @@
 """kafka-scorer: LLM scoring jobs from Kafka, micro-batched onto a GPU or CPU.
 
 `Scorer` and `open_scorer` (which opens any checkpoint with its kind's scorer class,
-`engine/scorers.py`) are imported lazily: `import kafka_scorer` (and `kafka-scorer --help`) should not
+`engine/load/choice.py`) are imported lazily: `import kafka_scorer` (and `kafka-scorer --help`) should not
 pay for importing torch and transformers.
 """
 
@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 __all__ = ["Scorer", "__version__", "open_scorer"]
 
 if TYPE_CHECKING:
+    from kafka_scorer.engine.load.choice import open_scorer
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.engine.scorers import open_scorer
 
 
 def __getattr__(name: str):
@@ -23,7 +23,7 @@ def __getattr__(name: str):
 
         return Scorer
     if name == "open_scorer":
-        from kafka_scorer.engine.scorers import open_scorer
+        from kafka_scorer.engine.load.choice import open_scorer
 
         return open_scorer
     raise AttributeError(name)

@@ -178,8 +178,8 @@ class EngineSettings(BaseSettings):
         return self
 
     def engine_config(self) -> EngineConfig:
-        """The plain record the engine is built from (`scorer_from_config`, `engine/scorers.py`): the engine
-        reads no settings."""
+        """The plain record the engine is built from (`scorer_from_config`, `engine/load/choice.py`):
+        the engine reads no settings."""
         from kafka_scorer.engine.config import EngineConfig
 
         return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})
@@ -188,7 +188,7 @@ class EngineSettings(BaseSettings):
     @classmethod
     def _template_loads(cls, value: str) -> str:
         """A template that cannot be used is an operator mistake: said at start, never per job."""
-        from kafka_scorer.engine.templates import TemplateError, load_template
+        from kafka_scorer.engine.prepare.templates import TemplateError, load_template
 
         try:
             load_template(value)

@@ -103,7 +103,7 @@ def _value_text(value: object) -> str:
 
 def default_text(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        return _value_text(field.default_factory())  # type: ignore[call-arg]
+        return _value_text(field.default_factory())  # type: ignore[call-arg]  # pydantic types default_factory as taking the validated data or nothing
     if field.default is PydanticUndefined:
         return "required"
     return _value_text(field.default)
@@ -162,7 +162,7 @@ def render() -> str:
         "",
         "What the scoring engine needs: the model, where it runs, and how much goes into one forward pass.",
         "These settings also build the engine without Kafka: `scorer_from_config(settings.engine_config())`",
-        "(`kafka_scorer.engine.scorers`, which picks the scorer class of the checkpoint's kind).",
+        "(`kafka_scorer.engine.load.choice`, which picks the scorer class of the checkpoint's kind).",
         "",
         *render_table(engine),
         "",

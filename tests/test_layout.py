@@ -10,6 +10,11 @@
   made for trying it (`broker`, `demo`, `model`) and the bench use them; they are listed here by name, so
   a new one is a decision, not an accident. (These two packages were once `testing/`, a name that made
   the commands look as if they served from test helpers.)
+- The bench is a client of the product, not a part of it (issue 40): nothing in the package imports
+  `kafka_scorer.bench` but the `bench` command's two modules, and the bench never imports the command line
+  above it. The GPU check's orchestration is developer tooling (`devtools/`), which the package never imports.
+  The bench reaches the engine through `engine/api.py` only, but for the kernel micro-benchmarks listed
+  here by name, which time engine parts by design.
 
 Every import counts: at module level, inside a function (the lazy ones that keep `--help` light) and
 under `if TYPE_CHECKING:`.
@@ -112,13 +117,45 @@ def test_the_serving_path_does_not_import_the_trial_parts(trial: str) -> None:
     assert not breaking(RUNTIME, trial, allowed=TRIAL_COMMANDS)
 
 
+BENCH_COMMAND = {"kafka_scorer.cli.bench", "kafka_scorer.cli.bench_named"}
+
+
+def test_only_the_bench_command_imports_the_bench() -> None:
+    outside = breaking("kafka_scorer", "kafka_scorer.bench", allowed=BENCH_COMMAND)
+    assert not [line for line in outside if not line.startswith("kafka_scorer.bench")]
+
+
+ENGINE_MICRO_BENCHES = {
+    "kafka_scorer.bench.attention",
+    "kafka_scorer.bench.deterministic",
+    "kafka_scorer.bench.fixed_matmul",
+    "kafka_scorer.bench.graphs",
+    "kafka_scorer.bench.label_kernel",
+    "kafka_scorer.bench.profile_forward",
+}
+
+
+def test_the_bench_reaches_the_engine_through_its_api() -> None:
+    inside = breaking("kafka_scorer.bench", "kafka_scorer.engine", allowed=ENGINE_MICRO_BENCHES)
+    api = "kafka_scorer.engine.api"
+    assert not [line for line in inside if not _within(line.partition(" -> ")[2], api)]
+
+
+def test_the_bench_does_not_import_the_command_line() -> None:
+    assert not breaking("kafka_scorer.bench", "kafka_scorer.cli")
+
+
+def test_the_package_does_not_import_the_developer_tools() -> None:
+    assert not breaking("kafka_scorer", "devtools")
+
+
 def test_there_is_no_testing_package_in_the_product() -> None:
     assert "kafka_scorer.testing" not in IMPORTS
 
 
 def test_the_listed_trial_commands_exist() -> None:
     """A renamed command must be renamed here too, or the exception would quietly cover nothing."""
-    assert set(IMPORTS) >= TRIAL_COMMANDS
+    assert set(IMPORTS) >= TRIAL_COMMANDS | BENCH_COMMAND | ENGINE_MICRO_BENCHES
 
 
 def test_the_walk_sees_every_kind_of_import() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from kafka_scorer.cli.submit import Submission
+from kafka_scorer.cli.submission import Submission
 from kafka_scorer.cli.submit_summary import summarize
 from kafka_scorer.wire.protocol import Job, Result
 

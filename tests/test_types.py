@@ -5,6 +5,7 @@ exits 0, so the typed seam between the worker and the engine (and every `# type:
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,18 @@ def test_package_type_checks() -> None:
         [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert run.returncode == 0, f"mypy found errors:\n{run.stdout}{run.stderr}"
+
+
+IGNORE = re.compile(r"# type: ignore(\[[\w, -]+\])?(?P<rest>.*)$")
+
+
+def test_every_type_ignore_names_its_code_and_why() -> None:
+    """An ignore is a claim the checker cannot verify (issue 40): it names the error it silences and,
+    after it, why the code is right anyway, so a reader can judge the claim without running mypy."""
+    bare = []
+    for path in sorted((ROOT / "kafka_scorer").rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found = IGNORE.search(line)
+            if found and (not found.group(1) or not found.group("rest").strip().startswith("# ")):
+                bare.append(f"{path.relative_to(ROOT)}:{number}")
+    assert not bare, "say why after each: " + ", ".join(bare)

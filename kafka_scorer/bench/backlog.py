@@ -74,7 +74,7 @@ def run_backlog_bench(
 ) -> dict:
     import tempfile
 
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.api import Scorer
 
     spec = QUICK if quick else FULL
     shape = SHAPES[model_shape or ("tiny" if quick else "cpu-small")]

@@ -50,7 +50,7 @@ class BaselineScorer:
     @torch.inference_mode()
     def score_rows(self, jobs: Sequence[Job], rows: list[tuple[int, int]]) -> tuple[list[list[float]], int]:
         """Scores of the given pairs, in order, and the padded token count the batch computed."""
-        pairs = [list(jobs[j].query) + list(jobs[j].items[i]) for j, i in rows]  # type: ignore[arg-type]
+        pairs = [list(jobs[j].query) + list(jobs[j].items[i]) for j, i in rows]  # type: ignore[arg-type]  # the baseline is sent token-id jobs only
         longest = max(len(p) for p in pairs)
         ids = torch.full((len(pairs), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(pairs), longest), dtype=torch.long)

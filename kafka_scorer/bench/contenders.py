@@ -43,15 +43,14 @@ class Contender:
 class EngineContender(Contender):
     """`Scorer.prepare` on submission (as the worker does), then one `run_batch` per token budget.
 
-    `body` swaps the decoder body for the run: transformers' own layers (`loaded.model.base_model`,
-    which share the fused layers' weights) against the engine's fused ones, on the same Scorer."""
+    `layers` runs the Scorer with other decoder layers for the contender (transformers' own, or the
+    fused ones eager), on the same weights; `backend` with another MIS attention backend."""
 
-    def __init__(self, scorer, backend: str | None, body=None) -> None:
-        from kafka_scorer.engine.scheduler import TokenBudgetScheduler
+    def __init__(self, scorer, backend: str | None, layers: str = "served") -> None:
+        from kafka_scorer.engine.api import Layers, TokenBudgetScheduler, variant
 
         self.scorer = scorer
-        self.backend = backend
-        self.body = body
+        self.variant = variant(scorer, backend, Layers(layers))
         self.scheduler = TokenBudgetScheduler(scorer.max_batch_tokens)
         self.index_of: dict[str, int] = {}
         self.ready: list[Answer] = []
@@ -71,15 +70,8 @@ class EngineContender(Contender):
         batch = self.scheduler.next_batch()
         if not batch:
             return done
-        previous, body = self.scorer.attention_backend, self.scorer.loaded.body
-        if self.backend is not None:
-            self.scorer.attention_backend = self.backend
-        if self.body is not None:
-            self.scorer.loaded.body = self.body
-        try:
+        with self.variant.active():
             results = self.scorer.run_batch(batch)
-        finally:
-            self.scorer.attention_backend, self.scorer.loaded.body = previous, body
         for prepared, result in zip(batch, results):
             self.forward_tokens += result.prompt_tokens
             if self.causal and not prepared.job.apply_softmax:

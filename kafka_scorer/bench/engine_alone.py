@@ -14,7 +14,7 @@ import torch
 
 from kafka_scorer.bench import report_file
 from kafka_scorer.bench.models import SHAPES, ModelShape, build_shaped_model
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
 from kafka_scorer.wire.protocol import Job, Result
 
 

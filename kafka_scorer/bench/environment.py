@@ -38,11 +38,11 @@ class Environment:
         path = self.model_root / f"{self.shape.name}-{kind}-{dtype}{'-chat' * chat}"
         if not (path / "config.json").exists():
             init_device = "cuda" if self.device.type == "cuda" else "cpu"
-            build_shaped_model(path, self.shape, kind, dtype=dtype, init_device=init_device, chat=chat)  # type: ignore[arg-type]
+            build_shaped_model(path, self.shape, kind, dtype=dtype, init_device=init_device, chat=chat)  # type: ignore[arg-type]  # kind is a Kind literal from the workloads
         return path
 
     def scorer(self, kind: str, max_batch_tokens: int):
-        from kafka_scorer.engine.scorer import Scorer
+        from kafka_scorer.engine.api import Scorer
 
         if kind not in self.scorers:
             self.scorers[kind] = Scorer(

@@ -22,7 +22,6 @@ each step happens:
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import platform
 import tempfile
@@ -60,6 +59,7 @@ from kafka_scorer.bench.summary import (
 from kafka_scorer.bench.targets import evaluate_targets
 from kafka_scorer.bench.worker_contender import run_worker_contender
 from kafka_scorer.bench.workloads import WORKLOADS, Workload, build_workload, with_multi_item, workload_spec
+from kafka_scorer.engine.api import layer_choices
 from kafka_scorer.wire.protocol import Job
 
 
@@ -112,7 +112,7 @@ bench step another minute.)"""
 def default_backends(device: torch.device) -> tuple[str, ...]:
     """FlexAttention compiles on CUDA only; on CPU it would run its eager reference (not a contender), and
     the spans and varlen kernels need CUDA (on the CPU they are the dense path and a loop of runs)."""
-    from kafka_scorer.engine.attention.registry import BACKENDS
+    from kafka_scorer.engine.api import BACKENDS
 
     on_cuda = ("dense", "cascade", "flex", "spans", "varlen")
     wanted = on_cuda if device.type == "cuda" else ("dense", "cascade")
@@ -164,18 +164,18 @@ def run_workload(
             f"engine, MIS on [{backend}]",
             timed(lambda backend=backend: EngineContender(scorer, backend), mis),
         )
-    if _fused(scorer):  # the fused layers against transformers' own, same Scorer, weights and backend
+    choices = {layers.value for layers in layer_choices(scorer)}
+    if "transformers" in choices:  # the fused layers against transformers' own, same Scorer and backend
         log(f"  (b) engine, MIS on, transformers' layers [{default_backend}] ...")
         runs[LAYERS] = (
             f"MIS on, HF layers [{default_backend}]",
-            timed(lambda: EngineContender(scorer, None, scorer.loaded.model.base_model), mis),
+            timed(lambda: EngineContender(scorer, None, "transformers"), mis),
         )
-    eager = _eager_copy(scorer)
-    if eager is not None:  # what compiling the fused layers buys: the same layers run eagerly
+    if "eager" in choices:  # what compiling the fused layers buys: the same layers run eagerly
         log(f"  (b) engine, MIS on, fused layers eager [{default_backend}] ...")
         runs[EAGER] = (
             f"MIS on, eager layers [{default_backend}]",
-            timed(lambda: EngineContender(scorer, None, eager), mis),
+            timed(lambda: EngineContender(scorer, None, "eager"), mis),
         )
     stream = None
     if not config.skip_worker:
@@ -246,23 +246,6 @@ def run_workload(
     }
 
 
-def _fused(scorer) -> bool:
-    from kafka_scorer.engine.models.decoder import FusedDecoder
-
-    return isinstance(scorer.loaded.body, FusedDecoder)
-
-
-def _eager_copy(scorer):
-    """The served fused body with its regions eager (its weights shared), where they are compiled."""
-    if not _fused(scorer) or not scorer.loaded.body.regions.compiled:
-        return None
-    from kafka_scorer.engine.models.decoder_layer import Regions
-
-    body = copy.copy(scorer.loaded.body)
-    body.regions = Regions.eager(body.shape)
-    return body
-
-
 def _template_tokens(workload: Workload, scorer) -> dict | None:
     """Per job, the tokens MIS and no-MIS compute under the template (None: the jobs are not text)."""
     if workload.sent is None or scorer.template is None:
@@ -282,7 +265,7 @@ def run_bench(config: BenchConfig, on_workload: Callable[[dict], None] | None = 
 
     hf_logging.disable_progress_bar()  # per-checkpoint bars would bury the benchmark's own lines
     log = print if config.verbose else (lambda *a, **k: None)
-    from kafka_scorer.engine.model import resolve_device, resolve_dtype
+    from kafka_scorer.engine.api import resolve_device, resolve_dtype
 
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)

@@ -96,7 +96,7 @@ def run_late_interaction_bench(
     from sentence_transformers import MultiVectorEncoder
 
     from kafka_scorer.checkpoints.real_models import build_minilm_colbert
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.api import open_scorer
 
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-colbert-") as scratch:
         path = Path(model_dir or scratch) / "minilm-colbert"

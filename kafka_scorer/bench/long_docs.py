@@ -32,7 +32,7 @@ from kafka_scorer.bench.models import FIRST_REGULAR_ID
 from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.bench.records import RunRecord, fastest
 from kafka_scorer.bench.summary import max_abs_diff
-from kafka_scorer.engine.chunking import window_ranges
+from kafka_scorer.engine.api import window_ranges
 from kafka_scorer.wire.protocol import Chunking, Job
 
 
@@ -139,7 +139,7 @@ def _cross_encoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log
     from transformers import AutoTokenizer
 
     from kafka_scorer.checkpoints.real_models import build_minilm_cross_encoder
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.api import Scorer
 
     path = root / "minilm-cross-encoder"
     if not (path / "config.json").exists():
@@ -182,7 +182,7 @@ def _cross_encoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log
 
 def _decoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log) -> dict:
     from kafka_scorer.bench.models import SHAPES, build_shaped_model
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.api import Scorer
 
     path = root / f"decoder-{shape.decoder_shape}"
     if not (path / "config.json").exists():

@@ -104,7 +104,7 @@ class Plan:
 
 
 def plan_for(config: OpenLoopConfig) -> Plan:
-    from kafka_scorer.engine.model import resolve_device, resolve_dtype
+    from kafka_scorer.engine.api import resolve_device, resolve_dtype
 
     device = resolve_device(config.device)
     kind = "cuda" if device.type == "cuda" else "cpu"

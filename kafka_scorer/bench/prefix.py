@@ -91,7 +91,7 @@ def run_prefix_bench(
     repeats: int,
     log=print,
 ) -> dict:
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.api import Scorer
 
     spec = QUICK if quick else FULL
     shape = SHAPES[model_shape or ("tiny" if quick else "cpu-small")]

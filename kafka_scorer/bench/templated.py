@@ -55,7 +55,7 @@ class TemplateTokens:
 def templated_workload(spec: WorkloadSpec, scorer, *, seed: int = 0) -> Workload:
     """`spec`'s shape in text (query and items of about `query_len` / `item_len` tokens each) for a
     `scorer` that serves a template; labels come from the template (none are sent)."""
-    from kafka_scorer.engine.template_tokens import tokenize_templated
+    from kafka_scorer.engine.api import tokenize_templated
 
     template = scorer.template
     tokenizer = scorer.loaded.tokenizer
@@ -73,9 +73,9 @@ def templated_workload(spec: WorkloadSpec, scorer, *, seed: int = 0) -> Workload
             items=[_text(tokenizer, rng, s.item_len) for _ in range(s.num_items)],
             apply_softmax=spec.apply_softmax,
         )
-        split = tokenize_templated(tokenizer, template, text.query, text.items, template.instruction)  # type: ignore[arg-type]
+        split = tokenize_templated(tokenizer, template, text.query, text.items, template.instruction)  # type: ignore[arg-type]  # the templated workload's tokenizer is a loaded one; typed loosely
         for item, part in zip(text.items, split.items):
-            whole = tokenizer(template.render(text.query, item, template.instruction))["input_ids"]  # type: ignore[arg-type]
+            whole = tokenizer(template.render(text.query, item, template.instruction))["input_ids"]  # type: ignore[arg-type]  # as above
             if split.shared + part != list(whole):
                 raise RuntimeError(f"{text.id}: the template's pieces do not tokenize as the whole prompt")
         sent.append(text)

@@ -30,7 +30,7 @@ START_UP_STEPS = {
     "label_kernels_s": r"label kernels tuned for .* in ([\d.]+) s",
     "cuda_graphs_s": r"CUDA graphs captured for .* in ([\d.]+) s",
 }
-"""The start-up lines with a duration (cli/worker.py, engine/warm_up.py): what the seconds to ready went
+"""The start-up lines with a duration (cli/worker.py, engine/load/warm_up.py): what the seconds to ready went
 to. The label kernels and the graphs are parts of the warm-up, logged on CUDA only."""
 
 

@@ -38,10 +38,10 @@ def build_tiny_colbert(
 
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_encoder_tokenizer(path, arch)  # type: ignore[arg-type]
+    tokenizer = build_encoder_tokenizer(path, arch)  # type: ignore[arg-type]  # arch is an EncoderArch literal from the caller, typed str here
     tokenizer.add_tokens([QUERY_MARKER, DOCUMENT_MARKER])
     tokenizer.save_pretrained(path)
-    config = encoder_config(arch, tokenizer=tokenizer, num_labels=1)  # type: ignore[arg-type]
+    config = encoder_config(arch, tokenizer=tokenizer, num_labels=1)  # type: ignore[arg-type]  # as above
     config.architectures = [type(config).__name__.removesuffix("Config") + "Model"]
     torch.manual_seed(seed)
     options = {"add_pooling_layer": False} if arch in ("bert", "roberta", "xlm-roberta") else {}

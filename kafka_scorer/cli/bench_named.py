@@ -52,7 +52,7 @@ def _run_long_docs(args: argparse.Namespace) -> int:
 
 def _run_backlog(args: argparse.Namespace) -> int:
     from kafka_scorer.bench.backlog import format_backlog_report, run_backlog_bench
-    from kafka_scorer.engine.model import resolve_device
+    from kafka_scorer.engine.load.loaded_model import resolve_device
 
     report = run_backlog_bench(
         device=str(resolve_device(args.device)),
@@ -67,7 +67,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
 
 def _run_prefix(args: argparse.Namespace) -> int:
     from kafka_scorer.bench.prefix import format_prefix_report, run_prefix_bench
-    from kafka_scorer.engine.model import resolve_device
+    from kafka_scorer.engine.load.loaded_model import resolve_device
 
     report = run_prefix_bench(
         device=str(resolve_device(args.device)),

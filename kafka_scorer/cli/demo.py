@@ -31,7 +31,8 @@ from kafka_scorer import errors
 from kafka_scorer.cli.demo_parts import DemoJob, DemoModel, print_fitted, results_table, say
 from kafka_scorer.cli.help_style import add_device_arguments
 from kafka_scorer.cli.progress import ProgressBar
-from kafka_scorer.cli.submit import Submission, new_submission, submit_jobs
+from kafka_scorer.cli.submission import Submission
+from kafka_scorer.cli.submit import new_submission, submit_jobs
 from kafka_scorer.wire.protocol import Job
 
 if TYPE_CHECKING:
@@ -71,8 +72,8 @@ _ITEMS = [
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.model import ModelKind
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.load.loaded_model import ModelKind
 
     if model:
         try:
@@ -89,7 +90,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
 
     models = []
     for kind in ("causal", "classification"):
-        path = build_tiny_model(workdir / f"tiny-{kind}", "qwen3", kind, num_labels=3)  # type: ignore[arg-type]
+        path = build_tiny_model(workdir / f"tiny-{kind}", "qwen3", kind, num_labels=3)  # type: ignore[arg-type]  # kind is a Kind literal from the demo's own list
         scorer = open_scorer(str(path), served_model_name=f"tiny-random-{kind}", device=device, dtype=dtype)
         models.append(_with_labels(DemoModel(kind, scorer, random=True)))
     return models
@@ -252,7 +253,7 @@ def isolated_settings(**overrides: Any) -> Settings:
         name: info.get_default(call_default_factory=True) for name, info in Settings.model_fields.items()
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]  # pydantic-settings takes _env_file at init; mypy does not see it without the plugin
 
 
 async def _wait_joined(workers: list[Any], tasks: list[asyncio.Task[int]]) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kafka_scorer.cli.submit import Submission
+    from kafka_scorer.cli.submission import Submission
     from kafka_scorer.engine.scorer import Scorer
 
 _KIND_LABELS = {"causal": "causal LM", "classification": "classifier", "reranker": "reranker"}
@@ -63,7 +63,7 @@ def results_table(
     for name, justify in columns:
         table.add_column(
             name,
-            justify=justify,  # type: ignore[arg-type]
+            justify=justify,  # type: ignore[arg-type]  # justify is one of rich's literals, from the column table
             overflow="fold",
             no_wrap=name not in (wide, wraps),
             min_width=min_width if name == wide else None,

@@ -55,8 +55,8 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     cannot be loaded: the same fallback as the plain demo)."""
     from kafka_scorer.cli.demo_parts import DemoModel, say
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.scorers import open_scorer
-    from kafka_scorer.engine.templates import TemplateError, load_template
+    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.prepare.templates import TemplateError, load_template
 
     try:
         load_template(template)

@@ -12,8 +12,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from kafka_scorer.errors import EXIT_USER_ERROR
+
+if TYPE_CHECKING:
+    from kafka_scorer.checkpoints.tiny_models import Arch, Kind
 
 MODELS = {
     "causal": ("causal", "a tiny Qwen3-shaped CausalLM (jobs ask for label-token probabilities)"),
@@ -26,7 +30,18 @@ MODELS = {
         "reranker",
         "a tiny Qwen3-shaped yes/no reranker with a Qwen-style chat tokenizer (--template qwen3-reranker)",
     ),
+    "qwen3.5": (
+        "causal",
+        "a tiny Qwen3.5-shaped CausalLM: Gated DeltaNet linear attention beside full attention "
+        "(needs transformers >= 5.9)",
+    ),
+    "qwen3.5-classification": (
+        "classification",
+        "a tiny Qwen3.5-shaped classifier with 3 classes (hybrid, as qwen3.5)",
+    ),
 }
+ARCHS: dict[str, Arch] = {"qwen3.5": "qwen3_5", "qwen3.5-classification": "qwen3_5"}
+"""The decoder family of a name, where it is not Qwen3."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     elif kind == "colbert":
         build_tiny_colbert(directory, seed=args.seed)
     else:
-        build_tiny_model(directory, "qwen3", kind, num_labels=3, seed=args.seed)  # type: ignore[arg-type]
+        arch = ARCHS.get(args.name, "qwen3")
+        build_tiny_model(directory, arch, cast("Kind", kind), num_labels=3, seed=args.seed)
     print(f"wrote {directory}: {MODELS[args.name][1]}")
     print("serve it:  " + serve)
     print("a job:     " + json.dumps(sample_job(directory, kind)))

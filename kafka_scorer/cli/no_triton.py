@@ -24,12 +24,12 @@ def keep_triton_out_on_cpu(device: str) -> bool:
 
     if "triton" in sys.modules or interpreter_asked():
         return False
-    from kafka_scorer.engine.model import resolve_device
+    from kafka_scorer.engine.load.loaded_model import resolve_device
 
     try:
         on_cpu = resolve_device(device).type == "cpu"
     except Exception:  # a bad device setting: the model load reports it, in its own words
         return False
     if on_cpu:
-        sys.modules["triton"] = None  # type: ignore[assignment]
+        sys.modules["triton"] = None  # type: ignore[assignment]  # None in sys.modules is Python's documented way to make an import fail
     return on_cpu

@@ -38,7 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING
 
 import msgspec
 from pydantic import ValidationError
@@ -46,8 +46,9 @@ from pydantic import ValidationError
 from kafka_scorer import errors
 from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_name
 from kafka_scorer.cli.progress import ProgressBar
+from kafka_scorer.cli.submission import Submission
 from kafka_scorer.cli.submit_summary import EXIT_JOBS_FAILED, MAX_LISTED, PROG, summarize
-from kafka_scorer.wire.protocol import Job, Result, WireFormat, shape_problem
+from kafka_scorer.wire.protocol import Job, WireFormat, shape_problem
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
@@ -74,35 +75,6 @@ SETTING_FLAGS: dict[str, str] = {
     "reply_topic": "--reply-topic",
 }
 """The settings this command takes as flags, by flag: a settings error names no flag it lacks."""
-
-
-@dataclass
-class Submission:
-    """One job on its way: where it came from, its correlation id, and what became of it."""
-
-    line: int
-    job: Job
-    correlation_id: str
-    sent_at: float | None = None
-    result: Result | None = None
-    received_at: float | None = None
-    send_error: str | None = None
-
-    @property
-    def job_id(self) -> str:
-        return self.job.id or self.correlation_id
-
-    @property
-    def state(self) -> Literal["ok", "failed", "pending"]:
-        if self.send_error is not None or (self.result is not None and self.result.error is not None):
-            return "failed"
-        return "ok" if self.result is not None else "pending"
-
-    @property
-    def latency_s(self) -> float | None:
-        if self.sent_at is None or self.received_at is None:
-            return None
-        return self.received_at - self.sent_at
 
 
 def new_submission(job: Job, line: int = 0) -> Submission:
@@ -319,7 +291,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["request_topics"] = [args.request_topic]
     if getattr(args, "reply_topic", None):
         overrides["reply_topic"] = args.reply_topic
-    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]  # pydantic-settings takes _env_file at init; mypy does not see it without the plugin
 
 
 def warn_unknown_variables(stream: IO[str]) -> None:

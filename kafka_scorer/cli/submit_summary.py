@@ -9,7 +9,7 @@ from typing import IO, TYPE_CHECKING
 from kafka_scorer.cli.result_view import provenance_lines, ranked_entries, ranking_lines
 
 if TYPE_CHECKING:
-    from kafka_scorer.cli.submit import Submission
+    from kafka_scorer.cli.submission import Submission
 
 MAX_LISTED = 10
 """Failed, timed-out, warned and ranked jobs listed in the summary, each; the rest are counted."""
@@ -32,7 +32,7 @@ def summarize(submissions: Sequence[Submission], timeout_s: float, stream: IO[st
         if submission.send_error is not None:
             reason = f"not sent: {submission.send_error}"
         else:
-            error = submission.result.error  # type: ignore[union-attr]
+            error = submission.result.error  # type: ignore[union-attr]  # only answered submissions reach the summary
             reason = f"{error.code.value}: {error.message}"
         print(f"  failed: {submission.job_id} (line {submission.line}): {reason}", file=stream)
     if timed_out:
@@ -55,7 +55,7 @@ def print_warnings(submissions: Sequence[Submission], stream: IO[str]) -> None:
     to a classification model): an "ok" whose request was not read as meant must say so."""
     warned = [s for s in submissions if s.result is not None and s.result.warnings]
     for submission in warned[:MAX_LISTED]:
-        for warning in submission.result.warnings:  # type: ignore[union-attr]
+        for warning in submission.result.warnings:  # type: ignore[union-attr]  # only answered submissions reach the summary
             print(f"  warning: {submission.job_id} (line {submission.line}): {warning}", file=stream)
     if len(warned) > MAX_LISTED:
         print(f"  ({count(len(warned) - MAX_LISTED, 'more job')} with warnings in the results)", file=stream)
@@ -71,7 +71,7 @@ def print_rankings(submissions: Sequence[Submission], stream: IO[str]) -> None:
     ranked = [s for s in submissions if s.result is not None and ranked_entries(s.result) is not None]
     for submission in ranked[:MAX_LISTED]:
         print(f"  ranking {submission.job_id} (line {submission.line}):", file=stream)
-        for line in ranking_lines(submission.job, submission.result) or ["(no items)"]:  # type: ignore[arg-type]
+        for line in ranking_lines(submission.job, submission.result) or ["(no items)"]:  # type: ignore[arg-type]  # only answered submissions reach the summary
             print(f"    {line}", file=stream)
     if len(ranked) > MAX_LISTED:
         print(f"  ({len(ranked) - MAX_LISTED} more rankings in the results)", file=stream)

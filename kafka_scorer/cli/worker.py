@@ -45,7 +45,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
     if getattr(args, "verbose", False):
         overrides["log_level"] = "DEBUG"
-    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=getattr(args, "env_file", ".env"), **overrides)  # type: ignore[call-arg]  # pydantic-settings takes _env_file at init; mypy does not see it without the plugin
 
 
 def describe_errors(exc: ValidationError, prog: str = _PROG, flags: Mapping[str, str] | None = None) -> str:
@@ -158,7 +158,9 @@ async def _start_and_run(
     from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
 
     keep_triton_out_on_cpu(settings.device)  # no triton leak report at exit on a CPU machine
-    from kafka_scorer.engine.scorers import scorer_from_config  # torch: seconds, after the connection check
+    from kafka_scorer.engine.load.choice import (
+        scorer_from_config,  # torch: seconds, after the connection check
+    )
     from kafka_scorer.worker.service import Worker
 
     log.info("loading model %s", settings.model)

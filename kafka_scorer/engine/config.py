@@ -33,7 +33,8 @@ class EngineConfig:
     prefix_cache_mb: int = -1
     embedding_cache_mb: int = -1
     deterministic: bool = False
-    """Scores bit-identical whatever a job's batch-mates and the cache hold (`engine/deterministic.py`)."""
+    """Scores bit-identical whatever a job's batch-mates and the cache hold
+    (`engine/load/deterministic.py`)."""
     cuda_graph_tokens: int = -1
     """Forwards up to this many tokens replay CUDA graphs (`engine/graphs/`); -1: 8192 on CUDA, 0: off."""
 

@@ -19,24 +19,24 @@ import msgspec
 import torch
 
 from kafka_scorer.engine.attention.registry import choose_attention_backend
-from kafka_scorer.engine.batch import ForwardBatch, build_forward_batch
-from kafka_scorer.engine.bisection import Bisection
-from kafka_scorer.engine.chunking import ChunkedItem, aggregate
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
-from kafka_scorer.engine.description import describe
-from kafka_scorer.engine.deterministic import keeps_prefix_cache, make_deterministic
 from kafka_scorer.engine.failures import failed_results
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, GraphStats, graphs_for
-from kafka_scorer.engine.inputs import JobPreparer
-from kafka_scorer.engine.model import LoadedModel, ModelKind, load_model
-from kafka_scorer.engine.prefix_batch import cached_tokens, prefix_planner
-from kafka_scorer.engine.prefix_cache import PrefixCacheStats
-from kafka_scorer.engine.prepared import InputLimits, PreparedJob
-from kafka_scorer.engine.ranking import ranking, reranked
-from kafka_scorer.engine.runner import BatchOutput, ModelRunner
-from kafka_scorer.engine.scheduler import TokenBudgetScheduler, plan_forwards
-from kafka_scorer.engine.templates import load_template
-from kafka_scorer.engine.tensors import to_wire
+from kafka_scorer.engine.load.description import describe
+from kafka_scorer.engine.load.deterministic import keeps_prefix_cache, make_deterministic
+from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind, load_model
+from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.pack.prefix_batch import cached_tokens, prefix_planner
+from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
+from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler, plan_forwards
+from kafka_scorer.engine.pack.tensors import to_wire
+from kafka_scorer.engine.prepare.chunking import ChunkedItem, aggregate
+from kafka_scorer.engine.prepare.inputs import JobPreparer
+from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
+from kafka_scorer.engine.prepare.ranking import ranking, reranked
+from kafka_scorer.engine.prepare.templates import load_template
+from kafka_scorer.engine.run.bisection import Bisection
+from kafka_scorer.engine.run.runner import BatchOutput, ModelRunner
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef, parse_chunking
@@ -57,7 +57,7 @@ class PackedBatch:
 
     def runnable(self) -> list[PreparedJob]:
         """The jobs to run. A packing failure is raised here, on the device thread, so that the
-        bisection (engine/bisection.py) packs the batch again in halves and isolates the job behind it."""
+        bisection (engine/run/bisection.py) packs the batch again in halves and isolates the job behind it."""
         if self.failure is not None and self.jobs:
             raise RuntimeError(self.failure)
         return self.jobs
@@ -65,11 +65,12 @@ class PackedBatch:
 
 class Scorer:
     """The engine of one checkpoint. `Scorer(path)` serves the decoder and cross-encoder kinds; a
-    checkpoint of any kind is opened by `open_scorer` (`engine/scorers.py`), which picks the class."""
+    checkpoint of any kind is opened by `open_scorer` (`engine/load/choice.py`), which picks the class."""
 
     @staticmethod
     def _load(model: str, **options) -> LoadedModel:
-        """The kind's loader (`engine/model.py`); a subclass of another kind loads its own checkpoints."""
+        """The kind's loader (`engine/load/loaded_model.py`); a subclass of another kind loads its own
+        checkpoints."""
         return load_model(model, **options)
 
     def __init__(
@@ -127,7 +128,7 @@ class Scorer:
                 f"template={template!r} but {model!r} is an encoder cross-encoder, whose pairs are its "
                 "tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for this model",
             )
-        if deterministic:  # engine/deterministic.py: fixed-shape blocks, the mode's attention
+        if deterministic:  # engine/load/deterministic.py: fixed-shape blocks, the mode's attention
             self.attention_backend = make_deterministic(self.loaded, attention_backend)
             if not keeps_prefix_cache(self.attention_backend):
                 prefix_cache_mb = 0
@@ -201,8 +202,8 @@ class Scorer:
 
     def warm_up(self) -> None:
         """Compile, autotune and check the backend at the served shapes before the worker is ready
-        (`engine/warm_up.py`)."""
-        from kafka_scorer.engine.warm_up import warm_up
+        (`engine/load/warm_up.py`)."""
+        from kafka_scorer.engine.load.warm_up import warm_up
 
         warm_up(self)
 
@@ -247,7 +248,7 @@ class Scorer:
         return PackedBatch(jobs, forwards)
 
     def _build_forwards(self, groups: list[list[tuple[int, PreparedJob]]]) -> list[tuple[list, ForwardBatch]]:
-        """The planned forwards' tensors; through the prefix cache (`engine/prefix_batch.py`) groups come
+        """The planned forwards' tensors; through the prefix cache (`engine/pack/prefix_batch.py`) groups come
         back reordered, after forwards of no group that compute their new heads."""
         if self._prefixes is None:
             return [self._build_forward(group) for group in groups]
@@ -284,7 +285,7 @@ class Scorer:
 
         A batch that fails is run again in halves until the job that breaks it stands alone; that job
         alone is answered `internal` and its batch-mates are scored. An error that poisons the device
-        is raised instead (engine/bisection.py, engine/failures.py): the worker must stop.
+        is raised instead (engine/run/bisection.py, engine/failures.py): the worker must stop.
         """
         bisection = Bisection(self.pack, self._run_packed_once, self._free_memory, self._answer_failed)
         return bisection.run(packed.jobs, packed)
@@ -412,7 +413,7 @@ class Scorer:
             item_first=item_first,
             return_pooled_hidden_states=return_pooled_hidden_states,
             multi_item=multi_item,
-            **fields,  # type: ignore[arg-type]
+            **fields,  # type: ignore[arg-type]  # the caller's keyword fields are Job's own, checked by msgspec at construction
         )
         return self.score_jobs([job])[0]
 

@@ -1,7 +1,7 @@
 """What goes into the next batch: priority lanes, earliest deadline first, a reserved share for jobs
 that have waited long; or plain arrival order.
 
-The budget rule is the engine scheduler's (engine/scheduler.py): a batch takes jobs in order while they
+The budget rule is the engine scheduler's (engine/pack/scheduler.py): a batch takes jobs in order while they
 fit `max_batch_tokens`, and a job larger than the whole budget still runs, alone. Only the order differs:
 
 - `priority` (the default): highest priority first, earliest deadline first within one (a job without

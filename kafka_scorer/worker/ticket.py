@@ -10,7 +10,7 @@ stage reads and writes the ticket itself; nothing maps ids back to jobs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic
+from typing import Generic, Protocol
 
 from kafka_scorer.kafka.offsets import Watermark
 from kafka_scorer.kafka.records import OutRecord, TopicPartition
@@ -19,8 +19,12 @@ from kafka_scorer.worker.engine import P
 from kafka_scorer.worker.envelope import Origin
 from kafka_scorer.worker.tracing import NO_SPANS, JobTrace
 
-if TYPE_CHECKING:
-    from kafka_scorer.worker.ledger import Ledger
+
+class Settles(Protocol):
+    """Where a ticket reports its end (ledger.py's `Ledger`, which holds the tickets: named by what it
+    does here, so ticket and ledger do not import each other)."""
+
+    def settle(self, ticket: Ticket, result: Result | None) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -30,7 +34,7 @@ class Ticket(Generic[P]):
     job_id: str
     watermark: Watermark
     received_at: float  # monotonic, when the record was fetched
-    ledger: Ledger
+    ledger: Settles
     trace: JobTrace = NO_SPANS
     born: float = 0.0  # monotonic instant of the record's timestamp (deadline.py)
     priority: int = 0  # the job's, else its topic's default

@@ -28,21 +28,35 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafka_scorer import __version__
 
 if TYPE_CHECKING:
     from kafka_scorer.wire.protocol import Result
-    from kafka_scorer.worker.envelope import Origin
 
 try:
     from opentelemetry import trace as otel
     from opentelemetry.context import Context
 except ImportError:  # the `otel` extra is not installed: header pass-through only
-    otel = None  # type: ignore[assignment]
+    otel = None  # type: ignore[assignment]  # the optional dependency's absence, tested before each use
 
 log = logging.getLogger(__name__)
+
+
+class Consumed(Protocol):
+    """What a job's `consume` span reads of its record (envelope.py's `Origin`, which carries the trace
+    context defined here, so this module names the fields instead of importing it)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def trace(self) -> TraceContext | None: ...
+
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -204,7 +218,7 @@ class Tracing:
     def enabled(self) -> bool:
         return self._tracer is not None
 
-    def job(self, origin: Origin, job_id: str, group_id: str) -> JobTrace:
+    def job(self, origin: Consumed, job_id: str, group_id: str) -> JobTrace:
         """The spans of a record just consumed; its `consume` span starts now."""
         if self._tracer is None:
             return NO_SPANS

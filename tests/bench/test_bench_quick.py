@@ -187,8 +187,8 @@ def test_pairs_run_through_the_pair_kernels_when_they_are_measured(tmp_path: Pat
 def test_the_report_so_far_is_handed_on_after_each_workload(tmp_path: Path) -> None:
     """What a gpu-check step killed at its limit keeps: after rerank, a whole report of rerank alone,
     marked partial, whose tables the check prints as such; at the end, the whole report."""
-    from kafka_scorer.bench.gpu_check import Outcome
-    from kafka_scorer.bench.gpu_check_tables import step_markdown
+    from devtools.gpu_check.run import Outcome
+    from devtools.gpu_check.tables import step_markdown
     from kafka_scorer.bench.harness import BenchConfig, run_bench
 
     config = BenchConfig(

@@ -104,7 +104,7 @@ def test_template_tokens_show_the_shared_part_computed_once(run: Run) -> None:
 
 
 def test_template_line_in_the_printed_report(run: Run) -> None:
-    from kafka_scorer.cli.bench import format_report
+    from kafka_scorer.bench.report_text import format_report
 
     report = run.report
     text = format_report(report)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 
 def test_quick_graphs_bench_reports_each_batch_and_renders_its_table(tmp_path: Path) -> None:
-    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from devtools.gpu_check.tables import step_markdown, step_summary
     from kafka_scorer.bench.graphs import BATCHES, main
 
     out = tmp_path / "graphs.json"
@@ -32,7 +32,7 @@ def test_quick_graphs_bench_reports_each_batch_and_renders_its_table(tmp_path: P
 def test_quick_profile_splits_the_forward_into_categories(tmp_path: Path) -> None:
     """The profile of a served forward: every category's share sums to the whole, the matmuls and the
     attention are found by name, and the gpu-check section renders it."""
-    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from devtools.gpu_check.tables import step_markdown, step_summary
     from kafka_scorer.bench.profile_forward import category, main
 
     assert category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT") == "matmul"
@@ -70,7 +70,7 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
         assert row["default_items_per_s"] > 0 and row["deterministic_items_per_s"] > 0
         assert row["max_abs_diff"] < 1e-4
     assert "late-interaction" in capsys.readouterr().out
-    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
+    from devtools.gpu_check.tables import step_markdown, step_summary
 
     outcome = SimpleNamespace(name="deterministic", report=json.loads(report.read_text()), summary="")
     outcome.note, outcome.status = "", "ok"
@@ -79,8 +79,8 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
 
 
 def test_quick_attention_bench_times_every_cpu_backend_against_dense(tmp_path: Path) -> None:
+    from devtools.gpu_check.tables import step_markdown, step_summary
     from kafka_scorer.bench.attention import CPU_SKIPS, main
-    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
     from kafka_scorer.engine.attention.registry import BACKENDS
 
     out = tmp_path / "attention.json"
@@ -99,8 +99,8 @@ def test_a_backend_that_fails_is_named_and_the_others_are_still_timed(tmp_path: 
     figures (the attention table decides `auto`'s choice)."""
     import dataclasses
 
+    from devtools.gpu_check.tables import step_markdown
     from kafka_scorer.bench.attention import main
-    from kafka_scorer.bench.gpu_check_tables import step_markdown
     from kafka_scorer.engine.attention import registry
 
     def broken(*args, **kwargs):
@@ -135,8 +135,8 @@ def test_a_backend_that_fails_is_named_and_the_others_are_still_timed(tmp_path: 
 
 
 def test_quick_fixed_matmul_bench_finds_the_cpus_batched_blocks_invariant(tmp_path: Path) -> None:
+    from devtools.gpu_check.tables import step_markdown, step_summary
     from kafka_scorer.bench.fixed_matmul import main, projections
-    from kafka_scorer.bench.gpu_check_tables import step_markdown, step_summary
     from kafka_scorer.bench.models import SHAPES
 
     out = tmp_path / "fixed-matmul.json"

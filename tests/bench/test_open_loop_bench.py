@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scorer.bench.gpu_check import Outcome
-from kafka_scorer.bench.gpu_check_tables import step_markdown
+from devtools.gpu_check.run import Outcome
+from devtools.gpu_check.tables import step_markdown
 from kafka_scorer.bench.open_loop import (
     QUICK_RATES,
     QUICK_SECONDS,

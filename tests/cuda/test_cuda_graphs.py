@@ -117,7 +117,7 @@ def test_a_graph_that_scores_differently_is_dropped_at_warm_up(tiny_models, monk
 
     monkeypatch.setattr(StaticInputs, "load", broken)
     path = tiny_models.get()
-    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.warm_up"):
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.load.warm_up"):
         scorer = graphed_scorer(str(path), "cpu")
     assert [r.message for r in caplog.records if "CUDA graphs off" in r.message] != []
     assert scorer.graphs is not None and not scorer.graphs.ready

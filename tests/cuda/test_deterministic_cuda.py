@@ -3,7 +3,7 @@
 The situations are tests/engine/determinism.py's (batch-mates, position in the stream, a shared
 sequence, a small budget, a scorer whose cache setting is on and has seen every head). On CUDA the
 mode's fixed-shape blocks, attention (the span kernel over aligned spans, or the tiles) and heads run
-eagerly (engine/deterministic.py); the `cpu` variant runs the same calls in CI, the `cuda` ones with
+eagerly (engine/load/deterministic.py); the `cpu` variant runs the same calls in CI, the `cuda` ones with
 `./dev test -m cuda tests/cuda`. Reference: the
 same checkpoint on the CPU in the default engine, which the CPU suite checks against transformers.
 The encoder kinds too: a ModernBERT cross-encoder (mean pooling by pair, one pair at a time on CUDA,
@@ -63,7 +63,7 @@ def test_deterministic_scores_bit_identical_on_the_device(tiny_models, device, d
 def test_deterministic_encoders_bit_identical_on_the_device(tmp_path, device, kind):
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
     from kafka_scorer.checkpoints.tiny_models import build_tiny_encoder
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
 
     if kind == "colbert":
         path, options = build_tiny_colbert(tmp_path / kind), {"embedding_cache_mb": 16}

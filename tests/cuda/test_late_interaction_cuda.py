@@ -19,7 +19,7 @@ from tests.engine.passages import PASSAGES, QUERIES
 @pytest.mark.parametrize("attend", [False, True])
 def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
 
     path = str(build_tiny_colbert(tmp_path / "colbert", attend_to_expansion_tokens=attend))
     gpu = open_scorer(path, dtype="float32", device=device, embedding_cache_mb=16)

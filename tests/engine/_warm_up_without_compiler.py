@@ -25,8 +25,8 @@ class _Lines(logging.Handler):
 def main(path: str) -> None:
     inductor.cpp.cxx = ("/nonexistent/c++",)
     lines = _Lines()
-    logging.getLogger("kafka_scorer.engine.warm_up_fallbacks").addHandler(lines)
-    logging.getLogger("kafka_scorer.engine.warm_up").addHandler(lines)
+    logging.getLogger("kafka_scorer.engine.load.warm_up_fallbacks").addHandler(lines)
+    logging.getLogger("kafka_scorer.engine.load.warm_up").addHandler(lines)
     scorer = Scorer(path, dtype="float32", device="cpu", decoder_forward="compiled", max_batch_tokens=512)
     assert scorer.loaded.body.regions.compiled
     scorer.warm_up()

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
+from kafka_scorer.engine.load.choice import open_scorer
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.scorers import open_scorer
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +15,7 @@ def scorer_for(tiny_models):
     The prefix cache is off unless a test names `prefix_cache_mb`: a hit is exact to rounding, not
     bitwise, and changes `prompt_tokens`, which other tests compare across calls with the same query
     (tests/engine/test_prefix_cache.py runs it on). KAFKA_SCORER_TEST_DETERMINISTIC=1 runs every decoder
-    test in deterministic mode (engine/deterministic.py), against the same references."""
+    test in deterministic mode (engine/load/deterministic.py), against the same references."""
     cache: dict[tuple, Scorer] = {}
     deterministic = os.environ.get("KAFKA_SCORER_TEST_DETERMINISTIC") == "1"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_scorer.engine.batch import build_forward_batch
+from kafka_scorer.engine.pack.batch import build_forward_batch
 from kafka_scorer.wire.protocol import Job, Result
 from tests.engine.reference import reference_scores
 

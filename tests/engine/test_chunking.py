@@ -1,7 +1,7 @@
 """Long items (SPEC §9 `chunking`) against an independent reference.
 
 The reference splits an item's token ids by the rule docs/message-schema.md states ("Long items"),
-written out again here as a loop (never imported from engine/chunking.py), scores every window as a
+written out again here as a loop (never imported from engine/prepare/chunking.py), scores every window as a
 plain pair with stock transformers one pair at a time (tests/engine/reference.py), and aggregates the
 windows' rows itself. The engine must give the same rows within 1e-5 (float32 on the CPU), for
 `max`, `mean` and `first`, with and without MIS, with overlap 0 and > 0, and for items just under, at
@@ -16,8 +16,8 @@ import math
 import pytest
 import torch
 
+from kafka_scorer.engine.pack.tensors import from_wire
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.tensors import from_wire
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
 from tests.engine.reference import load_reference, reference_hidden, reference_scores
 
@@ -145,7 +145,7 @@ def test_mis_packs_all_windows_of_all_items_behind_one_query(causal):
 def test_the_token_budget_counts_and_cuts_the_windows(tiny_models, multi_item):
     """The scheduler and the worker's backpressure read `num_tokens`: every window's tokens. A chunked
     job larger than the budget is cut between windows into several forwards, with the same rows."""
-    from kafka_scorer.engine.scheduler import plan_forwards
+    from kafka_scorer.engine.pack.scheduler import plan_forwards
 
     path = tiny_models.get("qwen3", "causal")
     small = Scorer(str(path), dtype="float32", device="cpu", max_pair_tokens=LIMIT, max_batch_tokens=40)
@@ -313,7 +313,7 @@ def test_a_window_never_passes_the_pair_limit(causal):
 
 
 def test_nan_scores_rank_below_numbers_when_choosing_the_window() -> None:
-    from kafka_scorer.engine.chunking import ChunkPlan, WindowedItem, aggregate
+    from kafka_scorer.engine.prepare.chunking import ChunkPlan, WindowedItem, aggregate
 
     rows = [[math.nan], [0.25], [0.5], [0.5]]
     spans = [(0, 4), (3, 7), (6, 10), (9, 12)]

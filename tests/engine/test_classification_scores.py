@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_scorer.engine.score_fields import LABELS_IGNORED_WARNING
+from kafka_scorer.engine.prepare.score_fields import LABELS_IGNORED_WARNING
 from tests.engine.reference import reference_scores
 
 QUERY = "Is this review positive or negative?"

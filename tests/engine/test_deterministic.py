@@ -1,4 +1,4 @@
-"""Deterministic mode (engine/deterministic.py): a job's scores bit-identical whatever else ran.
+"""Deterministic mode (engine/load/deterministic.py): a job's scores bit-identical whatever else ran.
 
 Two kinds of check: the 48 situations of tests/engine/determinism.py (batch-mates, position in the
 stream, a shared sequence, a small budget cutting the job, a scorer whose cache setting is on and has
@@ -221,7 +221,7 @@ def test_the_mode_s_attention_on_each_device(monkeypatch):
     """The CPU's segment calls; on CUDA the span kernel over aligned spans for decoders where triton runs,
     the tiles for encoders and where it does not (triton is not imported here: the CLI tests watch
     for it in this process)."""
-    from kafka_scorer.engine import deterministic
+    from kafka_scorer.engine.load import deterministic
 
     cuda = torch.device("cuda")
     assert deterministic.mode_backend(torch.device("cpu")) == "segmented"

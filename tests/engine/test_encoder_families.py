@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.checkpoints.tiny_models import build_tiny_encoder
-from kafka_scorer.engine.model import ModelLoadError
+from kafka_scorer.engine.load.loaded_model import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.reference import reference_scores
@@ -64,7 +64,7 @@ def family_scorer(tiny_encoder):
         path = tiny_encoder(arch, 3, **overrides)
         key = (family, backend, tuple(sorted(options.items())))
         if key not in cache:
-            # "deterministic": the mode, with the CPU's own backend (engine/deterministic.py)
+            # "deterministic": the mode, with the CPU's own backend (engine/load/deterministic.py)
             deterministic = backend == "deterministic"
             cache[key] = Scorer(
                 str(path),

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_scorer.engine.prepare.text_bounds import text_char_bound
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.text_bounds import text_char_bound
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result
 
 Q = "What is the capital of California?"

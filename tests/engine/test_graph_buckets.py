@@ -50,8 +50,8 @@ def test_padding_fills_to_the_bucket_in_block_aligned_sequences(tokens, extra):
 def test_a_padded_batch_keeps_its_rows_and_its_real_blocks(items_per_job):
     import torch
 
-    from kafka_scorer.engine.batch import build_forward_batch
-    from kafka_scorer.engine.prepared import PreparedJob
+    from kafka_scorer.engine.pack.batch import build_forward_batch
+    from kafka_scorer.engine.prepare.prepared import PreparedJob
     from kafka_scorer.wire.protocol import Job
 
     def prepared(n: int, lens: list[int]) -> PreparedJob:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout
-from kafka_scorer.engine.model import ModelLoadError, load_model
+from kafka_scorer.engine.load.loaded_model import ModelLoadError, load_model
 from kafka_scorer.engine.recurrent.detection import PASSES_LAYER_KWARGS
 from kafka_scorer.engine.recurrent.runs import build_runs
 from kafka_scorer.wire.protocol import Job

@@ -1,7 +1,7 @@
 """The prefix cache of a hybrid model's states (issue 38 item 3): Qwen3.5 and Qwen3-Next.
 
 A cached head of such a model is each Gated DeltaNet layer's convolution window and recurrent state at
-the head's end, plus the full-attention layers' keys and values (`engine/prefix_cache.py`,
+the head's end, plus the full-attention layers' keys and values (`engine/pack/prefix_cache.py`,
 `engine/recurrent/runs.py`). With the cache warm, every job of a mixed batch (MIS, pairs, a query past
 one 64-token delta-rule chunk, templated queries sharing the template's head) must still equal plain
 transformers run one pair at a time, a job sent again must get the same bits, and no job's state may
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_scorer.engine.prefix_batch import prefix_planner
+from kafka_scorer.engine.pack.prefix_batch import prefix_planner
 from kafka_scorer.wire.protocol import Job
 from tests.engine.test_hybrid_models import LONG_QUERY, _assert_equals_reference, _needs_family, _reversed
 

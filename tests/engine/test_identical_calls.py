@@ -2,7 +2,7 @@
 
 SGLang's own test scores the same request twice and asserts the same scores. Here the first call of a
 job finds nothing cached, a later one hits the head the earlier call left: the engine computes a head
-alone before the forward that uses it, cached or not (`engine/prefix_batch.py`), so every call runs
+alone before the forward that uses it, cached or not (`engine/pack/prefix_batch.py`), so every call runs
 the same hit forward against the same stored states. Each call is also checked against the
 independent reference (plain transformers, one pair at a time), so identical-but-wrong fails too.
 """

@@ -9,9 +9,9 @@ import shutil
 import pytest
 import torch
 
-from kafka_scorer.engine.model import ModelKind, ModelLoadError
+from kafka_scorer.engine.load.loaded_model import ModelKind, ModelLoadError
+from kafka_scorer.engine.pack.tensors import from_wire
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.tensors import from_wire
 from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
 

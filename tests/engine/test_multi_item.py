@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kafka_scorer.engine.tensors import from_wire
+from kafka_scorer.engine.pack.tensors import from_wire
 from tests.engine.reference import reference_hidden, reference_scores
 
 QUERY = "Rank the passages by relevance to the question about rivers"

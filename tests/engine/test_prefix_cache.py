@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 
-from kafka_scorer.engine.prefix_cache import PrefixCache, PrefixEntry
+from kafka_scorer.engine.pack.prefix_cache import PrefixCache, PrefixEntry
 from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
 

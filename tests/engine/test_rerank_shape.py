@@ -81,7 +81,7 @@ class Kind:
     options: dict
 
     def opened(self, **options) -> Scorer:
-        from kafka_scorer.engine.scorers import open_scorer
+        from kafka_scorer.engine.load.choice import open_scorer
 
         return open_scorer(str(self.path), dtype="float32", device="cpu", **self.options, **options)
 

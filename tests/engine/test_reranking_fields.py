@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scorer.engine.ranking import rank
+from kafka_scorer.engine.prepare.ranking import rank
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import ErrorCode
 from tests.engine.reference import reference_scores
@@ -191,7 +191,7 @@ def test_provenance_on_every_result(plain, reranker, tmp_path):
 
 
 def test_template_provenance_names_the_preset_and_hashes_its_text(reranker):
-    from kafka_scorer.engine.templates import PRESETS
+    from kafka_scorer.engine.prepare.templates import PRESETS
 
     scorer = Scorer(str(reranker), dtype="float32", device="cpu", template="qwen3-reranker")
     result = scorer.score(QUERY, ITEMS)

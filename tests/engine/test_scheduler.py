@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from kafka_scorer.engine.prepared import PreparedJob
-from kafka_scorer.engine.scheduler import TokenBudgetScheduler
+from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.wire.protocol import Job
 
 
@@ -37,7 +37,7 @@ def test_a_job_over_the_budget_runs_alone():
 
 
 def test_plan_cuts_oversized_jobs_between_items_and_repeats_the_query_of_packed_ones():
-    from kafka_scorer.engine.scheduler import plan_forwards
+    from kafka_scorer.engine.pack.scheduler import plan_forwards
 
     big = PreparedJob(
         job_id="big",

@@ -15,8 +15,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_scorer.engine.prepare.templates import TemplateError, load_template
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.templates import TemplateError, load_template
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.reference import load_reference

@@ -4,7 +4,7 @@ import msgspec
 import pytest
 import torch
 
-from kafka_scorer.engine.tensors import from_wire, to_wire
+from kafka_scorer.engine.pack.tensors import from_wire, to_wire
 from kafka_scorer.wire.protocol import Result, decode_result, encode_result
 
 

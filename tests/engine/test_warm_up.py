@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from kafka_scorer.engine.attention import registry
+from kafka_scorer.engine.load.warm_up import warm_up_jobs
 from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.warm_up import warm_up_jobs
 from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
 
@@ -93,7 +93,7 @@ def test_deterministic_mode_s_span_kernel_failing_at_warm_up_leaves_the_mode_on_
 
     monkeypatch.setattr(aligned_spans, "triton_runs_on", lambda device: True)
     monkeypatch.setattr(aligned_spans, "_kernel", _broken_flex)
-    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.warm_up"):
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.load.warm_up"):
         scorer.warm_up()
     assert scorer.attention_backend == "deterministic"
     assert [r.getMessage() for r in caplog.records if "'deterministic-spans' failed" in r.getMessage()]

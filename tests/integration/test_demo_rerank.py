@@ -19,7 +19,7 @@ import pytest
 
 from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 from kafka_scorer.cli.demo_rerank import rerank_job
-from kafka_scorer.engine.revision import checkpoint_revision
+from kafka_scorer.engine.load.revision import checkpoint_revision
 from tests.cli.helpers import ROOT, cli_env
 from tests.engine.test_templates import CARD_INSTRUCTION, card_prompt, reference_rows
 from tests.integration.test_demo import table_lines

@@ -19,7 +19,7 @@ async def test_the_worker_serves_a_colbert_checkpoint(kafka, tmp_path) -> None:
     from sentence_transformers import MultiVectorEncoder
 
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
 
     path = build_tiny_colbert(tmp_path / "colbert")
     scorer = open_scorer(str(path), dtype="float32", device="cpu")

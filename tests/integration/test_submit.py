@@ -262,7 +262,7 @@ async def test_submit_flags_make_plain_text_jobs_a_reranking_run_and_print_it_re
 ) -> None:
     """`--top-n`, `--label-tokens` and `--instruction` fill what a job leaves unset (a job's own value
     wins); rankings are checked against the model card's prompt run alone, on stdout and as printed."""
-    from kafka_scorer.engine.revision import checkpoint_revision
+    from kafka_scorer.engine.load.revision import checkpoint_revision
     from kafka_scorer.engine.scorer import Scorer
     from tests.engine.reference import load_reference
     from tests.engine.test_templates import card_prompt, reference_rows

@@ -136,7 +136,7 @@ class FakeEngine:
         return self.counters
 
     def _bisected(self, jobs: list[FakePrepared]) -> list[Result]:
-        """The engine's bisection (engine/bisection.py), without its out-of-memory handling."""
+        """The engine's bisection (engine/run/bisection.py), without its out-of-memory handling."""
         try:
             return self._forward(jobs)
         except Exception as exc:  # as the engine's guard: a failed forward is isolated to its job

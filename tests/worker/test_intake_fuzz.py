@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result
 from kafka_scorer.worker.envelope import Inbound, Rejected, WireRules, read_record, result_record

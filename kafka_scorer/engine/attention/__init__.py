@@ -10,10 +10,10 @@ One file per step of a batch's path:
 - `dense.py`, `cascade.py` (+ `pairs.py` for encoder batches), `flex.py`, `spans.py`: one backend each,
   with the typed metadata its attention reads (`DenseMetadata`, `CascadeMetadata` / `PairMetadata`,
   `FlexMetadata`, `SpanMetadata`). The metadata is built from the layout on the packing thread
-  (`engine/batch.py`), moved to the device once per batch by the runner (`.to(device)`), and read by
+  (`engine/pack/batch.py`), moved to the device once per batch by the runner (`.to(device)`), and read by
   every layer as plain fields.
 - `tiled.py` (CUDA) and `segmented.py` (CPU): deterministic mode's, each computing a token's attention
-  from its own run alone (`engine/deterministic.py`).
+  from its own run alone (`engine/load/deterministic.py`).
 - `registry.py`: the backend registry and `scorer_attention`, the function transformers' decoder and
   encoder layers call (RoPE already applied); it finds the batch's metadata in the forward's kwargs.
 """

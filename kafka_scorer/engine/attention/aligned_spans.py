@@ -52,7 +52,7 @@ class AlignedSpanMetadata:
 
     @property
     def layout(self) -> AttentionLayout:
-        return self.spans.layout if self.spans is not None else self.tiles.layout  # type: ignore[union-attr]
+        return self.spans.layout if self.spans is not None else self.tiles.layout  # type: ignore[union-attr]  # build() sets spans or tiles, never neither
 
     def to(self, device: torch.device) -> AlignedSpanMetadata:
         return to_device(self, device)
@@ -71,7 +71,7 @@ def aligned_spans_attention(
     stream to whole row blocks): those rows are 0, as the tiles leave them."""
     spans = metadata.spans
     if spans is None or window is not None:
-        return tiled_attention(q, k, v, metadata.tiles, scale, softcap, window)  # type: ignore[arg-type]
+        return tiled_attention(q, k, v, metadata.tiles, scale, softcap, window)  # type: ignore[arg-type]  # tiles are built whenever spans are absent or a window is named
     tokens = spans.layout.total_tokens
     if not tokens:
         return padded_stream(q[:, :0], q.shape[1])

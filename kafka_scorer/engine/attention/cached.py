@@ -1,6 +1,6 @@
-"""Attention for a batch some of whose sequences start with a cached prefix (`engine/prefix_cache.py`).
+"""Attention for a batch some of whose sequences start with a cached prefix (`engine/pack/prefix_cache.py`).
 
-The stream is cut in two (`engine/prefix_batch.py` orders it so): the front, sequences that run in
+The stream is cut in two (`engine/pack/prefix_batch.py` orders it so): the front, sequences that run in
 full, attended to by the batch's backend unchanged; and the hit sequences, which hold only the tokens
 after their cached prefix, at positions C and on. Every hit token sees the whole cached prefix (it
 lies before the query's first uncached token, and every item sees the whole query) and, among the
@@ -18,7 +18,7 @@ A prefix computed in a forward (a fill) is a slice of this layer's keys and valu
 sequence that computes it is stored into its entry first, and any hit of the forward reads the entry.
 A longer prefix can also extend a shorter one (an extension): a hit sequence whose tokens complete it
 stores the shorter prefix's states followed by its own, so a query that comes back after its
-template's head was cached is kept whole without running the head again. (`engine/prefix_batch.py`
+template's head was cached is kept whole without running the head again. (`engine/pack/prefix_batch.py`
 computes heads in forwards of their own, before the forward that hits them.)
 """
 
@@ -39,7 +39,7 @@ from kafka_scorer.engine.attention.segmented import (
     attend_calls,
     sequence_calls,
 )
-from kafka_scorer.engine.prefix_cache import PrefixEntry
+from kafka_scorer.engine.pack.prefix_cache import PrefixEntry
 
 # float32 scores formed at once per hit group (256 MiB); a larger group goes by slices of its sequences.
 _SCORES_BUDGET = 1 << 26

@@ -1,6 +1,6 @@
 """AttentionLayout: which tokens of the flat stream see which, as lengths only.
 
-Built by `engine/batch.py` from lengths known at tokenization time; every backend's metadata is
+Built by `engine/pack/batch.py` from lengths known at tokenization time; every backend's metadata is
 derived from it on the packing thread, so nothing on the device scans tokens to find a boundary.
 """
 
@@ -59,9 +59,9 @@ def to_device(value: T, device: torch.device) -> T:
     """`value` with every tensor in it (through dataclass fields and lists) copied to `device`
     without blocking; the metadata's `.to(device)`."""
     if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)  # type: ignore[return-value]
+        return value.to(device, non_blocking=True)  # type: ignore[return-value]  # T is the tensor's own type here; mypy cannot narrow a TypeVar
     if isinstance(value, list):
-        return [to_device(item, device) for item in value]  # type: ignore[return-value]
+        return [to_device(item, device) for item in value]  # type: ignore[return-value]  # as above, for a list of T's items
     if dataclasses.is_dataclass(value) and not isinstance(value, type | AttentionLayout):
         moved = {f.name: to_device(getattr(value, f.name), device) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **moved)

@@ -67,12 +67,12 @@ BACKENDS: dict[str, Backend[Any]] = {
     "dense": Backend(DenseMetadata.build, dense_attention),
     "cascade": Backend(prepare_cascade, cascade_attention),
     "flex": Backend(FlexMetadata.build, flex_attention),
-    # deterministic mode's three (engine/deterministic.py): on CUDA the span kernel over aligned spans
+    # deterministic mode's three (engine/load/deterministic.py): on CUDA the span kernel over aligned spans
     # (the tiles where it cannot run), a call per segment on the CPU
     "deterministic": Backend(TiledMetadata.build, tiled_attention),
     "deterministic-spans": Backend(AlignedSpanMetadata.build, aligned_spans_attention),
     "segmented": Backend(SegmentedMetadata.build, segmented_attention),
-    # Opt-in until a GPU has timed it next to flex (`bench/gpu_check.py`); `auto` never picks it.
+    # Opt-in until a GPU has timed it next to flex (`devtools/gpu_check/`); `auto` never picks it.
     "spans": Backend(SpanMetadata.build, spans_attention),
     "varlen": Backend(VarlenMetadata.build, varlen_attention),
 }
@@ -139,7 +139,7 @@ def attend_layer(
     transformers layers (through `scorer_attention`) and the engine's own layers (`engine/models/`) call."""
     cap, window = float(softcap) if softcap else None, int(window) if window else None
     if isinstance(metadata, PrefixedMetadata):
-        # A batch with cached prefixes (engine/prefix_cache.py): the layer picks the prefix's states.
+        # A batch with cached prefixes (engine/pack/prefix_cache.py): the layer picks the prefix's states.
         return prefixed_attention(q, k, v, metadata, layer, attend, scale, cap, window)
     return attend(q, k, v, metadata, scale, cap, window)
 

@@ -19,7 +19,7 @@ Measured on the CPU (`python -m kafka_scorer.bench.attention`: cpu-small's heads
 ms per call against the tiled backend (`tiled.py`) and the cascade (not batch-invariant): rerank 62
 vs 199 and 61, many-items 84 vs 316 and 63, SGLang's shape 82 vs 427 and 90, plain pairs 29 vs 138 and
 33. On CUDA a call per item would launch thousands of kernels per layer, so deterministic mode keeps
-the tiles there (`engine/deterministic.py`).
+the tiles there (`engine/load/deterministic.py`).
 
 Per-layer variations arrive with the call: a window (only a plain pair or a bidirectional segment
 longer than it is ever windowed, as in the dense path) and a soft cap (Gemma 2) take one explicit,
@@ -46,7 +46,7 @@ Run = tuple[int, int]
 
 @dataclass(frozen=True)
 class Cached:
-    """The first `length` keys of the forward's prefix entry `entry` (`engine/prefix_cache.py`): a hit
+    """The first `length` keys of the forward's prefix entry `entry` (`engine/pack/prefix_cache.py`): a hit
     sequence's head, which its tokens see before the stream's keys."""
 
     entry: int
@@ -201,8 +201,8 @@ class _Keys:
             (x.repeat_interleave(self.groups, 0) if self.groups > 1 else x)[None] for x in self.plain(sources)
         )
         if keep:
-            self.made[sources] = pair  # type: ignore[assignment]
-        return pair  # type: ignore[return-value]
+            self.made[sources] = pair  # type: ignore[assignment]  # tuple() of a generator is tuple[Tensor, ...]; it holds two
+        return pair  # type: ignore[return-value]  # as above: the pair is two tensors by construction
 
     def _source(self, source: Source) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(source, Cached):
@@ -263,5 +263,5 @@ def _explicit_mask(
     if causal:  # a segment's shared keys all lie before its rows, so this is also the item's rule
         allowed &= distance >= 0
     if windowed:
-        allowed &= distance.abs() < window  # type: ignore[operator]
+        allowed &= distance.abs() < window  # type: ignore[operator]  # window is an int whenever windowed is true
     return allowed

@@ -9,7 +9,7 @@ item: on SGLang's shape 120 × 10 extra rows per 1,920-token job), and its cost 
 keeps. FlexAttention's 128 × 128 block mask computes about 2.5× that on the same shape (items of 180
 tokens straddle its blocks); the cascade pays a merge and many small calls.
 
-Opt-in until a GPU has timed it next to flex and spans (`bench/gpu_check.py`'s attention step and the
+Opt-in until a GPU has timed it next to flex and spans (`devtools/gpu_check/`'s attention step and the
 0.6B bench): `auto` never picks it. It leaves to the dense path what it does not cover, by rules of the
 layer, never of the batch: encoder (bidirectional) batches, soft-capped layers (Gemma 2; the kernel
 torch ships takes no cap) and a window shorter than the longest sequence. Where the kernel cannot run

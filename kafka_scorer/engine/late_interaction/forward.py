@@ -11,7 +11,7 @@ Run on the device thread: the encoder over the stream, the projection and L2 nor
 the rows that are vectors (every query token, every kept document token), new document vectors into
 the cache, then MaxSim one job at a time (`maxsim.py`).
 
-In deterministic mode (`engine/deterministic.py`) the attention is the mode's backend, built from the
+In deterministic mode (`engine/load/deterministic.py`) the attention is the mode's backend, built from the
 same layout, and MaxSim runs one document at a time: a document's vectors and score then depend on
 nothing but its own tokens and its query, so a cached copy equals a fresh one bit for bit.
 """
@@ -30,7 +30,7 @@ from kafka_scorer.engine.attention.registry import METADATA_KWARG, AttentionMeta
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.late_interaction.maxsim import maxsim, maxsim_each
 from kafka_scorer.engine.late_interaction.preparer import LateJob
-from kafka_scorer.engine.model import LoadedModel
+from kafka_scorer.engine.load.loaded_model import LoadedModel
 
 
 @dataclass

@@ -4,10 +4,8 @@ its markers, expansion token and skiplist, all resolved once here so preparing a
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from kafka_scorer.engine.attention.registry import ATTENTION_IMPLEMENTATION, register_attention
-from kafka_scorer.engine.encoders import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
 from kafka_scorer.engine.late_interaction.checkpoint import (
     CheckpointError,
     ColbertSettings,
@@ -15,42 +13,21 @@ from kafka_scorer.engine.late_interaction.checkpoint import (
     read_projection,
     read_settings,
 )
-from kafka_scorer.engine.model import (
+from kafka_scorer.engine.late_interaction.spec import LateSpec
+from kafka_scorer.engine.load.loaded_model import (
     LoadedModel,
     ModelKind,
     ModelLoadError,
     resolve_device,
     resolve_dtype,
 )
-from kafka_scorer.engine.revision import checkpoint_revision
-from kafka_scorer.engine.text_bounds import leading_special_tokens
+from kafka_scorer.engine.load.revision import checkpoint_revision
+from kafka_scorer.engine.models.encoder_family import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
+from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
 
 log = logging.getLogger(__name__)
 
 _MIS_REASON = "a late-interaction model encodes the query and each document on their own"
-
-
-@dataclass(frozen=True)
-class LateSpec:
-    """Everything the engine needs to encode and score like the checkpoint."""
-
-    settings: ColbertSettings
-    projection: Projection
-    """The Dense modules, on the model's device and dtype."""
-    lead: tuple[int, ...]
-    """Special tokens before a text ([CLS]); the marker goes right after them."""
-    tail: tuple[int, ...]
-    """Special tokens after a text ([SEP])."""
-    query_marker: tuple[int, ...]
-    document_marker: tuple[int, ...]
-    expansion_id: int
-    """The token a query is padded with up to `query_length` (the mask token)."""
-    skiplist_ids: frozenset[int]
-    takes_token_types: bool
-
-    @property
-    def dim(self) -> int:
-        return self.projection.dim
 
 
 def load_late_interaction(
@@ -175,7 +152,7 @@ def _late_spec(settings: ColbertSettings, projection: Projection, tokenizer, mod
 
 
 def _revision(model_path: str) -> str:
-    """The encoder's revision (`engine/revision.py`) extended over what else decides a ColBERT score:
+    """The encoder's revision (`engine/load/revision.py`) extended over what else decides a ColBERT score:
     the Dense folders' config and weights, `modules.json` and the ColBERT settings."""
     import hashlib
     import json

@@ -6,8 +6,8 @@ query vector. Document: `lead + marker + text + tail`, cut to `document_length`;
 skiplist tokens are dropped before MaxSim. Token-id inputs are the text's tokens: they get the same
 special tokens and marker. Documents longer than `document_length` are cut as the checkpoint's own
 encoder cuts them, and listed in `truncated_items`. A job in the rerank shape (`documents`) is mapped to
-items by the same code as every other kind's (`engine/documents.py`), so its texts, errors and warnings
-are theirs.
+items by the same code as every other kind's (`engine/prepare/documents.py`), so its texts, errors and
+warnings are theirs.
 
 Everything is checked here, on the CPU: a bad job becomes an error `Result` without reaching the device.
 """
@@ -19,12 +19,12 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from kafka_scorer.engine.documents import as_items, is_rerank, item_list, rank_fields_warnings
-from kafka_scorer.engine.late_interaction.loading import LateSpec
+from kafka_scorer.engine.late_interaction.spec import LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
-from kafka_scorer.engine.model import LoadedModel
-from kafka_scorer.engine.prepared import InputError, InputLimits, PreparedJob
-from kafka_scorer.engine.ranking import ranking
+from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list, rank_fields_warnings
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.prepare.ranking import ranking
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 QUERY_CUT_WARNING = "query cut to the checkpoint's query_length={} tokens"

@@ -1,8 +1,8 @@
 """The `Scorer` of a late-interaction (ColBERT) checkpoint.
 
-`open_scorer(path)` (`engine/scorers.py`) builds this class when `path` is a ColBERT directory, so the
+`open_scorer(path)` (`engine/load/choice.py`) builds this class when `path` is a ColBERT directory, so the
 worker, the CLI and the bench serve it like any other kind; its checkpoint is loaded by `loading.py`
-(the `_load` hook), not by `engine/model.py`. Preparing, the device-thread failure handling and
+(the `_load` hook), not by `engine/load/loaded_model.py`. Preparing, the device-thread failure handling and
 result stamping are `Scorer`'s; what differs is the preparer (`preparer.py`), the forward
 (`forward.py`: queries and uncached documents in one pass, MaxSim per job) and the embedding cache.
 Results carry one column, the MaxSim score of each item, and `cached_tokens` counts the document
@@ -23,8 +23,8 @@ from kafka_scorer.engine.late_interaction.embedding_cache import (
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
-from kafka_scorer.engine.model import LoadedModel
-from kafka_scorer.engine.prepared import PreparedJob
+from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.engine_stats import EngineStats, counters
@@ -46,7 +46,7 @@ class LateInteractionScorer(Scorer):
                 "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
             )
         super().__init__(model, **options)
-        self._preparer = LatePreparer(self.loaded, self._preparer.limits)  # type: ignore[assignment]
+        self._preparer = LatePreparer(self.loaded, self._preparer.limits)  # type: ignore[assignment]  # LatePreparer stands in for JobPreparer (issue 40 item 2: one kind, one object)
         capacity = embedding_capacity_bytes(embedding_cache_mb)
         self._embeddings = (
             EmbeddingCache(capacity, (self.revision, self.dtype_name)) if capacity > 0 else None
@@ -76,7 +76,7 @@ class LateInteractionScorer(Scorer):
         super().warm_up()
         self.clear_embedding_cache()  # the warm-up's documents are no traffic's
 
-    def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]
+    def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, LateForward]:  # type: ignore[override]  # the hook returns its kind's forward (issue 40 item 2: one kind, one object)
         """Scorer.pack's plan and guard; a forward here is the documents' and queries' late forward."""
         backend = self.attention_backend if self.deterministic else None
         late = cast("list[tuple[int, LateJob]]", group)  # this scorer's preparer is a LatePreparer

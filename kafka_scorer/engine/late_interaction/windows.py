@@ -2,22 +2,29 @@
 
 A document whose own tokens do not fit `document_length` (beside the special tokens and the marker), or
 are more than the job's `window`, is cut into windows exactly as for the other kinds
-(`engine/chunking.py`: `window` own tokens, `overlap` shared); each window is encoded as a document of its
-own (`[CLS] [D] window [SEP]`, its vectors cached by its own content) and scored by MaxSim, and the
-item's score is chosen by `aggregate` like any one-column row: `max` the best window's (its span in
-`chunks`), `mean` the windows' mean, `first` the first window's (what cutting the document gives).
+(`engine/prepare/chunking.py`: `window` own tokens, `overlap` shared); each window is encoded as a
+document of its own (`[CLS] [D] window [SEP]`, its vectors cached by its own content) and scored by
+MaxSim, and the item's score is chosen by `aggregate` like any one-column row: `max` the best window's
+(its span in `chunks`), `mean` the windows' mean, `first` the first window's (what cutting the document
+gives).
 
-Why the best window rather than MaxSim over all windows' vectors at once: it is the score the same
-window gets as a document of its own, so a long document is ranked like its best passage (the
-"max-passage" rule), `chunks` can name where the match is, and the three aggregates mean what they mean
-for every other kind. MaxSim over the union is at least the best window's and grows with the number of
-windows, so long documents would outrank short ones for length alone.
+Why the best window rather than MaxSim over all windows' vectors at once: it is the score the same window
+gets as a document of its own, so a long document is ranked like its best passage (the "max-passage"
+rule), `chunks` can name where the match is, and the three aggregates mean what they mean for every other
+kind. MaxSim over the union is at least the best window's and grows with the number of windows, so long
+documents would outrank short ones for length alone.
 """
 
 from __future__ import annotations
 
-from kafka_scorer.engine.chunking import ChunkPlan, WindowedItem, char_spans, count_windows, window_ranges
-from kafka_scorer.engine.prepared import InputError
+from kafka_scorer.engine.prepare.chunking import (
+    ChunkPlan,
+    WindowedItem,
+    char_spans,
+    count_windows,
+    window_ranges,
+)
+from kafka_scorer.engine.prepare.prepared import InputError
 from kafka_scorer.wire.protocol import Chunking, ErrorCode
 
 Offsets = list[tuple[int, int]]

@@ -131,7 +131,7 @@ class Regions:
     after: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
     compiled: bool = False
     """Whether the regions are `torch.compile`d: their first call compiles, and the warm-up runs them
-    eagerly instead when that fails (`engine/warm_up_fallbacks.py`)."""
+    eagerly instead when that fails (`engine/load/warm_up_fallbacks.py`)."""
 
     @classmethod
     def eager(cls, shape: LayerShape) -> Regions:
@@ -150,6 +150,6 @@ def run_layer(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One layer: dense region, the batch's attention, dense region."""
     q, k, v, residual = regions.before(hidden, residual, w, shape, *tables)
-    window = w.window if w.names_window else metadata.layout.sliding_window  # type: ignore[attr-defined]
-    attended = attend_layer(q, k, v, metadata, w.index, w.scale, w.softcap, window)  # type: ignore[arg-type]
+    window = w.window if w.names_window else metadata.layout.sliding_window  # type: ignore[attr-defined]  # metadata is every backend's own type; each has .layout
+    attended = attend_layer(q, k, v, metadata, w.index, w.scale, w.softcap, window)  # type: ignore[arg-type]  # as above: attend_layer dispatches on the metadata's backend
     return regions.after(attended, residual, w, shape)

@@ -1,6 +1,6 @@
 """An encoder body (transformers' own layers) whose every token is computed alike wherever it sits.
 
-Deterministic mode's encoder counterpart of the fused decoder's `fixed_rows` (`engine/deterministic.py`):
+Deterministic mode's encoder counterpart of the fused decoder's `fixed_rows` (`engine/load/deterministic.py`):
 the stream of pairs (or ColBERT queries and documents) is padded to whole `ROWS`-row blocks before the
 embeddings, so every projection (swapped for `FixedRowsLinear` by `fix_linears`) runs at one fixed shape
 and every elementwise op (GELU, LayerNorm, residual adds) over whole vectors, with no scalar tail that
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kafka_scorer.engine.encoders import EncoderSpec
 from kafka_scorer.engine.layers.invariant import pad_rows, padded_length
+from kafka_scorer.engine.models.encoder_family import EncoderSpec
 
 
 class FixedRowsEncoder(nn.Module):

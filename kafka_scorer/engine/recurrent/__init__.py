@@ -1,6 +1,6 @@
 """Layers that carry state along the sequence (recurrence, causal convolution), kept apart per sequence.
 
-The engine packs many sequences into one flat stream (`engine/batch.py`); attention layers keep them
+The engine packs many sequences into one flat stream (`engine/pack/batch.py`); attention layers keep them
 apart through the attention metadata, but a layer whose output at a token depends on a state built from
 every earlier token (Gated DeltaNet's short convolution and delta-rule recurrence, Mamba's scan) would
 run straight across sequence boundaries and leak one job's tokens into the next job's scores.

@@ -126,7 +126,10 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
     state_bytes = 0
     for slot, (name, module) in enumerate(layers):
         parent, _, attribute = name.rpartition(".")
-        wrapped = PackedGatedDeltaNet(module, projections_for(module), delta_rule_of(module), slot)  # type: ignore[arg-type]
+        rule = delta_rule_of(module)
+        if rule is None:
+            raise StatefulLayerError(f"model_type {family!r}: its modeling module has no gated delta rule")
+        wrapped = PackedGatedDeltaNet(module, projections_for(module), rule, slot)
         setattr(decoder.get_submodule(parent), attribute, wrapped)
         state_bytes += _state_bytes(module, window)
     return RecurrentSpec(layers=len(layers), window=window, state_bytes=state_bytes)

@@ -9,9 +9,9 @@ work is split into runs:
   sees exactly what it would see following the query alone, and nothing of the items before it.
 Runs of similar length are stacked into padded groups (at most `MAX_ROWS` rows, so the per-row state a
 group holds stays bounded), leading runs first: an item's group needs its query's state. Everything is
-computed here from lengths, on the CPU, like the attention metadata (`engine/batch.py`).
+computed here from lengths, on the CPU, like the attention metadata (`engine/pack/batch.py`).
 
-Through the prefix cache (`RunPrefixes`, `engine/prefix_batch.py`), a sequence cut after a cached head
+Through the prefix cache (`RunPrefixes`, `engine/pack/prefix_batch.py`), a sequence cut after a cached head
 starts from that head's state instead: its leading run from the head's final recurrent state, its
 convolution window the head's last inputs (kept in the entry, appended past the stream's zero row), and
 its items' windows reach back into the head's when the cut query is shorter than the window. A
@@ -68,7 +68,7 @@ class RunGroup:
 
 
 class StateEntry(Protocol):
-    """A prefix cache entry as the stateful layers see it (`engine/prefix_cache.PrefixEntry`)."""
+    """A prefix cache entry as the stateful layers see it (`engine/pack/prefix_cache.PrefixEntry`)."""
 
     def state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 

@@ -17,8 +17,8 @@ import torch
 
 def main(in_path: str, out_path: str) -> None:
     import kafka_scorer.engine.kernels.label_scores_triton as kernels
+    from kafka_scorer.engine.load.warm_up import warm_up
     from kafka_scorer.engine.scorer import Scorer
-    from kafka_scorer.engine.warm_up import warm_up
     from kafka_scorer.wire.protocol import Job
 
     case = torch.load(in_path)

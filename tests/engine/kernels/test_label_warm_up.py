@@ -1,5 +1,5 @@
 """The warm-up tunes and compiles the Triton label kernels at every row bucket and label tile a forward
-can bring (engine/warm_up.py `_ready_label_kernels`), so no autotune or compile lands on a live batch;
+can bring (engine/load/warm_up.py `_ready_label_kernels`), so no autotune or compile lands on a live batch;
 scores stay the reference's, and a kernel that fails there hands the labels to torch with one line.
 Run under triton's interpreter (`_interpreted_label_warm_up.py`), which launches the same kernels on
 CPU tensors; what tuning costs on a GPU is for `./dev gpu-check`."""

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.engine.late_interaction.preparer import LateJob
-from kafka_scorer.engine.model import ModelLoadError
+from kafka_scorer.engine.load.choice import open_scorer
+from kafka_scorer.engine.load.loaded_model import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.scorers import open_scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
 

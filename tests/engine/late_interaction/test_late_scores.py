@@ -143,7 +143,7 @@ def minilm_colbert(tmp_path_factory):
 def test_real_weights_score_as_the_reference(minilm_colbert):
     from sentence_transformers import MultiVectorEncoder
 
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
 
     scorer = open_scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
     encoder = MultiVectorEncoder(str(minilm_colbert), device="cpu")
@@ -175,7 +175,7 @@ def test_equal_documents_get_bit_equal_scores_and_rank_by_index(minilm_colbert, 
     the one to match."""
     from sentence_transformers import MultiVectorEncoder
 
-    from kafka_scorer.engine.scorers import open_scorer
+    from kafka_scorer.engine.load.choice import open_scorer
 
     options = {} if budget is None else {"max_batch_tokens": budget}
     scorer = open_scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0, **options)

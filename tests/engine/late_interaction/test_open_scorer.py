@@ -1,4 +1,4 @@
-"""The factory (`engine/scorers.py`) opens each checkpoint with its kind's scorer class, from a path and
+"""The factory (`engine/load/choice.py`) opens each checkpoint with its kind's scorer class, from a path and
 from the engine's configuration alike (the worker opens its model from the configuration). The scores of
 the class it picks are tested against sentence-transformers in test_late_scores.py."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.late_interaction.scorer import LateInteractionScorer
-from kafka_scorer.engine.model import ModelKind
+from kafka_scorer.engine.load.choice import open_scorer, scorer_from_config
+from kafka_scorer.engine.load.loaded_model import ModelKind
 from kafka_scorer.engine.scorer import Scorer
-from kafka_scorer.engine.scorers import open_scorer, scorer_from_config
 
 
 def test_a_colbert_directory_opens_as_the_late_interaction_scorer(tiny_colbert):

@@ -51,7 +51,7 @@ if os.environ.get("SCORER_TEST_HANG_IN_COMMIT_AFTER"):
     aiokafka.AIOKafkaProducer.commit_transaction = _commit_or_hang
 
 if os.environ.get("SCORER_TEST_DEVICE_FAULT_AFTER"):
-    from kafka_scorer.engine import runner
+    from kafka_scorer.engine.run import runner
 
     _forwards_left = int(os.environ["SCORER_TEST_DEVICE_FAULT_AFTER"])
     _forward = runner.ModelRunner.forward

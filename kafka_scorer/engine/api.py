@@ -1,0 +1,33 @@
+"""The engine's surface for its clients beside the worker: the bench and in-process users.
+
+Everything here is meant to stay: the Scorer and how to open one, the device and dtype rules, the
+token-budget scheduler the worker batches with, the attention backends, the ways to run a Scorer for a
+side-by-side comparison (`run/variants.py`) and the prepare stage's token counts the bench reports.
+The bench imports the engine only through this module (tests/test_layout.py), except its kernel
+micro-benchmarks, which time engine parts by design and are listed there by name.
+"""
+
+from kafka_scorer.engine.attention.registry import BACKENDS
+from kafka_scorer.engine.load.choice import open_scorer, scorer_from_config
+from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
+from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler
+from kafka_scorer.engine.prepare.chunking import window_ranges
+from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
+from kafka_scorer.engine.run.variants import Layers, Variant, layer_choices, variant
+from kafka_scorer.engine.scorer import Scorer
+
+__all__ = [
+    "BACKENDS",
+    "Layers",
+    "Scorer",
+    "TokenBudgetScheduler",
+    "Variant",
+    "layer_choices",
+    "open_scorer",
+    "resolve_device",
+    "resolve_dtype",
+    "scorer_from_config",
+    "tokenize_templated",
+    "variant",
+    "window_ranges",
+]

@@ -1,0 +1,34 @@
+"""What a loaded ColBERT checkpoint is, for the engine: its settings, projection and special token ids.
+
+A file of its own because `LoadedModel` carries it (`late`) and its loader builds a `LoadedModel`:
+with the loader beside it, load/loaded_model.py and late_interaction/loading.py imported each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka_scorer.engine.late_interaction.checkpoint import ColbertSettings, Projection
+
+
+@dataclass(frozen=True)
+class LateSpec:
+    """Everything the engine needs to encode and score like the checkpoint."""
+
+    settings: ColbertSettings
+    projection: Projection
+    """The Dense modules, on the model's device and dtype."""
+    lead: tuple[int, ...]
+    """Special tokens before a text ([CLS]); the marker goes right after them."""
+    tail: tuple[int, ...]
+    """Special tokens after a text ([SEP])."""
+    query_marker: tuple[int, ...]
+    document_marker: tuple[int, ...]
+    expansion_id: int
+    """The token a query is padded with up to `query_length` (the mask token)."""
+    skiplist_ids: frozenset[int]
+    takes_token_types: bool
+
+    @property
+    def dim(self) -> int:
+        return self.projection.dim

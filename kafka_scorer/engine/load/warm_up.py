@@ -1,0 +1,192 @@
+"""The start-up warm-up: full batches at the served shapes before the worker says it is ready.
+
+One packed MIS sequence as long as the pair limit allows (where the model packs) and pairs filling the
+token budget, so that compiles (the fused decoder's regions on CUDA, FlexAttention) and autotunes happen
+here instead of on live traffic, and a FlexAttention (or deterministic mode's span kernel) the model's
+real shapes break is found here; the Triton label kernels are then tuned at every row bucket and
+compiled at every label tile a forward can bring. A failure there is met by the exact fallbacks of
+`warm_up_fallbacks.py` (the compiled layers run eagerly, an automatic backend becomes the portable
+one), each with one line; a backend the operator chose is kept, with a warning. Then the
+body's CUDA graphs are captured (`engine/graphs/`) and checked: a forward replayed from a graph must
+score as the same forward run from Python, or the graphs are dropped, with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+import torch
+
+from kafka_scorer.engine.load.loaded_model import ModelKind
+from kafka_scorer.engine.load.warm_up_fallbacks import recover, torch_label_scores
+from kafka_scorer.engine.pack.batch import build_forward_batch
+from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.errors import first_line
+from kafka_scorer.wire.protocol import Job
+
+if TYPE_CHECKING:
+    from kafka_scorer.engine.load.scorer_view import ScorerView
+
+log = logging.getLogger(__name__)
+
+
+def warm_up(scorer: ScorerView) -> None:
+    failed = _failure(scorer)
+    if failed:
+        failed = recover(scorer, failed, lambda: _failure(scorer))
+    if failed:
+        log.warning("warm-up batch failed (%s); serving anyway", failed)
+    scorer.forget_prefixes()  # the warm-up's prefixes are no traffic's
+    _ready_label_kernels(scorer)
+    _capture_graphs(scorer)
+
+
+def _ready_label_kernels(scorer: ScorerView) -> None:
+    """The Triton label kernels tuned and compiled at every row bucket and label tile a forward can
+    bring (the warm-up's two batches cover two of them); if that fails, torch's chunked log-sum-exp
+    scores the labels, as when the warm-up's batches fail there."""
+    fallback = torch_label_scores(scorer)
+    if fallback is None:  # not the Triton label kernels
+        return
+    from kafka_scorer.engine.kernels.label_scores_triton import warm_label_kernels
+
+    model = scorer.runner.model
+    started = time.perf_counter()
+    try:
+        buckets, tiles = warm_label_kernels(
+            model.head.weight,
+            getattr(model.head, "bias", None),
+            model.final_logit_softcap,
+            max_rows=scorer.max_batch_tokens,
+            max_labels=scorer.limits.max_labels_per_job,
+        )
+    except Exception as exc:  # a kernel that fails here would fail a live batch: score with torch
+        fallback.apply()
+        log.warning(fallback.line, f"{type(exc).__name__}: {first_line(str(exc), 'no message')}")
+        return
+    log.info(
+        "label kernels tuned for 1..%d scoring rows and 1..%d labels in %.1f s",
+        buckets[-1],
+        tiles[-1],
+        time.perf_counter() - started,
+    )
+
+
+GRAPH_CHECK_TOLERANCE = {torch.float32: 1e-6}
+"""Largest `1 - cosine` between a scoring row's final hidden state replayed and run from Python; 1e-2
+for 16-bit dtypes (another token count may pick other matmul tiles, so the rows drift by bf16 units
+over the layers: cosines stay above 0.999). A stale buffer or a wrong mask gives another vector. Hidden
+states, not scores: a random checkpoint's label probabilities are ~1/vocab, where an absolute
+tolerance would pass garbage."""
+
+
+def _capture_graphs(scorer: ScorerView) -> None:
+    graphs = scorer.graphs
+    if graphs is None or scorer.attention_backend != "flex":
+        return
+    started = time.perf_counter()
+    graphs.prepare()
+    if not graphs.ready:
+        return
+    limit = GRAPH_CHECK_TOLERANCE.get(scorer.loaded.dtype, 1e-2)
+    worst = max(_graph_difference(scorer, job) for job in _graph_check_jobs(scorer))
+    if worst > limit:
+        log.warning(
+            "CUDA graphs off: a replayed forward's hidden states differ from the same forward run from "
+            "Python (1 - cosine %.3g)",
+            worst,
+        )
+        graphs.drop()
+        return
+    sizes = graphs.buckets.sizes
+    log.info(
+        "CUDA graphs captured for %d token buckets (%d..%d) in %.1f s"
+        if graphs.capture  # off CUDA the same static buffers serve, uncaptured (the CPU tests' path)
+        else "graph buffers (uncaptured off CUDA) ready for %d token buckets (%d..%d) in %.1f s",
+        len(sizes),
+        sizes[0],
+        sizes[-1],
+        time.perf_counter() - started,
+    )
+
+
+def _graph_check_jobs(scorer: ScorerView) -> list[PreparedJob]:
+    """A lone short job and one that fills about half the largest bucket, neither of a bucket's size."""
+    largest = scorer.graphs.buckets.sizes[-1] if scorer.graphs else 0
+    jobs = [_short_job(scorer), _sized_job(scorer, max(16, largest // 2 - 37))]
+    jobs = [msgspec.structs.replace(job, return_pooled_hidden_states=True) for job in jobs]
+    prepared = [scorer.prepare(job, job.id or "") for job in jobs]
+    return [p for p in prepared if isinstance(p, PreparedJob)]
+
+
+def _graph_difference(scorer: ScorerView, job: PreparedJob) -> float:
+    """The largest `1 - cosine` between the job's scoring rows' hidden states replayed and run from
+    Python (the prefix cache is not involved)."""
+    hidden = []
+    for pad_to in (None, scorer.graphs.bucket_for if scorer.graphs else None):
+        batch = build_forward_batch(
+            [job],
+            device=scorer.loaded.device,
+            attention_backend=scorer.attention_backend,
+            sliding_window=scorer.loaded.sliding_window,
+            pad_to=pad_to,
+        )
+        hidden.append(scorer.run_forward(batch).hidden.float())
+    if not hidden[0].numel():
+        return 0.0
+    cosine = torch.nn.functional.cosine_similarity(hidden[0].double(), hidden[1].double(), dim=-1)
+    return float(1 - cosine.min())
+
+
+def _failure(scorer: ScorerView) -> str | None:
+    # the full-budget batch, then a lone short job: a compiler that specialises on small token counts
+    # does it here, not on the first quiet minute's traffic
+    results = scorer.score_jobs(warm_up_jobs(scorer)) + scorer.score_jobs([_short_job(scorer)])
+    failures = [r.error.message for r in results if r.error is not None]
+    if not failures:
+        return None
+    return first_line(failures[0], "no message")
+
+
+def _short_job(scorer: ScorerView) -> Job:
+    vocab = scorer.loaded.input_vocab_size
+    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    ids = [(11 + 17 * i) % vocab for i in range(9)]
+    return Job(id="warm-up-short", query=ids[:5], items=[ids[5:7], ids[7:]], label_token_ids=labels)
+
+
+def _sized_job(scorer: ScorerView, tokens: int) -> Job:
+    """A MIS job of about `tokens` tokens (within the pair limit), other ids than the warm-up's."""
+    vocab = scorer.loaded.input_vocab_size
+    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    item = max(1, min(120, scorer.limits.max_pair_tokens - 40))
+    count = max(1, min((tokens - 24) // item, scorer.limits.max_items_per_job))
+    ids = [(3 + 29 * i) % vocab for i in range(24 + item * count)]
+    items = [ids[24 + item * k : 24 + item * (k + 1)] for k in range(count)]
+    return Job(id="warm-up-graphs", query=ids[:24], items=items, label_token_ids=labels)
+
+
+def warm_up_jobs(scorer: ScorerView) -> list[Job]:
+    """Token ids only (no tokenizer needed), valid for any model kind."""
+    limits = scorer.limits
+    vocab = scorer.loaded.input_vocab_size
+    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    query_len = max(1, min(64, limits.max_pair_tokens // 4))
+    packed_budget = min(scorer.max_batch_tokens, limits.max_pair_tokens - 8)
+    item_len = max(1, min(256, (packed_budget - query_len) // 4, limits.max_pair_tokens - query_len - 8))
+    ids = [(7 + 13 * i) % vocab for i in range(query_len + item_len)]
+
+    def job(job_id: str, count: int, multi_item: bool | None) -> Job:
+        count = max(1, min(count, limits.max_items_per_job))
+        query, item = ids[:query_len], ids[query_len:]
+        return Job(
+            id=job_id, query=query, items=[item] * count, label_token_ids=labels, multi_item=multi_item
+        )
+
+    return [
+        job("warm-up-packed", (packed_budget - query_len) // item_len, None),
+        job("warm-up-pairs", scorer.max_batch_tokens // (query_len + item_len), False),
+    ]

@@ -1,0 +1,423 @@
+"""Job -> token ids -> pairs or one packed MIS sequence, with every SPEC check on the way.
+
+Everything here runs on the CPU before a job is scheduled, so a bad job becomes an error `Result`
+without ever reaching the device, and the token count the scheduler budgets with is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import cast
+
+import msgspec
+
+from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.models.encoder_family import PairTemplate
+from kafka_scorer.engine.prepare.chunking import ChunkPlan
+from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
+from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows
+from kafka_scorer.engine.prepare.labels import LabelResolver
+from kafka_scorer.engine.prepare.prefix_marks import PrefixMarker
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.prepare.ranking import normalised, ranking
+from kafka_scorer.engine.prepare.score_fields import ScoreFields
+from kafka_scorer.engine.prepare.template_tokens import cut_item_text, tokenize_templated
+from kafka_scorer.engine.prepare.templates import PromptTemplate
+from kafka_scorer.engine.prepare.text_bounds import longest_token_chars, text_char_bound
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
+
+TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
+_TRUNCATE_HINT = (
+    " (send `chunking: {}` to score the item in windows, or `truncate: true` to cut it; the worker's "
+    "`chunking` and `truncate` settings do either for every job)"
+)
+
+
+class JobPreparer(ItemWindows, ScoreFields):
+    def __init__(
+        self, model: LoadedModel, limits: InputLimits, template: PromptTemplate | None = None
+    ) -> None:
+        self.model = model
+        self.limits = limits
+        self.template = template
+        self.template_ref = TemplateRef(name=template.name, hash=template.digest) if template else None
+        self.labels = LabelResolver(model.tokenizer, model.output_vocab_size)
+        self.prefix_marker = PrefixMarker(model.tokenizer, template)
+        tokenizer = model.tokenizer
+        self.longest_token = longest_token_chars(tokenizer) if tokenizer is not None else 1
+        if tokenizer is not None:
+            # The first call clears any truncation/padding stored in tokenizer.json, which mutates the
+            # Rust tokenizer; done here, once, so concurrent prepare threads only ever read it.
+            tokenizer("warm-up", add_special_tokens=True)
+
+    @property
+    def max_text_chars(self) -> int:
+        """The longest query or item text (in characters) that can fit the pair limit."""
+        return text_char_bound(self.limits.max_pair_tokens, self.longest_token)
+
+    def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
+        """Never raises for bad input: a job that fails validation comes back as an error Result."""
+        try:
+            return self._prepare(job, job_id)
+        except InputError as exc:
+            return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
+
+    def _prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
+        model = self.model
+        if job.model is not None and job.model != model.name:
+            raise InputError(
+                ErrorCode.MODEL_MISMATCH,
+                f"job asks for model {job.model!r}; this worker serves {model.name!r}",
+            )
+        job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
+        count = len(item_list(job))
+        if count > self.limits.max_items_per_job:
+            raise InputError(
+                ErrorCode.TOO_LONG,
+                f"{count} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
+            )
+        warnings = self._ignored_fields(job)
+        label_ids = self._label_ids(job)
+        activation = self._activation(job)
+        rank_by = self._rank_by(job, label_ids)
+        if not job.items:
+            return Result(
+                id=job_id,
+                scores=[],
+                prompt_tokens=0,
+                model=model.name,
+                warnings=warnings,
+                ranking=ranking(job, [], rank_by),
+                results=[] if is_rerank(job) else None,
+            )
+
+        truncate, chunking = self.limits.long_item_policy(job)
+        job, precut = self._cut_overlong(job) if truncate else (job, set())
+        templated = self._templated(job)
+        plan = None
+        if templated:
+            query, items, precut, plan = self._tokenize_templated(job, truncate, precut, chunking)
+        else:
+            query, items = self._tokenize(job)
+        if self.template is not None and not templated and not isinstance(job.query, str):
+            warnings.append(TEMPLATE_NOT_APPLIED_WARNING)
+        if model.encoder is not None:
+            if chunking is not None:
+                room = self.limits.max_pair_tokens - len(query) - self._encoder_template().num_special
+                items, plan = self._split_long_items(job, items, room, chunking)
+            prepared = self._prepare_encoder(job, job_id, query, items, truncate, precut, warnings)
+            return replace(prepared, activation=activation, rank_by=rank_by, chunks=plan)
+        if chunking is not None and not templated:
+            items, plan = self._split_decoder_items(job, query, items, chunking)
+        items, truncated = self._fit_items(job, query, items, truncate, precut)
+        packed = self._decide_packing(job, query, items, windows=chunking is not None)
+        instruction = self._instruction(job, templated)
+        marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
+        if packed:
+            pair_lens = [len(query) + len(item) for item in items]
+        else:
+            items = [item + query for item in items] if job.item_first else [query + item for item in items]
+            query = []
+            pair_lens = [len(item) for item in items]
+        for index, length in enumerate(pair_lens):
+            if length == 0:
+                raise InputError(
+                    ErrorCode.INVALID_REQUEST, f"item {index}: the pair has no tokens", item=index
+                )
+            if length > self.limits.max_pair_tokens:
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"item {index}: the pair has {length} tokens; the limit is {self.limits.max_pair_tokens}"
+                    + _TRUNCATE_HINT * (not truncate),
+                    item=index,
+                )
+        num_tokens = len(query) + sum(len(item) for item in items)
+        return PreparedJob(
+            job_id=job_id,
+            job=job,
+            query=query,
+            items=items,
+            packed=packed,
+            label_ids=label_ids,
+            num_tokens=num_tokens,
+            warnings=warnings,
+            truncated_items=truncated,
+            activation=activation,
+            rank_by=rank_by,
+            rank_normalised=normalised(job, model.kind, activation, len(label_ids), templated),
+            template=self.template_ref if templated else None,
+            chunks=plan,
+            prefix_marks=marks,
+        )
+
+    def _instruction(self, job: Job, templated: bool) -> str | None:
+        """The instruction a templated job's head was filled with (None for an untemplated job)."""
+        if not templated or self.template is None:
+            return None
+        return job.instruction if job.instruction is not None else self.template.instruction
+
+    def template_for(self, job: Job) -> TemplateRef | None:
+        """The template a job's text goes through: text jobs of decoders only (token ids are used as
+        given; encoders have their own pair encoding). The provenance its results carry."""
+        if not isinstance(job.query, str) or self.model.encoder is not None:
+            return None
+        return self.template_ref
+
+    def _templated(self, job: Job) -> bool:
+        if self.template is None or self.template_for(job) is None:
+            return False
+        if job.item_first:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"item_first: true, but the served template {self.template.name!r} puts the item after the "
+                "query; send item_first: false (the template decides the order)",
+            )
+        return True
+
+    def _tokenize_templated(
+        self, job: Job, truncate: bool, precut: set[int], chunking: Chunking | None = None
+    ) -> tuple[list[int], list[list[int]], set[int], ChunkPlan | None]:
+        """The template's shared part as the query and its per-item parts as the items (SPEC §8).
+
+        With `truncate`, an item whose part does not fit loses text from its own end, never the
+        template's: the part is cut as text and tokenized again (see `cut_item_text`).
+        """
+        template = self.template
+        assert template is not None
+        instruction = job.instruction if job.instruction is not None else template.instruction
+        # the instruction is text the tokenizer reads (twice, with the seam check): bounded like the rest
+        self._check_inputs(job, instruction if template.has_instruction else None)
+        tokenizer = self._tokenizer()
+        items = [str(item) for item in item_list(job)]
+        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
+        room = self.limits.max_pair_tokens - len(tokens.shared)
+        if chunking is not None:
+            shared, parts, plan = self._templated_windows(
+                job, items, instruction, room, chunking, tokens.items
+            )
+            return shared, parts, precut, plan
+        over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
+        if not (truncate and over):
+            return tokens.shared, tokens.items, precut, None
+        for index in over:
+            items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - SEAM_MARGIN)
+        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
+        return tokens.shared, tokens.items, precut | set(over), None
+
+    def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
+        """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
+        bound before tokenizing instead of being rejected; the token-level cut then finishes the job."""
+        bound = self.max_text_chars
+        cut, items = set(), list(item_list(job))
+        for index, item in enumerate(items):
+            limit = bound if isinstance(item, str) else self.limits.max_pair_tokens
+            if len(item) > limit:
+                items[index] = item[:limit]
+                cut.add(index)
+        return (msgspec.structs.replace(job, items=items), cut) if cut else (job, cut)
+
+    def _fit_items(
+        self, job: Job, query: list[int], items: list[list[int]], truncate: bool, precut: set[int]
+    ) -> tuple[list[list[int]], list[int]]:
+        """SPEC §8: an item whose pair is over the limit loses tokens from its end, never the query's.
+
+        A leading text item (`item_first`) carries the tokenizer's special tokens; any it has at its end
+        are kept, so only the item's own text is cut.
+        """
+        if not truncate:
+            return items, []
+        room = self.limits.max_pair_tokens - len(query)
+        special = set(getattr(self.model.tokenizer, "all_special_ids", ()) or ())
+        keep_tail = job.item_first and isinstance(job.query, str)
+        fitted, cut = [], []
+        for index, item in enumerate(items):
+            if len(item) > room >= 0:
+                tail = 0
+                while keep_tail and tail < len(item) and item[len(item) - 1 - tail] in special:
+                    tail += 1
+                item = item[: max(0, room - tail)] + item[len(item) - tail :]
+            if len(item) < len(items[index]) or index in precut:
+                cut.append(index)
+            fitted.append(item)
+        return fitted, cut
+
+    def _prepare_encoder(
+        self,
+        job: Job,
+        job_id: str,
+        query: list[int],
+        items: list[list[int]],
+        truncate: bool,
+        precut: set[int],
+        warnings: list[str],
+    ) -> PreparedJob:
+        """SPEC §8: one pair per item in the tokenizer's own pair encoding; never packed."""
+        encoder = self.model.encoder
+        assert encoder is not None
+        if job.multi_item is True:
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                f"multi_item: true, but this model is an encoder: {self.model.mis_block_reason}",
+            )
+        template = self._encoder_template()
+        limit = self.limits.max_pair_tokens
+        room = limit - len(query) - template.num_special
+        pairs, cut = [], []
+        types: list[list[int]] = []  # one per pair when the template has token types, else none
+        for index, item in enumerate(items):
+            if truncate and len(item) > room >= 0:
+                item = item[:room]
+                cut.append(index)
+            elif index in precut:
+                cut.append(index)
+            ids, pair_types = template.join(item, query) if job.item_first else template.join(query, item)
+            if len(ids) > limit:
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"item {index}: the pair has {len(ids)} tokens; the limit is {limit}"
+                    + (_TRUNCATE_HINT if not truncate else " (the query alone leaves no room for the item)"),
+                    item=index,
+                )
+            pairs.append(ids)
+            if pair_types is not None:
+                types.append(pair_types)
+        return PreparedJob(
+            job_id=job_id,
+            job=job,
+            query=[],
+            items=pairs,
+            packed=False,
+            label_ids=[],
+            num_tokens=sum(len(pair) for pair in pairs),
+            warnings=warnings,
+            token_types=types if template.types is not None else None,
+            truncated_items=cut,
+        )
+
+    def _encoder_template(self) -> PairTemplate:
+        template = self.model.encoder.template if self.model.encoder is not None else None
+        if template is None:
+            raise InputError(
+                ErrorCode.UNSUPPORTED,
+                "this cross-encoder was loaded without a tokenizer, so its pair encoding (special tokens) "
+                "is unknown; serve a checkpoint directory that includes the tokenizer files",
+            )
+        return template
+
+    def _check_inputs(self, job: Job, instruction: str | None = None) -> bool:
+        """One kind of input per job, and no part (nor the template's `instruction`) too long to fit;
+        True for text jobs."""
+        text_query = isinstance(job.query, str)
+        kinds = {isinstance(item, str) for item in item_list(job)}
+        if kinds != {text_query}:
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                "query and items must all be text or all be token-id lists, not a mix",
+            )
+        self._check_lengths(job, text_query, instruction)
+        return text_query
+
+    def _tokenizer(self):
+        tokenizer = self.model.tokenizer
+        if tokenizer is None:
+            raise InputError(
+                ErrorCode.UNSUPPORTED, "text inputs need a tokenizer; this model has none: send token ids"
+            )
+        return tokenizer
+
+    def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
+        """SPEC §4: the leading part gets the tokenizer's special tokens, the trailing part does not."""
+        if not self._check_inputs(job):
+            # `_check_inputs` said every part is token ids
+            query = list(cast("list[int]", job.query))
+            items = [list(cast("list[int]", item)) for item in item_list(job)]
+            self._check_token_ids(query, None)
+            for index, item in enumerate(items):
+                self._check_token_ids(item, index)
+            return query, items
+        tokenizer = self._tokenizer()
+        # An encoder's pair template adds its special tokens when the pair is joined (SPEC §8).
+        query_leads = not job.item_first and self.model.encoder is None
+        item_leads = job.item_first and self.model.encoder is None
+        query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]
+        items = tokenizer(list(item_list(job)), add_special_tokens=item_leads)["input_ids"]
+        return list(query), [list(item) for item in items]
+
+    def _check_lengths(self, job: Job, text: bool, instruction: str | None = None) -> None:
+        """`too_long` from lengths alone, before any tokenizing or per-token work: a text longer than
+        `max_text_chars`, or a token-id list longer than the pair limit, cannot fit in any pair. A
+        chunked item may be up to `max_chunks_per_job` pairs long: more cannot fit in the windows a
+        job may have, so the bound stays a bound on the tokenizer's work."""
+        limit = self.max_text_chars if text else self.limits.max_pair_tokens
+        unit = "characters" if text else "token ids"
+        why = (
+            f"max_pair_tokens={self.limits.max_pair_tokens} × {self.longest_token} characters, "
+            "the longest token of the vocabulary"
+            if text
+            else f"max_pair_tokens={self.limits.max_pair_tokens}"
+        )
+        _, chunking = self.limits.long_item_policy(job)
+        chunks = self.limits.max_chunks_per_job if chunking is not None else 1
+        item_why = f"{why} × max_chunks_per_job={chunks}" if chunking is not None else why
+        named: list[tuple[str, str | list[int], int | None, int, str]] = [
+            ("query", job.query, None, limit, why)
+        ]
+        named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(item_list(job))]
+        if instruction is not None:
+            named.append(("instruction", instruction, None, limit, why))
+        for where, part, item, bound, because in named:
+            if len(part) > bound:
+                raise InputError(
+                    ErrorCode.TOO_LONG,
+                    f"{where}: {len(part)} {unit} cannot fit; the limit is {bound} ({because})",
+                    item=item,
+                )
+
+    def _check_token_ids(self, ids: list[int], item: int | None) -> None:
+        vocab = self.model.input_vocab_size
+        bad = [token for token in ids if not 0 <= token < vocab]
+        if bad:
+            where = "query" if item is None else f"item {item}"
+            raise InputError(
+                ErrorCode.INVALID_REQUEST,
+                f"{where}: token ids {bad[:5]} outside the model's vocabulary [0, {vocab})",
+                item=item,
+            )
+
+    def _decide_packing(
+        self, job: Job, query: list[int], items: list[list[int]], windows: bool = False
+    ) -> bool:
+        """SPEC §5: pack when it is exact; `multi_item: true` turns every "can't" into `unsupported`.
+
+        A job with `chunking` has `items` (windows or whole items) that each fit a pair by
+        construction; its packed sequence may pass the pair limit (the positions of every item restart
+        after the query, and the scheduler cuts a long sequence into budget-sized pieces), so its items
+        are packed (SPEC §9) whether or not one of them had to be split: one more long item must not
+        turn a `too_long` into a pass.
+        """
+        packed_len = len(query) + sum(len(item) for item in items)
+        blocker: tuple[ErrorCode, str] | None = None
+        if job.item_first:
+            blocker = (ErrorCode.UNSUPPORTED, "item_first jobs are never packed")
+        elif self.model.mis_block_reason:
+            blocker = (
+                ErrorCode.UNSUPPORTED,
+                f"this model cannot be packed exactly: {self.model.mis_block_reason}",
+            )
+        elif self.model.sliding_window is not None and packed_len > self.model.sliding_window:
+            blocker = (
+                ErrorCode.UNSUPPORTED,
+                f"the packed sequence ({packed_len} tokens) exceeds the sliding window",
+            )
+        elif packed_len > self.limits.max_pair_tokens and not windows:
+            blocker = (
+                ErrorCode.TOO_LONG,
+                f"the packed sequence ({packed_len} tokens) exceeds the limit {self.limits.max_pair_tokens}",
+            )
+        if job.multi_item is True:
+            if blocker is not None:
+                raise InputError(blocker[0], f"multi_item: true, but {blocker[1]}")
+            return True
+        if job.multi_item is False:
+            return False
+        return blocker is None and len(items) >= 2
