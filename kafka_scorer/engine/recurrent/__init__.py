@@ -8,7 +8,8 @@ run straight across sequence boundaries and leak one job's tokens into the next 
 - `detection.py` finds such layers at load time: the ones the engine can run exactly (Gated DeltaNet of
   Qwen3.5 and Qwen3-Next) are wrapped, any other refuses the model with a typed error;
 - `runs.py` turns a batch's layout into the runs each such layer computes: every sequence's leading run
-  (a pair, or an MIS query) from zero state, then each MIS item from its query's end state;
+  (a pair, or an MIS query) from zero state, or from a cached head's state (the prefix cache), then
+  each MIS item from its query's end state;
 - `gated_delta.py` is the wrapped Gated DeltaNet layer that computes those runs;
 - `projections.py` reads each family's input projections into one shape.
 """
