@@ -132,9 +132,11 @@ class EngineSettings(BaseSettings):
         ge=-1,
         description="Device memory (MiB) for the prefix cache: key/value states of recurring prompt heads "
         "(a template's text before the query, a repeated query), computed once per worker and reused by "
-        "every job that starts with them (docs/engine.md). -1: sized for the model (8192 tokens' states, "
-        "at most 512 MiB); 0: off. Never used for encoders, sliding-window or hybrid (Qwen3.5, "
-        "Qwen3-Next) models.",
+        "every job that starts with them (docs/engine.md). A head it may keep is computed alone first, "
+        "so the same job sent again gets the same scores bit for bit, hit or miss (one more forward per "
+        "batch with a new head: docs/performance.md). A hybrid model's (Qwen3.5, Qwen3-Next) heads keep "
+        "their Gated DeltaNet layers' states too. -1: sized for the model (8192 tokens' states, at most "
+        "512 MiB); 0: off. Never used for encoders or sliding-window models.",
     )
     embedding_cache_mb: int = Field(
         -1,

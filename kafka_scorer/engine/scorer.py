@@ -241,16 +241,28 @@ class Scorer:
         """
         jobs = list(jobs)
         try:
-            forwards = [self._build_forward(group) for group in plan_forwards(jobs, self.max_batch_tokens)]
+            forwards = self._build_forwards(plan_forwards(jobs, self.max_batch_tokens))
         except Exception as exc:  # the engine's one guard around packing: the batch is answered, not lost
             log.exception("packing failed for %d jobs", len(jobs))
             return PackedBatch(jobs, [], failure=f"packing failed: {type(exc).__name__}: {exc}")
         return PackedBatch(jobs, forwards)
 
+    def _build_forwards(self, groups: list[list[tuple[int, PreparedJob]]]) -> list[tuple[list, ForwardBatch]]:
+        """The planned forwards' tensors; through the prefix cache (`engine/pack/prefix_batch.py`) groups come
+        back reordered, after forwards of no group that compute their new heads."""
+        if self._prefixes is None:
+            return [self._build_forward(group) for group in groups]
+        loaded, backend = self.loaded, self.attention_backend
+        return self._prefixes.build_all(
+            groups,
+            device=loaded.device,
+            attention_backend=backend,
+            sliding_window=loaded.sliding_window,
+            pad_to=self._pad_to,
+        )
+
     def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, ForwardBatch]:
-        """One planned forward's tensors (the group comes back reordered when prefixes are cached)."""
-        if self._prefixes is not None:
-            return self._build_prefixed(group)
+        """One planned forward's tensors."""
         batch = build_forward_batch(
             [piece for _, piece in group],
             device=self.loaded.device,
@@ -347,18 +359,6 @@ class Scorer:
     def run_forward(self, batch: ForwardBatch) -> BatchOutput:
         """One built forward on the device (the device thread's, or the warm-up's checks)."""
         return self._runner.forward(batch)
-
-    def _build_prefixed(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, ForwardBatch]:
-        """A forward through the prefix cache (`engine/pack/prefix_batch.py`): its group comes back
-        reordered."""
-        assert self._prefixes is not None
-        return self._prefixes.build(
-            group,
-            device=self.loaded.device,
-            attention_backend=self.attention_backend,
-            sliding_window=self.loaded.sliding_window,
-            pad_to=self._pad_to,
-        )
 
     @property
     def prefix_cache_stats(self) -> PrefixCacheStats | None:

@@ -90,6 +90,11 @@ class EngineContract:
     def deterministic_engine(self) -> Engine[Any, Any]:
         raise NotImplementedError
 
+    @pytest.fixture
+    def cached_engine(self) -> Engine[Any, Any]:
+        """The kind in its default configuration with its prefix cache on; a kind without one skips."""
+        pytest.skip("this kind keeps no prefix cache")
+
     def breaking(self, engine: Engine[Any, Any], fault: Fault) -> AbstractContextManager[list[int]]:
         """While open, every forward of `engine` calls `fault(token ids)` first; yields the sizes (in
         tokens) of the forwards tried."""
@@ -196,6 +201,19 @@ class EngineContract:
         for mates in (self.mates(4), [self.job("long", seed=2, items=[[11] * 40] * 6)]):
             among = {r.id: r for r in run(deterministic_engine, [*mates, job])}
             assert flat(among["watched"]) == by_itself  # exact: no tolerance
+
+    def test_the_same_job_again_is_bitwise_the_same_with_the_cache_on(self, cached_engine) -> None:
+        """SGLang's identical-calls assertion in the default engine: the first call computes a head the
+        cache keeps (on its second sighting), later calls hit it, and every call gives the same bits;
+        a batch whose jobs bring new heads, run again, too."""
+        job = self.job("again", seed=1, query=list(range(11, 51)))
+        first = flat(run(cached_engine, [job])[0])
+        for _ in range(3):
+            assert flat(run(cached_engine, [job])[0]) == first  # exact: no tolerance
+        mates = [self.job(f"mate-{i}", seed=i, query=list(range(60 + i, 90))) for i in range(3)]
+        batch = [*mates, job, mates[0]]
+        before = [flat(result) for result in run(cached_engine, batch)]
+        assert [flat(result) for result in run(cached_engine, batch)] == before
 
     @pytest.mark.parametrize("shape", ["items", "documents"])
     def test_every_shape_is_scored_or_refused_with_a_typed_error(self, engine, shape: str) -> None:

@@ -36,6 +36,10 @@ class TestFakeEngine(EngineContract):
     def deterministic_engine(self) -> FakeEngine:
         return FakeEngine()
 
+    @pytest.fixture
+    def cached_engine(self) -> FakeEngine:
+        return FakeEngine()
+
     def max_items(self, engine: FakeEngine) -> int:
         return engine.max_items_per_job
 
@@ -95,6 +99,10 @@ class TestCausalLM(ScorerContract):
     def deterministic_engine(self, scorer_for) -> Scorer:
         return deterministic(lambda: scorer_for("qwen3", "causal", deterministic=True))
 
+    @pytest.fixture
+    def cached_engine(self, scorer_for) -> Scorer:
+        return scorer_for("qwen3", "causal", prefix_cache_mb=-1)
+
 
 class TestDecoderClassifier(ScorerContract):
     @pytest.fixture
@@ -104,6 +112,10 @@ class TestDecoderClassifier(ScorerContract):
     @pytest.fixture
     def deterministic_engine(self, scorer_for) -> Scorer:
         return deterministic(lambda: scorer_for("qwen3", "classification", deterministic=True))
+
+    @pytest.fixture
+    def cached_engine(self, scorer_for) -> Scorer:
+        return scorer_for("qwen3", "classification", prefix_cache_mb=-1)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +172,12 @@ class TestHybrid(ScorerContract):
     def deterministic_engine(self, scorer_for) -> Scorer:
         _needs_family("qwen3_5")
         return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True))
+
+    @pytest.fixture
+    def cached_engine(self, scorer_for) -> Scorer:
+        """Its prefix cache keeps the Gated DeltaNet layers' states too."""
+        _needs_family("qwen3_5")
+        return scorer_for("qwen3_5", "causal", decoder_forward="transformers", prefix_cache_mb=-1)
 
 
 @pytest.mark.parametrize("kind", ["prefix_cache", "embedding_cache"])

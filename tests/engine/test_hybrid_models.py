@@ -15,7 +15,6 @@ import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.load.loaded_model import ModelLoadError, load_model
-from kafka_scorer.engine.pack.prefix_batch import prefix_planner
 from kafka_scorer.engine.recurrent.detection import PASSES_LAYER_KWARGS
 from kafka_scorer.engine.recurrent.runs import build_runs
 from kafka_scorer.wire.protocol import Job
@@ -168,13 +167,6 @@ def test_runs_start_each_sequence_from_zero_and_each_item_from_its_query():
         for row, slot in zip(group.keep_rows.tolist(), group.keep_slots.tolist())
     ]
     assert kept == [(5, 0)]  # only the query with items keeps its state
-
-
-def test_the_prefix_cache_stays_off(scorer_for):
-    """It keeps attention keys and values, not a Gated DeltaNet layer's state at the prefix's end."""
-    loaded = _scorer(scorer_for, "qwen3_next", "causal").loaded
-    assert loaded.recurrent is not None and loaded.mis_block_reason is None
-    assert prefix_planner(loaded, 64, loaded.revision) is None
 
 
 def _save(directory, config):

@@ -90,12 +90,13 @@ def test_a_hit_does_not_run_its_prefix_again(scorer_for, backend):
     counts = count_forward_tokens(scorer)
     query = list(range(10, 10 + 200))
     items = [[5, 6, 7], [8, 9], [11]]
-    first = scorer.score(query, items, label_token_ids=LABELS)  # seen once: runs in full, kept nowhere
-    second = scorer.score(query, items, label_token_ids=LABELS)  # seen again: runs in full, kept
+    first = scorer.score(query, items, label_token_ids=LABELS)  # seen once: head alone, kept (room)
+    second = scorer.score(query, items, label_token_ids=LABELS)  # hits
     third = scorer.score(query, items, label_token_ids=LABELS, multi_item=False)  # hits, as pairs too
-    full = len(query) + 6
-    assert counts == [full, full, 3 * 1 + 6]  # each pair runs the query's last token and its item
-    assert (first.cached_tokens, second.cached_tokens) == (0, 0)
+    head, rest = len(query) - 1, 1 + 6  # the head alone, then the query's last token and the items
+    assert counts == [head, rest, rest, 3 * 1 + 6]  # each pair: the query's last token, its item
+    assert (first.cached_tokens, second.cached_tokens) == (0, head)
+    assert first.scores == second.scores  # the same hit forward: the same bits
     assert third.cached_tokens == 3 * (len(query) - 1) and third.prompt_tokens == 9
     assert max_diff(third.scores, first.scores) <= 1e-5
 
@@ -106,9 +107,10 @@ def test_one_batch_attends_to_one_copy_of_a_shared_prefix(scorer_for):
     query = list(range(20, 20 + 100))
     jobs = [Job(id=str(n), query=query, items=[[n + 5]], label_token_ids=LABELS) for n in range(4)]
     results = scorer.score_jobs(jobs)
-    # the first job is the prefix's first sighting, the second computes it, the other two attend to it
-    assert counts == [2 * (len(query) + 1) + 2 * 2]
-    assert [r.cached_tokens for r in results] == [0, 0, 99, 99]
+    # the head is computed once, alone (for the first job; kept, the cache has room), then every
+    # job's pair runs its query's last token and its item against it
+    assert counts == [len(query) - 1, 4 * 2]
+    assert [r.cached_tokens for r in results] == [0, 99, 99, 99]
 
 
 def test_a_template_head_is_shared_across_queries(tiny_models, tmp_path):
@@ -131,7 +133,7 @@ def test_a_template_head_is_shared_across_queries(tiny_models, tmp_path):
         for q in questions
     ]
     assert min(heads) > 100 and len(set(heads)) == 1  # one cut for every query
-    assert [r.cached_tokens for r in results] == [0, 0, heads[2], heads[3]]
+    assert [r.cached_tokens for r in results] == [0, heads[1], heads[2], heads[3]]
 
 
 @pytest.mark.parametrize("multi_item", [None, False], ids=["packed", "pairs"])
@@ -156,8 +158,10 @@ def test_a_repeated_query_is_cached_whole_after_the_template_head(tiny_models, t
     assert whole > head
     assert results[-1].cached_tokens == whole * pairs
     if others:  # the head was cached before: no run of the query computes it again, the whole is
-        # extended from it (the head's states, then the query's own)
-        assert [r.cached_tokens for r in results] == [head * pairs] * 2 + [whole * pairs] * 2
+        # extended from it (the head's states, then the query's own, computed once for all the pairs)
+        first = whole * pairs - (whole - head)
+        assert [r.cached_tokens for r in results] == [first] + [whole * pairs] * 3
+    assert all(result.scores == results[0].scores for result in results)
     want = reference_scores(path, prepared.query, prepared.items, LABELS)
     for result in results:
         assert max_diff(result.scores, want) <= 1e-5

@@ -14,11 +14,12 @@ plain pair; a packed sequence's cut query; each of its items) and one softmax ru
 Work follows the MIS mask as in the cascade: n·I·(C+Q+I) for a packed sequence, never (Q+n·I)². Scores
 are formed explicitly in float32 (the blocks are short: the prefix was the long part), and the two
 sets share one max and one normaliser, so the result is the attention over the whole prompt.
-A prefix computed in this same forward (a fill) is a slice of this layer's keys and values: the
-front sequence that computes it is stored into its entry first, and its hits read the entry. A longer
-prefix can also extend a shorter one (an extension): a hit sequence whose first tokens complete it
+A prefix computed in a forward (a fill) is a slice of this layer's keys and values: the front
+sequence that computes it is stored into its entry first, and any hit of the forward reads the entry.
+A longer prefix can also extend a shorter one (an extension): a hit sequence whose tokens complete it
 stores the shorter prefix's states followed by its own, so a query that comes back after its
-template's head was cached is kept whole without running the head again.
+template's head was cached is kept whole without running the head again. (`engine/pack/prefix_batch.py`
+computes heads in forwards of their own, before the forward that hits them.)
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class PrefixedMetadata:
     segment_calls: list[SegmentCall] | None = None
     """Deterministic mode on the CPU: the hits as the segmented backend's calls, their cached heads
     read from the entries, in place of `hits` (a hit then computes what its miss computes, bit for bit)."""
+    starts: tuple[tuple[int, int], ...] = ()
+    """(stream start, entry index) of each hit sequence: where a hybrid's stateful layers start a cut
+    sequence from its head's state (`engine/recurrent/runs.py`)."""
     backend: ClassVar[str] = "prefixed"
 
     @classmethod
@@ -117,6 +121,7 @@ class PrefixedMetadata:
         extends: tuple[tuple[int, int, int], ...] = (),
         front_backend: str = "",
     ) -> PrefixedMetadata:
+        sources = tuple((seq.start, seq.source) for seq in sequences)
         if front_backend == SegmentedMetadata.backend:
             calls = [
                 call
@@ -126,7 +131,7 @@ class PrefixedMetadata:
                     Cached(seq.source, entries[seq.source].length),
                 )
             ]  # fmt: skip
-            return cls(layout, front, front_tokens, entries, fills, [], extends, calls)
+            return cls(layout, front, front_tokens, entries, fills, [], extends, calls, sources)
         groups = []
         for source in sorted({seq.source for seq in sequences}):
             # causal blocks: plain pairs whole, packed sequences' cut queries; bucketed by length
@@ -138,7 +143,7 @@ class PrefixedMetadata:
             items = [(int(start), n) for start, n in zip(starts, seq.items) if n]
             if items:
                 groups.append(_hit_group(seq.source, items, pin, head=(seq.start, seq.prefix)))
-        return cls(layout, front, front_tokens, entries, fills, groups, extends)
+        return cls(layout, front, front_tokens, entries, fills, groups, extends, starts=sources)
 
     @property
     def filled(self) -> list[PrefixEntry]:

@@ -59,6 +59,14 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
     from kafka_scorer.engine.models.decoder_layer import Regions
 
     body = loaded.body
+    if loaded.recurrent is not None:
+        raise SettingError(
+            "deterministic",
+            f"deterministic=true is not served for {loaded.name!r}, a hybrid linear-attention model "
+            "(Gated DeltaNet layers): it runs transformers' layers, not the fixed-shape decoder, and its "
+            "recurrence runs in padded groups shaped by the batch, so a score's last bits follow its "
+            "batch-mates: unset --deterministic (KAFKA_SCORER_DETERMINISTIC) for it",
+        )
     if loaded.encoder is None and not isinstance(body, FusedDecoder):
         raise SettingError(
             "deterministic",

@@ -1,28 +1,38 @@
-"""A forward's jobs against the prefix cache: which pieces hit, which fill, and the batch that runs them.
+"""A forward's jobs against the prefix cache: the heads to compute first, and the forward that hits them.
 
-On the packing thread, before the batch is built:
-1. Each piece with prefix marks (`engine/prepare/prefix_marks.py`) looks its marks up, longest first, in this
-   forward's prefixes and then in the cache: a hit runs only its tokens after the prefix.
-2. A piece that misses sights its marks; a mark seen before is admitted: this piece fills it (runs in
-   full, its sequence's first C states are kept per layer) and every later piece of the forward with
-   the same prefix hits it. A pair job that fills runs its first pair in full and its other pairs as
-   hits, so even one job computes its shared head once. A piece that hits still sights its marks
-   longer than the hit; one seen before is admitted and *extended* from the hit (the shorter prefix's
-   states, then the piece's own first tokens'), so a query that comes back is kept whole once its
-   template's head is cached, without running the head again.
-3. The batch is built by `build_forward_batch` over the front pieces (in full) then the hit pieces
-   (cut), so the hit sequences are the stream's tail; their positions are moved up by their prefix
-   length and the attention metadata wraps the backend's (for the front) with the hits'
-   (`engine/attention/cached.py`).
-The forward's group is returned in that order; pieces of one job stay in item order, so the device
-thread's row bookkeeping is unchanged.
+A cached head is computed **alone, before the forward that uses it**, and every piece with a
+cacheable head then runs as a hit, whether the head was in the cache or was computed just now. So a
+job's first call and its repeats run the same shapes (the same hit forward, against the same stored
+states) and give bit-identical scores in the default engine: a miss that computed its head inside the
+full sequence and a hit that ran the rest against cached keys used matmuls of other row counts, and
+differed in their last bits (docs/engine.md, "Prefix cache"). The price is one more forward per batch
+with a new head (measured in docs/performance.md, "Prefix cache").
+
+On the packing thread, for each forward of a batch (`build_all`):
+1. Each piece with prefix marks (`engine/prepare/prefix_marks.py`) keeps the marks whose states fit in the
+   cache (a head larger than the cache can never hit: that piece runs in full, as without the cache). It
+   looks them up, longest first, among the heads this batch already plans and in the cache.
+2. Every fitting mark longer than the one found is computed, shortest first, each from the one before
+   it: the shortest from nothing (a *fill*: the head's tokens as a sequence of their own, its keys and
+   values copied per layer), a longer one as an *extension* (its own tokens as a hit on the shorter
+   head: that head's states, then its own). So a head is always cut at the same marks, whatever the
+   cache held: a template's head, then the whole query. Stage `d` holds what extends stage `d - 1`'s
+   heads; heads shared by several jobs of the batch are computed once. A head seen for the first time
+   is computed the same way and kept only where the cache has room (`PrefixEntry.admitted`): on its
+   second sighting it may evict others; either way a call that hits it gives the first one's scores.
+3. The stages run first, one forward each (no scoring rows read), then the forward of the pieces: the
+   pieces without a cacheable head in full (the front, through the configured backend) and the others
+   cut after their longest head (the hits, `engine/attention/cached.py`), positions moved up by it.
+The pieces' forward returns its group in that order; pieces of one job stay in item order, so the
+device thread's row bookkeeping is unchanged. Entries join the cache after the forward that filled
+them succeeded (`commit`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +51,7 @@ from kafka_scorer.engine.pack.prefix_cache import (
 from kafka_scorer.engine.prepare.inputs import PreparedJob
 
 Group = list[tuple[int, PreparedJob]]
+Forward = tuple[Group, ForwardBatch]
 
 
 @dataclass
@@ -50,6 +61,9 @@ class CachedPiece(PreparedJob):
     cached: int = 0
     source: int = 0
     """Index of the prefix in the forward's `PrefixedMetadata.entries`."""
+    computed: int = 0
+    """Of those tokens, the ones computed for this job in this batch (its head, run alone first): run
+    through the model, so not `cached_tokens`."""
 
     @property
     def query_key(self) -> tuple[int, ...]:
@@ -63,135 +77,203 @@ def cached_tokens(so_far: int, piece: PreparedJob) -> int:
     repeat it. So `prompt_tokens + cached_tokens` is what the job reports without the cache."""
     if not isinstance(piece, CachedPiece):
         return so_far
-    return max(so_far, piece.cached) if piece.packed else so_far + piece.cached * len(piece.items)
+    if piece.packed:
+        return max(so_far, piece.cached - piece.computed)
+    return so_far + piece.cached * len(piece.items) - piece.computed
 
 
 @dataclass
-class _Plan:
-    front: Group
-    hits: Group
-    entries: list[PrefixEntry]
-    fillers: list[tuple[int, int]]
-    """(entry index, position in `front` of the piece that fills it)."""
-    extends: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
-    """(entry index, index of the shorter entry it extends, position in `hits` of the piece whose
-    first tokens complete it)."""
+class _Stage:
+    """One forward's plan: pieces run in full (`front`), then pieces cut after a prefix (`hits`)."""
+
+    front: Group = field(default_factory=list)
+    hits: Group = field(default_factory=list)
+    entries: list[PrefixEntry] = field(default_factory=list)
+    fillers: list[tuple[int, int]] = field(default_factory=list)
+    """(entry index, position in `front` of the head sequence that fills it)."""
+    extends: list[tuple[int, int, int]] = field(default_factory=list)
+    """(entry index, index of the shorter entry it extends, position in `hits` of the head sequence
+    whose tokens complete it)."""
+    _index: dict[int, int] = field(default_factory=dict)
+
+    def source(self, entry: PrefixEntry) -> int:
+        """The forward's index of `entry` (added on first use)."""
+        if id(entry) not in self._index:
+            self._index[id(entry)] = len(self.entries)
+            self.entries.append(entry)
+        return self._index[id(entry)]
+
+
+@dataclass
+class _Head:
+    """A prefix this batch attends to: from the cache (`stage` -1) or computed by stage `stage`."""
+
+    entry: PrefixEntry
+    stage: int
+    base: int
+    """Its leading tokens served from the cache (the rest are computed in this batch)."""
+    owner: int | None = None
+    """The job it is computed for (None: from the cache)."""
+    claimed: bool = False
+    """A pair piece of `owner` has counted its computed tokens (a job counts them once)."""
+
+
+@dataclass(frozen=True)
+class EntryShape:
+    """What an entry of the served model holds (`PrefixEntry`)."""
+
+    num_layers: int
+    stateless: frozenset[int] = frozenset()
+    """Layers without keys and values (a hybrid's Gated DeltaNet layers)."""
+    recurrent: int = 0
+    """Gated DeltaNet layers, whose state and window an entry keeps."""
+    state_bytes: int = 0
+    """Their size, whatever the prefix's length."""
+
+    def entry(self, key: PrefixKey, admitted: bool) -> PrefixEntry:
+        return PrefixEntry(
+            key, self.num_layers, admitted=admitted, stateless=self.stateless, recurrent=self.recurrent
+        )
 
 
 class PrefixPlanner:
-    def __init__(self, cache: PrefixCache, namespace: tuple[str, ...], num_layers: int) -> None:
+    def __init__(
+        self, cache: PrefixCache, namespace: tuple[str, ...], shape: EntryShape, per_token: int
+    ) -> None:
         self.cache = cache
         self.namespace = namespace
         """What an entry is valid for beyond its tokens: model revision and dtype (template added)."""
-        self.num_layers = num_layers
+        self.shape = shape
+        self.per_token = per_token
+        """Bytes of one token's keys and values: which heads could ever be kept."""
 
-    def build(
+    def build_all(
         self,
-        group: Group,
+        groups: Sequence[Group],
         *,
         device: torch.device,
         attention_backend: str,
         sliding_window: int | None,
         pad_to: Callable[[int], int | None] | None = None,
-    ) -> tuple[Group, ForwardBatch]:
-        """`pad_to` (a CUDA graph's bucket) applies to a forward with no prefix hit or fill only: the
-        hit sequences must be the stream's tail, and a prefixed batch has no graph."""
-        plan = self._plan(group)
-        ordered = plan.front + plan.hits
-        plain = not plan.hits and not plan.fillers
-        batch = build_forward_batch(
-            [piece for _, piece in ordered],
-            device=device,
-            attention_backend=attention_backend,
-            sliding_window=sliding_window,
-            pad_to=pad_to if plain else None,
-        )
-        if plain:
-            return ordered, batch
-        return ordered, _with_prefixes(batch, plan, attention_backend, device.type == "cuda")
+    ) -> list[Forward]:
+        """Every forward of one batch: per group, its head stages (empty groups: no rows to read), then
+        its pieces. A head one group computes is attended to by the later groups (they run after it).
+        `pad_to` (a CUDA graph's bucket) applies to a forward with no prefix only: the hit sequences
+        must be the stream's tail, and a prefixed batch has no graph."""
+        heads: dict[PrefixKey, _Head] = {}
+        forwards: list[Forward] = []
+        options = {"device": device, "attention_backend": attention_backend, "sliding_window": sliding_window}
+        for group in groups:
+            stages, pieces = self._plan(group, heads)
+            forwards.extend(
+                ([], _stage_batch(stage, pin=device.type == "cuda", **options)) for stage in stages
+            )
+            ordered = pieces.front + pieces.hits
+            batch = build_forward_batch(
+                [piece for _, piece in ordered], pad_to=None if pieces.hits else pad_to, **options
+            )
+            if pieces.hits:
+                batch = _with_prefixes(batch, pieces, attention_backend, device.type == "cuda")
+            forwards.append((ordered, batch))
+        return forwards
 
     def commit(self, batch: ForwardBatch) -> None:
-        """After a forward succeeded: the prefixes it filled join the cache."""
+        """After a forward succeeded: the prefixes it filled join the cache (`PrefixCache.insert`)."""
         if isinstance(batch.attention, PrefixedMetadata):
             for entry in batch.attention.filled:
                 self.cache.insert(entry)
 
-    def _key(self, piece: PreparedJob, length: int) -> PrefixKey:
+    def _keys(self, piece: PreparedJob) -> list[PrefixKey]:
+        """The piece's cacheable heads, shortest first: its marks whose states fit in the cache."""
         leading = piece.query if piece.packed else piece.items[0]
         template = piece.template.hash if piece.template is not None else ""
-        return (*self.namespace, template), tuple(leading[:length])
+        namespace = (*self.namespace, template)
+        fixed = self.shape.state_bytes
+        marks = sorted(m for m in piece.prefix_marks if self.cache.fits(m, self.per_token, fixed))
+        return [(namespace, tuple(leading[:mark])) for mark in marks]
 
-    def _plan(self, group: Group) -> _Plan:
-        plan = _Plan([], [], [], [])
-        known: dict[PrefixKey, int] = {}
+    def _plan(self, group: Group, heads: dict[PrefixKey, _Head]) -> tuple[list[_Stage], _Stage]:
+        stages: list[_Stage] = []
+        pieces = _Stage()
         hits = misses = 0
         for index, piece in group:
-            if not piece.prefix_marks:
-                plan.front.append((index, piece))
+            keys = self._keys(piece)
+            if not keys:
+                pieces.front.append((index, piece))
                 continue
-            keys = [self._key(piece, mark) for mark in piece.prefix_marks]
-            found = self._find(keys, known)
-            # Keys longer than the one found are still sighted: a template's head in the cache must not
-            # keep the whole query (the same query again) from being admitted in its turn.
-            longer = keys if found is None else keys[: found[0]]
-            admitted = [key for key in longer if self.cache.sight(key)]
-            if found is not None:
-                hits += 1
-                rank, entry = found
-                source = self._use(keys[rank], entry, known, plan.entries)
-                plan.hits.append((index, _cut(piece, plan.entries[source].length, source)))
-                if admitted:  # the hit's first tokens complete the longer cut: it extends the found one
-                    known[admitted[0]] = len(plan.entries)
-                    plan.extends.append((len(plan.entries), source, len(plan.hits) - 1))
-                    plan.entries.append(PrefixEntry(admitted[0], self.num_layers))
-                continue
-            misses += 1
-            if not admitted:
-                plan.front.append((index, piece))
-                continue
-            source = known[admitted[0]] = len(plan.entries)
-            plan.entries.append(PrefixEntry(admitted[0], self.num_layers))
-            first = piece if piece.packed or len(piece.items) == 1 else piece.piece(0, 1, piece.num_tokens)
-            plan.fillers.append((source, len(plan.front)))
-            plan.front.append((index, first))
-            if first is not piece:
-                rest = piece.piece(1, len(piece.items), piece.num_tokens)
-                plan.hits.append((index, _cut(rest, len(admitted[0][1]), source)))
+            found = self._find(keys, heads)
+            hits, misses = (hits + 1, misses) if found >= 0 else (hits, misses + 1)
+            for rank in range(found + 1, len(keys)):
+                shorter = heads[keys[rank - 1]] if rank else None
+                heads[keys[rank]] = self._compute(keys[rank], shorter, index, piece, stages)
+            head = heads[keys[-1]]
+            computed = 0
+            if head.owner == index and (piece.packed or not head.claimed):
+                computed, head.claimed = head.entry.length - head.base, True
+            source = pieces.source(head.entry)
+            pieces.hits.append((index, _cut(piece, head.entry.length, source, computed)))
         self.cache.count(hits, misses)
-        return plan
+        return stages, pieces
 
-    def _find(
-        self, keys: list[PrefixKey], known: dict[PrefixKey, int]
-    ) -> tuple[int, PrefixEntry | None] | None:
-        """The rank in `keys` of the longest one this forward already uses (entry None) or the cache
-        holds (its entry); None when no key is either."""
-        for rank, key in enumerate(keys):
-            if key in known:
-                return rank, None
+    def _find(self, keys: list[PrefixKey], heads: dict[PrefixKey, _Head]) -> int:
+        """The rank in `keys` of the longest head this batch already has or the cache holds; -1: none.
+        A head this batch computes but has not admitted is sighted again (a batch-mate with the same
+        head is its second sighting)."""
+        for rank in range(len(keys) - 1, -1, -1):
+            key = keys[rank]
+            head = heads.get(key)
+            if head is not None:
+                if not head.entry.admitted:
+                    head.entry.admitted = self.cache.sight(key)
+                return rank
             entry = self.cache.lookup(key)
             if entry is not None:
-                return rank, entry
-        return None
+                heads[key] = _Head(entry, stage=-1, base=entry.length)
+                return rank
+        return -1
 
-    @staticmethod
-    def _use(
-        key: PrefixKey, entry: PrefixEntry | None, known: dict[PrefixKey, int], entries: list[PrefixEntry]
-    ) -> int:
-        """The forward's index of the prefix `key` (a cached `entry` joins the forward's entries)."""
-        if entry is not None:
-            known[key] = len(entries)
-            entries.append(entry)
-        return known[key]
+    def _compute(
+        self, key: PrefixKey, shorter: _Head | None, index: int, piece: PreparedJob, stages: list[_Stage]
+    ) -> _Head:
+        """Plan the head `key` for job `index`: a fill of its tokens, or an extension of `shorter`."""
+        entry = self.shape.entry(key, admitted=self.cache.sight(key))
+        stage_number = 0 if shorter is None else shorter.stage + 1
+        while len(stages) <= stage_number:
+            stages.append(_Stage())
+        stage = stages[stage_number]
+        tokens = _head_piece(piece, list(key[1]))
+        if shorter is None:
+            stage.fillers.append((stage.source(entry), len(stage.front)))
+            stage.front.append((index, tokens))
+            return _Head(entry, stage_number, base=0, owner=index)
+        source = stage.source(shorter.entry)
+        stage.hits.append((index, _cut(tokens, shorter.entry.length, source)))
+        stage.extends.append((stage.source(entry), source, len(stage.hits) - 1))
+        base = shorter.base if shorter.owner == index else shorter.entry.length
+        return _Head(entry, stage_number, base=base, owner=index)
 
 
-def _cut(piece: PreparedJob, length: int, source: int) -> CachedPiece:
+def _head_piece(piece: PreparedJob, tokens: list[int]) -> PreparedJob:
+    """A head's tokens as a plain pair of their own (its one scoring row is never read)."""
+    return dataclasses.replace(
+        piece, query=[], items=[tokens], packed=False, num_tokens=len(tokens), token_types=None, chunks=None
+    )
+
+
+def _cut(piece: PreparedJob, length: int, source: int, computed: int = 0) -> CachedPiece:
     """`piece` without its first `length` leading tokens (of the query, or of each pair)."""
     values = {f.name: getattr(piece, f.name) for f in dataclasses.fields(PreparedJob) if f.init}
     if piece.packed:
         values["query"] = piece.query[length:]
     else:
         values["items"] = [item[length:] for item in piece.items]
-    return CachedPiece(**values, cached=length, source=source)
+    return CachedPiece(**values, cached=length, source=source, computed=computed)
+
+
+def _stage_batch(stage: _Stage, *, pin: bool, **options) -> ForwardBatch:
+    """The forward that computes one stage's heads (fills in front, extensions as hits)."""
+    batch = build_forward_batch([piece for _, piece in stage.front + stage.hits], **options)
+    return _with_prefixes(batch, stage, options["attention_backend"], pin)
 
 
 def _sequence_owners(pieces: list[PreparedJob]) -> tuple[list[int], list[int]]:
@@ -213,7 +295,7 @@ def _sequence_owners(pieces: list[PreparedJob]) -> tuple[list[int], list[int]]:
     return owners, first
 
 
-def _with_prefixes(batch: ForwardBatch, plan: _Plan, backend: str, pin: bool) -> ForwardBatch:
+def _with_prefixes(batch: ForwardBatch, plan: _Stage, backend: str, pin: bool) -> ForwardBatch:
     layout = batch.layout
     owners, first_seq = _sequence_owners([piece for _, piece in plan.front + plan.hits])
     if len(owners) != len(layout.seq_starts):
@@ -263,12 +345,12 @@ def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> Prefix
 
     Off for encoders (bidirectional: a prefix's states depend on what follows it), for models with a
     sliding window (a cached key may fall out of a later token's window) and for models whose layers
-    are not plain causal attention (`mis_block_reason`) or carry state along the sequence (hybrid
-    decoders: the cache keeps attention keys and values, not a Gated DeltaNet layer's state at the
-    prefix's end)."""
+    are not plain causal attention (`mis_block_reason`). A hybrid decoder's entry keeps its attention
+    layers' keys and values and each Gated DeltaNet layer's state and convolution window at the
+    prefix's end (`engine/recurrent/`): a fixed size per entry beside the keys and values per token."""
     if setting_mb == 0 or model.encoder is not None or model.sliding_window is not None:
         return None
-    if model.mis_block_reason is not None or model.recurrent is not None:
+    if model.mis_block_reason is not None:
         return None
     config = model.model.config
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -276,6 +358,12 @@ def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> Prefix
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
     layers = int(config.num_hidden_layers)
-    capacity = capacity_bytes(setting_mb, bytes_per_token(layers, kv_heads, head_dim, model.dtype))
+    shape = EntryShape(layers)
+    if model.recurrent is not None:
+        types = list(getattr(config, "layer_types", None) or ())
+        stateless = frozenset(n for n, kind in enumerate(types) if kind == "linear_attention")
+        shape = EntryShape(layers, stateless, model.recurrent.layers, model.recurrent.state_bytes)
     namespace = (revision, str(model.dtype).removeprefix("torch."))
-    return PrefixPlanner(PrefixCache(capacity), namespace, layers)
+    per_token = bytes_per_token(layers - len(shape.stateless), kv_heads, head_dim, model.dtype)
+    cache = PrefixCache(capacity_bytes(setting_mb, per_token))
+    return PrefixPlanner(cache, namespace, shape, per_token)

@@ -8,8 +8,8 @@ positions C and on.
 
 Entries are keyed by a namespace (model revision, dtype, template hash) and the exact token ids, so
 an entry is never used for another model, dtype or template. Memory is bounded by `capacity_bytes`;
-the least recently used entries go first. A prefix is admitted on its second sighting (`Sightings`):
-a head seen once costs nothing to remember, a unique query never evicts a template's rubric.
+the least recently used entries go first. A prefix may evict others from its second sighting on (`Sightings`):
+one seen once is kept only where there is room, so a unique query never evicts a template's rubric.
 
 The cache is read and changed from two threads (the packing thread plans hits, the device thread
 inserts filled entries after a forward), so every method takes the lock. A planned hit holds its
@@ -30,21 +30,35 @@ PrefixKey = tuple[tuple[str, ...], tuple[int, ...]]
 
 @dataclass(eq=False)
 class PrefixEntry:
-    """The keys and values of one prefix, one [Hkv, C, d] pair per attention layer.
+    """The states of one prefix: one [Hkv, C, d] key and value pair per attention layer and, for a
+    hybrid model, each Gated DeltaNet layer's convolution window and recurrent state at its end.
 
     Created empty when a forward is planned to compute it (a fill), filled layer by layer by the
-    attention function during that forward, and inserted into the cache only after the forward
-    succeeded (`complete`)."""
+    attention function (and the stateful layers) during that forward, and inserted into the cache only
+    after the forward succeeded (`complete`); one not `admitted` (seen for the first time) only where
+    the cache has room for it (`PrefixCache.insert`)."""
 
     key: PrefixKey
     num_layers: int
     keys: list[torch.Tensor | None] = field(default_factory=list)
     values: list[torch.Tensor | None] = field(default_factory=list)
+    admitted: bool = True
+    stateless: frozenset[int] = frozenset()
+    """Layers without keys and values: a hybrid's Gated DeltaNet layers (their state is `states`)."""
+    recurrent: int = 0
+    """Gated DeltaNet layers, in their order in the model (`recurrent/gated_delta.py`'s `slot`)."""
+    states: list[torch.Tensor | None] = field(default_factory=list)
+    """Per Gated DeltaNet layer: the recurrent state after the prefix's last token."""
+    windows: list[torch.Tensor | None] = field(default_factory=list)
+    """Per Gated DeltaNet layer: its convolution's inputs at the prefix's last tokens [W, C]."""
 
     def __post_init__(self) -> None:
         if not self.keys:
             self.keys = [None] * self.num_layers
             self.values = [None] * self.num_layers
+        if not self.states:
+            self.states = [None] * self.recurrent
+            self.windows = [None] * self.recurrent
 
     @property
     def length(self) -> int:
@@ -52,11 +66,14 @@ class PrefixEntry:
 
     @property
     def complete(self) -> bool:
-        return all(k is not None for k in self.keys) and all(v is not None for v in self.values)
+        attention = [n for n in range(self.num_layers) if n not in self.stateless]
+        kv = all(self.keys[n] is not None and self.values[n] is not None for n in attention)
+        return kv and all(t is not None for t in (*self.states, *self.windows))
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values) if t is not None)
+        tensors = (*self.keys, *self.values, *self.states, *self.windows)
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
     def store(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Copies (a slice of a layer's [Hkv, T, d] would keep the whole batch's states alive)."""
@@ -68,6 +85,20 @@ class PrefixEntry:
         if keys is None or values is None:
             raise RuntimeError(f"prefix entry of {self.length} tokens has no states for layer {index}")
         return keys, values
+
+    def store_state(self, slot: int, state: torch.Tensor, window: torch.Tensor) -> None:
+        """Gated DeltaNet layer `slot`'s state and convolution window at the prefix's end (copies)."""
+        self.states[slot] = state.clone()
+        self.windows[slot] = window.clone()
+
+    def state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(recurrent state, convolution window) of Gated DeltaNet layer `slot`."""
+        state, window = self.states[slot], self.windows[slot]
+        if state is None or window is None:
+            raise RuntimeError(
+                f"prefix entry of {self.length} tokens has no state for recurrent layer {slot}"
+            )
+        return state, window
 
 
 @dataclass(frozen=True)
@@ -123,6 +154,11 @@ class PrefixCache:
                 self._entries.move_to_end(key)
             return entry
 
+    def fits(self, tokens: int, per_token: int, fixed: int = 0) -> bool:
+        """Whether a prefix of `tokens` could ever be kept: one larger than the whole cache never hits.
+        `fixed`: the bytes of an entry whatever its length (a hybrid's recurrent states)."""
+        return tokens * per_token + fixed <= self.capacity_bytes
+
     def sight(self, key: PrefixKey) -> bool:
         """Whether `key` has been seen before (and remember it now): admission on the second sighting."""
         with self._lock:
@@ -137,12 +173,16 @@ class PrefixCache:
         """Keep a filled entry, evicting the least recently used ones to stay within the capacity.
 
         An entry larger than the whole capacity is dropped; a key already present (two forwards that
-        both filled it) keeps the first copy."""
+        both filled it) keeps the first copy. A prefix seen once (not `admitted`) is kept only where
+        the cache has room for it: it never evicts another, so a stream of unique queries never pushes
+        out a template's head; kept all the same, its job's next call hits what its first call used."""
         if not entry.complete:
             return
         size = entry.nbytes
         with self._lock:
             if entry.key in self._entries or size > self.capacity_bytes:
+                return
+            if not entry.admitted and self._bytes + size > self.capacity_bytes:
                 return
             while self._bytes + size > self.capacity_bytes and self._entries:
                 _, old = self._entries.popitem(last=False)

@@ -57,6 +57,8 @@ class RecurrentSpec:
     """Stateful layers wrapped."""
     window: int
     """Earlier tokens each layer's convolution sees (its kernel size - 1)."""
+    state_bytes: int = 0
+    """What a cached prefix keeps of all of them, whatever its length (states and windows)."""
 
 
 def _is_stateful(module: nn.Module) -> bool:
@@ -120,14 +122,25 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
     windows = {int(module.conv_kernel_size) - 1 for _, module in layers}
     if len(windows) != 1:
         raise StatefulLayerError(f"model_type {family!r}: its layers' convolution kernels differ ({windows})")
-    for name, module in layers:
+    window = windows.pop()
+    state_bytes = 0
+    for slot, (name, module) in enumerate(layers):
         parent, _, attribute = name.rpartition(".")
         rule = delta_rule_of(module)
         if rule is None:
             raise StatefulLayerError(f"model_type {family!r}: its modeling module has no gated delta rule")
-        wrapped = PackedGatedDeltaNet(module, projections_for(module), rule)
+        wrapped = PackedGatedDeltaNet(module, projections_for(module), rule, slot)
         setattr(decoder.get_submodule(parent), attribute, wrapped)
-    return RecurrentSpec(layers=len(layers), window=windows.pop())
+        state_bytes += _state_bytes(module, window)
+    return RecurrentSpec(layers=len(layers), window=window, state_bytes=state_bytes)
+
+
+def _state_bytes(module: nn.Module, window: int) -> int:
+    """What a prefix keeps of one Gated DeltaNet layer: its float32 recurrent state [value heads, key
+    dim, value dim] and its last `window` convolution inputs."""
+    heads, key_dim, value_dim = (int(getattr(module, n)) for n in ("num_v_heads", "head_k_dim", "head_v_dim"))
+    weight = module.conv1d.weight
+    return 4 * heads * key_dim * value_dim + window * int(module.conv_dim) * weight.element_size()
 
 
 def _decoder(model: nn.Module) -> nn.Module:

@@ -38,9 +38,13 @@ def delta_rule_of(layer: nn.Module) -> DeltaRule | None:
 class PackedGatedDeltaNet(nn.Module):
     """transformers' Gated DeltaNet layer (`inner`), run per run of `RecurrentRuns` when given them."""
 
-    def __init__(self, inner: nn.Module, projections: Projections, delta_rule: DeltaRule) -> None:
+    def __init__(
+        self, inner: nn.Module, projections: Projections, delta_rule: DeltaRule, slot: int = 0
+    ) -> None:
         super().__init__()
         self.inner = inner
+        self.slot = slot
+        """Its place among the model's Gated DeltaNet layers: its state in a prefix cache entry."""
         self.projections = projections
         self.delta_rule = delta_rule
         self.window = int(inner.conv_kernel_size) - 1
@@ -77,18 +81,33 @@ class PackedGatedDeltaNet(nn.Module):
         inputs = self.projections(inner, hidden)
         beta = inputs.b.sigmoid()
         decay = -inner.A_log.float().exp() * F.softplus(inputs.a.float() + inner.dt_bias)
-        # One zero row past the stream: what padding slots and missing window tokens read.
+        # One zero row past the stream: what padding slots and missing window tokens read; then the
+        # cached heads' last inputs, which the sequences cut after them convolve after.
+        cached = [runs.entries[entry].state(self.slot) for entry in runs.sources]
         mixed, beta, decay = (_with_zero_row(x) for x in (inputs.mixed, beta, decay))
+        if cached:
+            mixed = torch.cat([mixed, *(window.to(mixed.dtype) for _, window in cached)])
+        heads = torch.stack([state for state, _ in cached]) if cached else None
         core = hidden.new_zeros(hidden.shape[0], inputs.z.shape[1], inner.head_v_dim)
         states: torch.Tensor | None = None
         for group in runs.groups:
-            out, final = self._run_group(group, mixed, beta, decay, states)
+            initial = _initial(group, states, heads)
+            out, final = self._run_group(group, mixed, beta, decay, initial)
             core.index_copy_(0, group.tokens, out.flatten(0, 1).index_select(0, group.slots))
             if group.keep_rows is not None and final is not None:
                 if states is None:
                     states = final.new_zeros((runs.kept_states, *final.shape[1:]))
                 states.index_copy_(0, group.keep_slots, final.index_select(0, group.keep_rows))
+            if group.store_rows is not None and final is not None:
+                self._store(runs, group, final, mixed)
         return self._output(core, inputs)
+
+    def _store(self, runs: RecurrentRuns, group: RunGroup, final: torch.Tensor, mixed: torch.Tensor) -> None:
+        """Heads computed now keep this layer's final state and last convolution inputs."""
+        assert group.store_rows is not None and group.store_window is not None
+        for n, entry in enumerate(group.store_entries):
+            state = final[group.store_rows[n]]
+            runs.entries[entry].store_state(self.slot, state, mixed[group.store_window[n]])
 
     def _run_group(
         self,
@@ -96,7 +115,7 @@ class PackedGatedDeltaNet(nn.Module):
         mixed: torch.Tensor,
         beta: torch.Tensor,
         decay: torch.Tensor,
-        states: torch.Tensor | None,
+        initial: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, L, value_heads, value_head_dim] outputs and [B, heads, key_dim, value_dim] final states."""
         inner = self.inner
@@ -104,10 +123,6 @@ class PackedGatedDeltaNet(nn.Module):
         convolved = convolved * group.valid[..., None].to(convolved.dtype)
         rows, length = group.index.shape
         query, key, value = torch.split(convolved, [inner.key_dim, inner.key_dim, inner.value_dim], dim=-1)
-        initial = None
-        if group.state_from is not None:
-            assert states is not None, "items run after their queries' group"
-            initial = states.index_select(0, group.state_from)
         return self.delta_rule(
             query.reshape(rows, length, -1, inner.head_k_dim),
             key.reshape(rows, length, -1, inner.head_k_dim),
@@ -115,7 +130,7 @@ class PackedGatedDeltaNet(nn.Module):
             g=decay[group.index],
             beta=beta[group.index],
             initial_state=initial,
-            output_final_state=group.keep_rows is not None,
+            output_final_state=group.keep_rows is not None or group.store_rows is not None,
             use_qk_l2norm_in_kernel=True,
         )
 
@@ -134,6 +149,18 @@ class PackedGatedDeltaNet(nn.Module):
         heads_dim = inner.head_v_dim
         normed = inner.norm(core.reshape(-1, heads_dim), inputs.z.reshape(-1, heads_dim))
         return inner.out_proj(normed.reshape(core.shape[0], -1))
+
+
+def _initial(group: RunGroup, states: torch.Tensor | None, heads: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows' initial states: their query's (items), their cached head's (cut sequences), or None
+    (zero state)."""
+    if group.state_from is not None:
+        assert states is not None, "items run after their queries' group"
+        return states.index_select(0, group.state_from)
+    if group.source_from is not None:
+        assert heads is not None, "a cut sequence's head is in the forward's entries"
+        return heads.index_select(0, group.source_from)
+    return None
 
 
 def _with_zero_row(x: torch.Tensor) -> torch.Tensor:

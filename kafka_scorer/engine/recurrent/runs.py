@@ -10,11 +10,19 @@ work is split into runs:
 Runs of similar length are stacked into padded groups (at most `MAX_ROWS` rows, so the per-row state a
 group holds stays bounded), leading runs first: an item's group needs its query's state. Everything is
 computed here from lengths, on the CPU, like the attention metadata (`engine/pack/batch.py`).
+
+Through the prefix cache (`RunPrefixes`, `engine/pack/prefix_batch.py`), a sequence cut after a cached head
+starts from that head's state instead: its leading run from the head's final recurrent state, its
+convolution window the head's last inputs (kept in the entry, appended past the stream's zero row), and
+its items' windows reach back into the head's when the cut query is shorter than the window. A
+sequence that computes a head (a fill, or an extension of a shorter head) hands its final state and
+its last `window` inputs to the head's entry.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -48,6 +56,35 @@ class RunGroup:
     """[S] rows whose final state later runs start from (queries with items); None: none kept."""
     keep_slots: torch.Tensor | None
     """[S] where in the state table each of `keep_rows` goes."""
+    source_from: torch.Tensor | None = None
+    """[B] each row's initial state in the forward's table of cached heads' states (sequences cut
+    after a cached head); None: not such rows."""
+    store_rows: torch.Tensor | None = None
+    """[S] rows whose final state a prefix entry keeps (heads computed now)."""
+    store_entries: tuple[int, ...] = ()
+    """The entry (index in `RecurrentRuns.entries`) each of `store_rows` goes to."""
+    store_window: torch.Tensor | None = None
+    """[S, W] the inputs of each stored row's last `window` positions (what a later cut convolves after)."""
+
+
+class StateEntry(Protocol):
+    """A prefix cache entry as the stateful layers see it (`engine/prefix_cache.PrefixEntry`)."""
+
+    def state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def store_state(self, slot: int, state: torch.Tensor, window: torch.Tensor) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunPrefixes:
+    """A forward through the prefix cache, as its stateful layers see it."""
+
+    entries: tuple[StateEntry, ...]
+    """The forward's prefix entries (`PrefixedMetadata.entries`)."""
+    starts: dict[int, int] = field(default_factory=dict)
+    """Stream start of a sequence cut after a cached head -> that head's entry index."""
+    stores: dict[int, int] = field(default_factory=dict)
+    """Stream start of a sequence that computes a head -> the entry its final state goes to."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +95,11 @@ class RecurrentRuns:
     """Rows of the state table: one per query whose items start from its state."""
     tokens: int
     """Tokens of the stream; the zero row that padding reads is appended at this index."""
+    entries: tuple[StateEntry, ...] = ()
+    """The forward's prefix entries (a tuple: moving the runs to the device leaves them as they are)."""
+    sources: tuple[int, ...] = ()
+    """Entries whose states cut sequences start from: their windows follow the zero row in this order,
+    and their states form the table `RunGroup.source_from` indexes."""
 
     def to(self, device: torch.device) -> RecurrentRuns:
         return to_device(self, device)
@@ -73,31 +115,49 @@ class _Run:
     """State-table slot the run starts from; None: zero state."""
     keep: int | None = None
     """State-table slot its final state goes to; None: not kept."""
+    source: int | None = None
+    """Row of the cached heads' state table the run starts from (a cut sequence's leading run)."""
+    store: int | None = None
+    """Entry index its final state and last window go to (a head computed now)."""
 
 
 def build_runs(
-    layout: AttentionLayout, window: int, pin: bool = False, max_rows: int = MAX_ROWS
+    layout: AttentionLayout,
+    window: int,
+    pin: bool = False,
+    max_rows: int = MAX_ROWS,
+    prefixes: RunPrefixes | None = None,
 ) -> RecurrentRuns:
     """The runs of `layout`'s stream for layers whose convolution sees `window` earlier tokens."""
-    leading: list[_Run] = []
-    items: list[_Run] = []
+    prefixes = prefixes or RunPrefixes(())
+    tokens = layout.total_tokens
+    sources = tuple(dict.fromkeys(prefixes.starts.values()))
+    # the cached heads' windows follow the zero row (index `tokens`), `window` rows each
+    cached_window = {entry: tokens + 1 + n * window for n, entry in enumerate(sources)}
+    runs: tuple[list[_Run], list[_Run], list[_Run]] = ([], [], [])  # from zero, from a head, items
     kept = 0
     for start, prefix_len, item_lens in zip(layout.seq_starts, layout.prefix_lens, layout.item_lens):
         item_runs = _item_spans(start + prefix_len, item_lens)
         if prefix_len == 0:  # an empty query: each item is a sequence of its own
-            leading.extend(_Run(s, n) for s, n in item_runs)
+            runs[0].extend(_Run(s, n) for s, n in item_runs)
             continue
+        entry = prefixes.starts.get(start)
+        before = (
+            [tokens] * window
+            if entry is None
+            else list(range(cached_window[entry], cached_window[entry] + window))
+        )
         keep = kept if item_runs else None
         kept += keep is not None
-        leading.append(_Run(start, prefix_len, keep=keep))
-        end = start + prefix_len
-        tail = tuple(range(max(start, end - window), end))
-        items.extend(_Run(s, n, context=tail, parent=keep) for s, n in item_runs)
-    tokens = layout.total_tokens
-    groups = [
-        _group(rows, tokens, window, pin) for runs in (leading, items) for rows in _stack(runs, max_rows)
-    ]
-    return RecurrentRuns(groups=groups, kept_states=kept, tokens=tokens)
+        source = None if entry is None else sources.index(entry)
+        store = prefixes.stores.get(start)
+        runs[entry is not None].append(
+            _Run(start, prefix_len, tuple(before), keep=keep, source=source, store=store)
+        )
+        tail = tuple([*before, *range(start, start + prefix_len)][-window:]) if window else ()
+        runs[2].extend(_Run(s, n, context=tail, parent=keep) for s, n in item_runs)
+    groups = [_group(rows, tokens, window, pin) for part in runs for rows in _stack(part, max_rows)]
+    return RecurrentRuns(groups, kept, tokens, prefixes.entries, sources)
 
 
 def _item_spans(first: int, item_lens: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -129,20 +189,39 @@ def _group(rows: list[_Run], zero: int, window: int, pin: bool) -> RunGroup:
     for row, run in enumerate(rows):
         index[row, : run.length] = torch.arange(run.start, run.start + run.length)
         valid[row, : run.length] = True
-    contexts = [[zero] * (window - len(run.context)) + list(run.context) for run in rows]
+    contexts = [[zero] * (window - len(run.context)) + list(run.context)[-window:] for run in rows]
     slots = valid.flatten().nonzero().flatten()
     kept = [(row, run.keep) for row, run in enumerate(rows) if run.keep is not None]
+    stored = [(row, run) for row, run in enumerate(rows) if run.store is not None]
     parents = [run.parent for run in rows]
-    # A group is all leading runs (zero state) or all items (a query's state): `build_runs` stacks
-    # the two apart.
-    assert len({parent is None for parent in parents}) == 1
+    sources = [run.source for run in rows]
+    # A group is all leading runs from zero, all from a cached head, or all items (a query's state):
+    # `build_runs` stacks the three apart.
+    assert len({parent is None for parent in parents}) == 1 and len({s is None for s in sources}) == 1
+
+    def tensor(values: list) -> torch.Tensor:
+        return host(torch.tensor(values, dtype=torch.long), pin)
+
     return RunGroup(
         index=host(index, pin),
         window=host(torch.tensor(contexts, dtype=torch.long).reshape(len(rows), window), pin),
         valid=host(valid, pin),
         slots=host(slots, pin),
         tokens=host(index.flatten()[slots], pin),
-        state_from=host(torch.tensor(parents), pin) if parents[0] is not None else None,
-        keep_rows=host(torch.tensor([row for row, _ in kept]), pin) if kept else None,
-        keep_slots=host(torch.tensor([slot for _, slot in kept]), pin) if kept else None,
+        state_from=tensor(parents) if parents[0] is not None else None,
+        keep_rows=tensor([row for row, _ in kept]) if kept else None,
+        keep_slots=tensor([slot for _, slot in kept]) if kept else None,
+        source_from=tensor(sources) if sources[0] is not None else None,
+        store_rows=tensor([row for row, _ in stored]) if stored else None,
+        store_entries=tuple(run.store for _, run in stored if run.store is not None),
+        store_window=tensor([_last_inputs(run, contexts[row], window) for row, run in stored]).reshape(
+            len(stored), window
+        )
+        if stored
+        else None,
     )
+
+
+def _last_inputs(run: _Run, context: list[int], window: int) -> list[int]:
+    """The convolution inputs at a run's last `window` positions (its window before it, then its own)."""
+    return [*context, *range(run.start, run.start + run.length)][len(context) + run.length - window :]

@@ -2,7 +2,8 @@
 
 The decoder (or encoder) runs once over the flat stream; only the scoring rows are gathered, and the
 model kind picks the head. An encoder's row is its pair's first token, or the mean over the pair's
-tokens (ModernBERT's mean pooling), and its head is the stock classifier (`engine/models/encoder_family.py`).
+tokens (ModernBERT's mean pooling), and its head is the stock classifier
+(`engine/models/encoder_family.py`).
 The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
 come back. A forward padded to a captured bucket replays its CUDA graph for the body
 (`engine/graphs/`); the rest is the same.
@@ -15,12 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
+from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kernels.label_scores import resolve_backend
 from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind
 from kafka_scorer.engine.pack.batch import ForwardBatch
-from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, build_runs
+from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, build_runs
 from kafka_scorer.engine.run.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.run.invariant_heads import invariant_classification_scores, invariant_label_scores
 
@@ -109,11 +111,22 @@ class ModelRunner:
         recurrent = self.model.recurrent
         if recurrent is not None:
             # Hybrid decoders' stateful layers run each sequence and item from its own state (`recurrent/`).
-            runs = build_runs(batch.layout, recurrent.window, pin=self.model.device.type == "cuda")
+            attention = batch.attention
+            prefixes = _run_prefixes(attention) if isinstance(attention, PrefixedMetadata) else None
+            pin = self.model.device.type == "cuda"
+            runs = build_runs(batch.layout, recurrent.window, pin=pin, prefixes=prefixes)
             inputs[RUNS_KWARG] = runs.to(self.model.device)
         if batch.token_types is not None:
             inputs["token_type_ids"] = to_device(batch.token_types)[None]
         return self.model.body(**inputs)[0][0]
+
+
+def _run_prefixes(attention: PrefixedMetadata) -> RunPrefixes:
+    """A forward's prefixes as a hybrid's stateful layers need them: the cut sequences start from their
+    head's state; the fills and extensions keep theirs (`engine/recurrent/runs.py`)."""
+    stores = {start: entry for entry, start in attention.fills}
+    stores.update({start: entry for entry, _, start in attention.extends})
+    return RunPrefixes(tuple(attention.entries), dict(attention.starts), stores)
 
 
 def _mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> torch.Tensor:
