@@ -137,8 +137,8 @@ class EngineSettings(BaseSettings):
     )
     template: str = Field(
         "",
-        description="Prompt template for text jobs: a preset (qwen3-reranker) or a template file with "
-        "{instruction}, {query} and {item}; empty: none (docs/message-schema.md, Templates).",
+        description="Prompt template for text jobs: a preset (qwen3-reranker, qwen3-vl-reranker) or a file "
+        "with {instruction}, {query} and {item}; empty: none (docs/message-schema.md, Templates).",
     )
     model_revision: str = Field(
         "",

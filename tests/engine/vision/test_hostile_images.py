@@ -101,3 +101,53 @@ def test_random_bytes_are_refused_or_decoded(blob: bytes) -> None:
         decode_image(ImageData(blob), LIMITS, "query image 0")
     except InputError as exc:
         assert exc.code is ErrorCode.INVALID_REQUEST
+
+
+HOSTILE = st.one_of(
+    st.binary(max_size=256),
+    st.sampled_from(["PNG", "JPEG"]).map(lambda fmt: picture(40, 40, fmt=fmt)[:200]),  # truncated
+    st.just(png_header_only(20000, 20000)),
+    st.just(picture(1, 1, fmt="GIF")[:-3]),
+)
+
+
+@pytest.fixture(scope="module")
+def good_rows(vision_scorer):
+    scorer = vision_scorer(template="qwen3-vl-reranker")
+    [result] = scorer.score_jobs([_image_job("solo", [{"type": "image", "image": picture(30, 30)}])])
+    assert result.ok, result.error
+    return result.scores
+
+
+def _image_job(job_id: str, document) -> object:
+    from kafka_scorer.wire.protocol import Job
+
+    return Job(id=job_id, query="a photo", documents=["text", {"content": document}])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.one_of(st.none(), HOSTILE), min_size=2, max_size=5))
+def test_hostile_images_cost_their_own_job_only(vision_scorer, good_rows, plan: list) -> None:
+    """A batch of image jobs, some with hostile images (None: a good one): each hostile job is
+    `invalid_request` naming its document, every good job gets the scores it gets alone."""
+    scorer = vision_scorer(template="qwen3-vl-reranker")
+    parts = [[{"type": "image", "image": picture(30, 30) if blob is None else blob}] for blob in plan]
+    results = scorer.score_jobs([_image_job(f"j{i}", part) for i, part in enumerate(parts)])
+    assert [r.id for r in results] == [f"j{i}" for i in range(len(plan))]
+    for blob, result in zip(plan, results):
+        if result.ok:
+            assert blob is None or _decodes(blob), "a hostile image was scored"
+            if blob is None:
+                flat = [value for row in result.scores or [] for value in row]
+                assert flat == pytest.approx([value for row in good_rows for value in row], abs=1e-5)
+        else:
+            assert result.error is not None and result.error.code is ErrorCode.INVALID_REQUEST
+            assert result.error.item == 1 and result.error.message.startswith("item 1 image 0: ")
+
+
+def _decodes(blob: bytes) -> bool:
+    try:
+        decode_image(ImageData(blob), ImageLimits(), "x")
+    except InputError:
+        return False
+    return True
