@@ -1,8 +1,9 @@
 """A Qwen3-VL checkpoint: how it is recognised, and how it is loaded with its image processor.
 
 The model is transformers' own `Qwen3VLForConditionalGeneration`: its vision tower, the merger that
-turns 2x2 patches into one token, the deepstack features and the multimodal rotary positions (M-RoPE)
-run as the model defines them, so a score is the one transformers gives for the same pair.
+turns 2x2 patches into one token, the deepstack features and the multimodal rotary positions (M-RoPE,
+computed by its own `get_rope_index`) run as the model defines them, so a score is the one
+transformers gives for the same pair (packed jobs: `packing.py`).
 
 The image processor is transformers' slow one (PIL and numpy), never the "fast" torchvision one:
 torchvision is not a dependency (on the CPU wheels it would add ~1 GB, and its builds must match
@@ -33,7 +34,6 @@ from kafka_scorer.engine.load.revision import checkpoint_revision
 
 FAMILIES = ("qwen3_vl",)
 """`model_type`s served by this kind (Qwen2-VL and Qwen2.5-VL are the same shape, not yet tested)."""
-MIS_REASON = "multi-item scoring with images is not implemented yet: each document is scored as a pair"
 
 
 def model_type(model_path: str) -> str | None:
@@ -100,7 +100,7 @@ def load_vision_language(
         input_vocab_size=int(model.get_input_embeddings().num_embeddings),
         output_vocab_size=int(head.out_features),
         max_positions=getattr(config.text_config, "max_position_embeddings", None),
-        mis_block_reason=MIS_REASON,
+        mis_block_reason=None,  # packing is exact (packing.py)
         sliding_window=None,
         revision=checkpoint_revision(model_path),
         image_processor=processor,

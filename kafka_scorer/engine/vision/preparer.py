@@ -1,8 +1,10 @@
-"""Job -> one prompt per (query, item) pair with its images, for a vision-language CausalLM.
+"""Job -> one prompt per (query, item) pair with its images, for a vision-language CausalLM, scored
+pair by pair or packed behind the shared prefix (MIS, `packing.py`, `layout.py`).
 
-Every pair is a complete prompt (`packed` is False): multi-item scoring with images is not
-implemented, so `multi_item: true` is `unsupported` (the answer the text kinds give when they cannot
-pack exactly) and `multi_item: null` scores pairs. The label fields, activation and ranking are the
+Every pair is first tokenized whole, with its images' tokens expanded; packing then decides (SPEC §5,
+as for the text kinds: `multi_item: null` packs two items or more when the packed sequence fits
+`max_pair_tokens`, `true` packs or fails, `false` never packs; `item_first` is never packed). The
+label fields, activation and ranking are the
 text kinds' (`score_fields.py`), and the rerank shape's documents become items by the same code
 (`documents.py`). What this kind does not do yet is refused with a typed error, never ignored:
 token-id inputs (`unsupported`: send text or content parts), and cutting or chunking a pair too long
@@ -14,35 +16,21 @@ image is its own job's error `Result` before any batch holds it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any, cast
-
-import torch
 
 from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
 from kafka_scorer.engine.prepare.labels import LabelResolver
-from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.engine.prepare.ranking import normalised, ranking
 from kafka_scorer.engine.prepare.score_fields import ScoreFields
 from kafka_scorer.engine.prepare.templates import PromptTemplate
 from kafka_scorer.engine.vision.checkpoint import VisionModel
 from kafka_scorer.engine.vision.images import ImageLimits
-from kafka_scorer.engine.vision.prompt import ImageBook, Side, expand, render_side
+from kafka_scorer.engine.vision.layout import Pair, VisionJob, as_packed, as_pairs
+from kafka_scorer.engine.vision.packing import shared_prefix
+from kafka_scorer.engine.vision.prompt import ImageBook, ProcessedImage, Side, expand, render_side
 from kafka_scorer.wire.content import Content
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef, error_result
-
-
-@dataclass
-class VisionJob(PreparedJob):
-    """A prepared vision job: `items` holds each pair's token ids, `pixels`/`grids` its images' patches
-    and grids (None for a pair without images), in the order its image tokens appear."""
-
-    pixels: list[torch.Tensor | None] = field(default_factory=list)
-    grids: list[torch.Tensor | None] = field(default_factory=list)
-
-    def piece(self, start: int, end: int, num_tokens: int) -> VisionJob:
-        cut = cast(VisionJob, super().piece(start, end, num_tokens))
-        return replace(cut, pixels=self.pixels[start:end], grids=self.grids[start:end])
 
 
 class VisionPreparer(ScoreFields):
@@ -96,14 +84,16 @@ class VisionPreparer(ScoreFields):
             for index, value in enumerate(items)
         ]
         pairs = [self._pair(job, query, side, book, index) for index, side in enumerate(sides)]
+        query_images = [book.images[i] for i in query.images]
+        if self._packs(job, pairs, query_images):
+            layout = as_packed(self.model, pairs, query_images)
+        else:
+            layout = as_pairs(self.model, pairs)
         return VisionJob(
             job_id=job_id,
             job=job,
-            query=[],
-            items=[ids for ids, _, _ in pairs],
-            packed=False,
             label_ids=label_ids,
-            num_tokens=sum(len(ids) for ids, _, _ in pairs),
+            num_tokens=len(layout["query"]) + sum(len(ids) for ids in layout["items"]),
             warnings=warnings,
             activation=activation,
             rank_by=rank_by,
@@ -111,13 +101,30 @@ class VisionPreparer(ScoreFields):
                 job, self.model.kind, activation, len(label_ids), self.template is not None
             ),
             template=self.template_ref,
-            pixels=[pixels for _, pixels, _ in pairs],
-            grids=[grid for _, _, grid in pairs],
+            **layout,
         )
 
-    def _check_fields(self, job: Job) -> None:
+    def _packs(self, job: Job, pairs: list[Pair], query_images: list[ProcessedImage]) -> bool:
+        """SPEC §5 as the text kinds apply it: pack when it is exact and fits; `multi_item: true` turns
+        every "can't" into an error, `false` never packs, `null` packs two items or more."""
+        if job.multi_item is False:
+            return False
+        blocker: tuple[ErrorCode, str] | None = None
+        query_tokens = sum(image.tokens for image in query_images)
+        cut = shared_prefix([ids for ids, _ in pairs], self.model.image_token_id, query_tokens)
+        packed = cut + sum(len(ids) - cut for ids, _ in pairs)
+        if job.item_first:
+            blocker = (ErrorCode.UNSUPPORTED, "item_first jobs are never packed")
+        elif packed > self.limits.max_pair_tokens:
+            limit = self.limits.max_pair_tokens
+            blocker = (ErrorCode.TOO_LONG, f"the packed sequence ({packed} tokens) exceeds the limit {limit}")
         if job.multi_item is True:
-            raise InputError(ErrorCode.UNSUPPORTED, f"multi_item: true, but {self.model.mis_block_reason}")
+            if blocker is not None:
+                raise InputError(blocker[0], f"multi_item: true, but {blocker[1]}")
+            return True
+        return blocker is None and len(pairs) >= 2
+
+    def _check_fields(self, job: Job) -> None:
         if job.item_first and self.template is not None:
             raise InputError(
                 ErrorCode.INVALID_REQUEST,
@@ -125,9 +132,7 @@ class VisionPreparer(ScoreFields):
                 "query; send item_first: false (the template decides the order)",
             )
 
-    def _pair(
-        self, job: Job, query: Side, item: Side, book: ImageBook, index: int
-    ) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
+    def _pair(self, job: Job, query: Side, item: Side, book: ImageBook, index: int) -> Pair:
         first, second = (item, query) if job.item_first else (query, item)
         if self.template is not None:
             instruction = job.instruction if job.instruction is not None else self.template.instruction
@@ -140,9 +145,7 @@ class VisionPreparer(ScoreFields):
             raise InputError(ErrorCode.INVALID_REQUEST, f"item {index}: the pair has no tokens", item=index)
         if len(ids) > self.limits.max_pair_tokens:
             self._too_long(job, index, len(ids))
-        if not images:
-            return ids, None, None
-        return ids, torch.cat([i.pixels for i in images]), torch.cat([i.grid for i in images])
+        return ids, images
 
     def _too_long(self, job: Job, index: int, length: int) -> None:
         truncate, chunking = self.limits.long_item_policy(job)

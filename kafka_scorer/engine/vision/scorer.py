@@ -5,8 +5,8 @@ the worker, the CLI and the bench serve it like any other kind. Loading (`checkp
 (`preparer.py`: prompts, image checks and preprocessing) and the forward (`forward.py`) are this
 package's; job validation of the label fields, result stamping, ranking, the rerank shape and the
 device-thread failure handling (a failing batch bisected to the job behind it) are `Scorer`'s.
-Not yet for this kind, each refused at start with the setting to change: deterministic mode. The
-prefix cache and CUDA graphs are off for it (every pair runs whole).
+Not yet for this kind, refused at start with the setting to change: deterministic mode. The prefix
+cache and CUDA graphs are off for it (the forward is transformers' own, with a 4-D mask).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from kafka_scorer.engine.scorer import PackedBatch, Scorer
 from kafka_scorer.engine.vision.checkpoint import VisionModel, load_vision_language
 from kafka_scorer.engine.vision.forward import VisionForward, build_vision_forward, run_vision_forward
 from kafka_scorer.engine.vision.images import ImageLimits
-from kafka_scorer.engine.vision.preparer import VisionJob, VisionPreparer
+from kafka_scorer.engine.vision.layout import VisionJob
+from kafka_scorer.engine.vision.preparer import VisionPreparer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Job, Result
 

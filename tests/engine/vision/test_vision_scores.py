@@ -1,8 +1,9 @@
 """A Qwen3-VL reranker's scores equal transformers one pair at a time (float32, 1e-4), for every way a
-job can carry images, alone and batched with other jobs (SPEC §11)."""
+job can carry images, alone and batched with other jobs, packed (MIS) and pair by pair (SPEC §11)."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from kafka_scorer.wire.content import Content, ImageData, ImagePart, TextPart
@@ -73,11 +74,25 @@ JOBS = {
 
 @pytest.mark.parametrize("name", list(JOBS))
 def test_one_job_equals_transformers_pair_by_pair(scorer, reference, labels, name: str) -> None:
-    job = JOBS[name]
-    [result] = scorer.score_jobs([job])
-    assert result.ok, result.error
-    assert_close(result.scores, expected(reference, job, labels))
-    assert result.template is not None and result.template.name == "qwen3-vl-reranker"
+    """MIS on (the default for two items or more) and off: the same scores, fewer tokens packed."""
+    want = expected(reference, JOBS[name], labels)
+    [packed] = scorer.score_jobs([JOBS[name]])
+    [pairs] = scorer.score_jobs([msgspec.structs.replace(JOBS[name], multi_item=False)])
+    for result in (packed, pairs):
+        assert result.ok, result.error
+        assert_close(result.scores, want)
+        assert result.template is not None and result.template.name == "qwen3-vl-reranker"
+    assert packed.prompt_tokens < pairs.prompt_tokens  # the query's prompt and images ran once
+
+
+def test_an_image_query_is_computed_once_when_packed(scorer, reference, labels) -> None:
+    """Every item sees the query's image; packed, its tokens are in the sequence once."""
+    job = Job(id="q", query=content(WIDE, "find this"), items=["a", "b", "c"], multi_item=True)
+    [packed] = scorer.score_jobs([job])
+    [pairs] = scorer.score_jobs([msgspec.structs.replace(job, multi_item=False)])
+    assert_close(packed.scores, expected(reference, job, labels))
+    image_tokens = pairs.prompt_tokens - packed.prompt_tokens
+    assert image_tokens > 2 * reference.tokenizer("find this", return_length=True)["length"][0]
 
 
 def test_several_jobs_in_one_batch_and_cut_across_forwards(vision_scorer, reference, labels) -> None:
@@ -87,9 +102,11 @@ def test_several_jobs_in_one_batch_and_cut_across_forwards(vision_scorer, refere
     want = [expected(reference, job, labels) for job in jobs]
     for budget in (0, 300):
         scorer = vision_scorer(template="qwen3-vl-reranker", max_batch_tokens=budget)
-        for job, result, rows in zip(jobs, scorer.score_jobs(jobs), want):
-            assert result.ok and result.id == job.id, result.error
-            assert_close(result.scores, rows)
+        for multi_item in (None, False):
+            batch = [msgspec.structs.replace(job, multi_item=multi_item) for job in jobs]
+            for job, result, rows in zip(batch, scorer.score_jobs(batch), want):
+                assert result.ok and result.id == job.id, result.error
+                assert_close(result.scores, rows)
 
 
 def test_the_rerank_shape_with_image_documents(scorer, reference, labels) -> None:
@@ -116,9 +133,9 @@ def test_image_tokens_count_in_the_budget(scorer, reference) -> None:
     ("job", "code", "words"),
     [
         (
-            Job(id="m", query=content(RED), items=["a", "b"], multi_item=True),
-            ErrorCode.UNSUPPORTED,
-            "multi_item",
+            Job(id="m", query=content(RED), items=["a", "b"], multi_item=True, item_first=True),
+            ErrorCode.INVALID_REQUEST,
+            "item_first",
         ),
         (Job(id="t", query=[1, 2], items=[[3]]), ErrorCode.UNSUPPORTED, "token ids"),
         (Job(id="s", query="<|image_pad|>", items=["a"]), ErrorCode.INVALID_REQUEST, "stands for an image"),
