@@ -159,7 +159,9 @@ class EngineSettings(BaseSettings):
         ge=-1,
         description="Device memory (MiB) for the document embedding cache of a late-interaction (ColBERT) "
         "model: a document's token vectors, kept by the hash of its token ids, so a document re-ranked "
-        "against many queries is encoded once (docs/engine.md). -1: 256 MiB; 0: off. Other kinds ignore it.",
+        "against many queries is encoded once (docs/engine.md); of a vision-language model: each image's "
+        "vision-tower output, kept by the hash of its pixels, so an image seen again is not encoded again. "
+        "-1: 256 MiB; 0: off. Other kinds ignore it.",
     )
     deterministic: bool = Field(
         False,

@@ -6,8 +6,9 @@ token order (the order the model matches image features to `<|image_pad|>` token
 are those the preparer computed with the model's own `get_rope_index`, each item's as in its pair
 alone. The mask lets a token see the earlier tokens of its own segment and the row's prefix: a pair
 row is one causal segment, a packed row's items are segments after a shared prefix (MIS); a padding
-token sees itself only. transformers' Qwen3-VL forward then runs the vision tower once over all the
-batch's images, places their (and the deepstack) features and runs the decoder with that mask.
+token sees itself only. The vision tower runs once over all the batch's images not in the feature
+cache (`features.py`), their features and deepstack features are placed as transformers' Qwen3-VL
+forward places them, and its decoder runs with that mask.
 The scoring row of an item is its last token's final-norm hidden state; the label scores come from
 the engine's CausalLM head code (`engine/heads.py`), the same as every text job's.
 """
@@ -15,13 +16,18 @@ the engine's CausalLM head code (`engine/heads.py`), the same as every text job'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from kafka_scorer.engine.run.heads import causal_label_scores
 from kafka_scorer.engine.vision.checkpoint import VisionModel
+from kafka_scorer.engine.vision.features import decoder_hidden, image_features
 from kafka_scorer.engine.vision.layout import Images, VisionJob
+from kafka_scorer.engine.vision.prompt import ProcessedImage
+
+if TYPE_CHECKING:
+    from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 
 
 @dataclass
@@ -62,6 +68,8 @@ def rows_of(piece: VisionJob) -> list[Row]:
 class VisionForward:
     group: list[tuple[int, VisionJob]]
     inputs: dict[str, torch.Tensor]
+    images: list[ProcessedImage]
+    """Every image of the batch in row and token order."""
     scoring: tuple[torch.Tensor, torch.Tensor]
     """(batch row, token) of each item's scoring token, in the group's item order."""
     label_ids: torch.Tensor
@@ -83,10 +91,7 @@ def build_vision_forward(group: list[tuple[int, VisionJob]], model: VisionModel)
         positions[:, index, :length] = torch.cat(row.positions, dim=1)
         mask[index, 0, :length, :length] = _row_mask(torch.tensor(row.segments))
     inputs = {"input_ids": input_ids, "position_ids": positions, "attention_mask": mask}
-    images = [images for row in rows for images in row.images if images.pixels is not None]
-    if images:
-        inputs["pixel_values"] = torch.cat([cast(torch.Tensor, i.pixels) for i in images])
-        inputs["image_grid_thw"] = torch.cat([cast(torch.Tensor, i.grids) for i in images])
+    images = [image for row in rows for images in row.images for image in images.found]
     batch_rows = [index for index, row in enumerate(rows) for _ in row.scoring]
     tokens = [token for row in rows for token in row.scoring]
     jobs = [piece for _, piece in group for _ in piece.items]
@@ -98,7 +103,7 @@ def build_vision_forward(group: list[tuple[int, VisionJob]], model: VisionModel)
         label_mask[index, : len(piece.label_ids)] = True
     softmax = torch.tensor([piece.activation == "softmax" for piece in jobs])
     scoring = (torch.tensor(batch_rows), torch.tensor(tokens))
-    return VisionForward(group, inputs, scoring, label_ids, label_mask, softmax)
+    return VisionForward(group, inputs, images, scoring, label_ids, label_mask, softmax)
 
 
 def _row_mask(segments: torch.Tensor) -> torch.Tensor:
@@ -110,13 +115,13 @@ def _row_mask(segments: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def run_vision_forward(forward: VisionForward, model: VisionModel) -> tuple[torch.Tensor, torch.Tensor]:
+def run_vision_forward(
+    forward: VisionForward, model: VisionModel, cache: EmbeddingCache | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """[items, labels] float32 scores and [items, hidden] scoring rows, both on the CPU."""
     device = model.device
     inputs = {name: tensor.to(device) for name, tensor in forward.inputs.items()}
-    if "pixel_values" in inputs:
-        inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
-    hidden = model.body(**inputs, use_cache=False).last_hidden_state
+    hidden = decoder_hidden(model, inputs, image_features(model, forward.images, cache))
     batch_rows, tokens = forward.scoring
     rows = hidden[batch_rows.to(device), tokens.to(device)]
     softmax_rows = forward.softmax_rows.to(device)

@@ -23,16 +23,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class Images:
-    """Patches `[n, dim]` and grids `[images, 3]` of some images in token order (None: no image)."""
+    """Some images in token order: their patches `[n, dim]` and grids `[images, 3]` (None: no image)
+    and their cache keys."""
 
     pixels: torch.Tensor | None = None
     grids: torch.Tensor | None = None
+    found: list[ProcessedImage] = field(default_factory=list)
 
     @staticmethod
     def of(images: list[ProcessedImage]) -> Images:
         if not images:
             return Images()
-        return Images(torch.cat([i.pixels for i in images]), torch.cat([i.grid for i in images]))
+        return Images(torch.cat([i.pixels for i in images]), torch.cat([i.grid for i in images]), images)
 
 
 @dataclass

@@ -14,6 +14,7 @@ query's images are in every pair), on the preparing thread.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,8 @@ class ProcessedImage:
     """[1, 3]: (t, h, w) in patches."""
     tokens: int
     """How many `<|image_pad|>` tokens it becomes in the prompt."""
+    key: bytes = b""
+    """A hash of the preprocessed patches and grid: the vision-feature cache's key (`features.py`)."""
 
 
 class ImageBook:
@@ -68,8 +71,9 @@ class ImageBook:
 
     def _processed(self, decoded: Any) -> ProcessedImage:
         out = self.model.image_processor(images=[decoded], return_tensors="pt")
-        grid = out["image_grid_thw"]
-        return ProcessedImage(out["pixel_values"], grid, int(grid.prod()) // self.model.merge_size**2)
+        pixels, grid = out["pixel_values"], out["image_grid_thw"]
+        key = hashlib.sha256(pixels.numpy().tobytes() + grid.numpy().tobytes()).digest()
+        return ProcessedImage(pixels, grid, int(grid.prod()) // self.model.merge_size**2, key)
 
 
 def render_side(value: str | Content, book: ImageBook, name: str, item: int | None) -> Side:

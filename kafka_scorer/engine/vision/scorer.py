@@ -5,16 +5,23 @@ the worker, the CLI and the bench serve it like any other kind. Loading (`checkp
 (`preparer.py`: prompts, image checks and preprocessing) and the forward (`forward.py`) are this
 package's; job validation of the label fields, result stamping, ranking, the rerank shape and the
 device-thread failure handling (a failing batch bisected to the job behind it) are `Scorer`'s.
-Not yet for this kind, refused at start with the setting to change: deterministic mode. The prefix
-cache and CUDA graphs are off for it (the forward is transformers' own, with a 4-D mask).
+Image features are cached across jobs (`features.py`, sized by `embedding_cache_mb`). Not yet for
+this kind, refused at start with the setting to change: deterministic mode. The prefix cache and
+CUDA graphs are off for it (the decoder is transformers' own, with a 4-D mask).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 import torch
 
+from kafka_scorer.engine.late_interaction.embedding_cache import (
+    EmbeddingCache,
+    EmbeddingCacheStats,
+    embedding_capacity_bytes,
+)
 from kafka_scorer.engine.load.loaded_model import LoadedModel
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.scorer import PackedBatch, Scorer
@@ -24,6 +31,7 @@ from kafka_scorer.engine.vision.images import ImageLimits
 from kafka_scorer.engine.vision.layout import VisionJob
 from kafka_scorer.engine.vision.preparer import VisionPreparer
 from kafka_scorer.errors import SettingError
+from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Job, Result
 
 
@@ -42,6 +50,7 @@ class VisionScorer(Scorer):
         max_images_per_job: int = 32,
         max_image_bytes: int = 10 * 2**20,
         max_image_pixels: int = 7680 * 4320,
+        embedding_cache_mb: int = -1,
         **options,
     ) -> None:
         if options.get("deterministic"):
@@ -55,13 +64,26 @@ class VisionScorer(Scorer):
         loaded = cast(VisionModel, self.loaded)
         preparer = VisionPreparer(loaded, self._preparer.limits, images, self.template)
         self._preparer = preparer  # type: ignore[assignment]  # VisionPreparer stands in for JobPreparer (issue 40 item 2: one kind, one object)
+        capacity = embedding_capacity_bytes(embedding_cache_mb)
+        self._features = EmbeddingCache(capacity, (self.revision, self.dtype_name)) if capacity > 0 else None
 
     def _graphs_for(self, setting: int) -> None:
         return None
 
     @property
     def description(self) -> dict[str, str]:
-        return {**super().description, "attention_backend": "transformers", "kind": "vision-language"}
+        cache = self._features
+        mb = f"{cache.capacity_bytes / 2**20:g}" if cache is not None else "0"
+        described = {**super().description, "attention_backend": "transformers", "kind": "vision-language"}
+        return {**described, "embedding_cache_mb": mb}
+
+    @property
+    def embedding_cache_stats(self) -> EmbeddingCacheStats | None:
+        """The vision-feature cache's counters (`features.py`), reported as the embedding cache's."""
+        return self._features.stats() if self._features is not None else None
+
+    def stats(self) -> EngineStats:
+        return replace(super().stats(), embedding_cache=counters(self.embedding_cache_stats))
 
     def warm_up(self) -> None:
         """One text pair and one image pair through the whole path, so a broken checkpoint or image
@@ -71,6 +93,8 @@ class VisionScorer(Scorer):
         for result in self.score_jobs(warm_up_jobs(self.template is not None)):
             if not result.ok:
                 raise RuntimeError(f"vision warm-up failed: {result.error}")
+        if self._features is not None:
+            self._features.clear()  # the warm-up's image is no traffic's
 
     def _build_forward(self, group: list[tuple[int, PreparedJob]]) -> tuple[list, VisionForward]:  # type: ignore[override]  # the hook returns its kind's forward (issue 40 item 2: one kind, one object)
         vision = cast("list[tuple[int, VisionJob]]", group)  # this scorer's preparer makes VisionJobs
@@ -82,7 +106,7 @@ class VisionScorer(Scorer):
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
         for _, forward in packed.forwards:
             assert isinstance(forward, VisionForward)
-            scores, states = run_vision_forward(forward, cast(VisionModel, self.loaded))
+            scores, states = run_vision_forward(forward, cast(VisionModel, self.loaded), self._features)
             start = 0
             for index, piece in forward.group:
                 end = start + piece.num_items

@@ -162,3 +162,21 @@ def test_a_pair_too_long_is_too_long_or_unsupported_when_asked_to_cut(vision_sco
     assert plain.error is not None and plain.error.code is ErrorCode.TOO_LONG and plain.error.item == 1
     [cut] = scorer.score_jobs([Job(id="cut", query="q", items=[long], truncate=True)])
     assert cut.error is not None and cut.error.code is ErrorCode.UNSUPPORTED
+
+
+def test_an_image_seen_again_reuses_its_vision_features(vision_scorer, reference, labels) -> None:
+    """The feature cache (`embedding_cache_mb`): a second job with the same document images hits it for
+    each of them, and its scores still equal transformers'."""
+    scorer = vision_scorer(template="qwen3-vl-reranker", embedding_cache_mb=8)
+    first = Job(id="first", query="red?", items=[content(RED), content("caption", BLUE)])
+    second = Job(id="second", query="blue?", items=[content(BLUE), content(RED, WIDE)])
+    before = scorer.embedding_cache_stats
+    scorer.score_jobs([first])
+    middle = scorer.embedding_cache_stats
+    [result] = scorer.score_jobs([second])
+    after = scorer.embedding_cache_stats
+    assert before is not None and middle is not None and after is not None
+    assert (middle.misses - before.misses, middle.hits - before.hits) == (2, 0)
+    assert (after.hits - middle.hits, after.misses - middle.misses) == (2, 1)  # RED and BLUE; WIDE is new
+    assert_close(result.scores, expected(reference, second, labels))
+    assert scorer.stats().embedding_cache is not None
