@@ -21,9 +21,15 @@ MERGE_SIZE = 2
 
 
 def build_tiny_vl_reranker(
-    directory: str | Path, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2
+    directory: str | Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    max_image_tokens: int = 16,
 ) -> Path:
-    """A random Qwen3-VL CausalLM (vision tower, deepstack merger, M-RoPE) and its processor files."""
+    """A random Qwen3-VL CausalLM (vision tower, deepstack merger, M-RoPE) and its processor files; the
+    processor scales an image to at most `max_image_tokens` merged patches."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -77,7 +83,7 @@ def build_tiny_vl_reranker(
     model.save_pretrained(path)
     slow_image_processor_class()(
         min_pixels=(PATCH_SIZE * MERGE_SIZE) ** 2,
-        max_pixels=(PATCH_SIZE * MERGE_SIZE) ** 2 * 16,
+        max_pixels=(PATCH_SIZE * MERGE_SIZE) ** 2 * max_image_tokens,
         patch_size=PATCH_SIZE,
         merge_size=MERGE_SIZE,
         temporal_patch_size=2,
