@@ -180,3 +180,60 @@ def test_an_image_seen_again_reuses_its_vision_features(vision_scorer, reference
     assert (after.hits - middle.hits, after.misses - middle.misses) == (2, 1)  # RED and BLUE; WIDE is new
     assert_close(result.scores, expected(reference, second, labels))
     assert scorer.stats().embedding_cache is not None
+
+
+def test_pooled_states_and_item_first_without_a_template(vision_scorer, reference, labels) -> None:
+    """No template: the pair is query then item (`item_first`: item then query), label ids as sent;
+    the pooled state is the last token's final-norm hidden state, packed or not."""
+    import torch
+
+    scorer = vision_scorer()
+    for item_first, multi_item in ((False, None), (False, False), (True, None)):
+        job = Job(
+            id="raw", query=content("q ", RED), items=[content(BLUE, " a"), " b"], label_token_ids=labels,
+            item_first=item_first, multi_item=multi_item, return_pooled_hidden_states=True,
+        )  # fmt: skip
+        [result] = scorer.score_jobs([job])
+        assert result.ok and result.pooled_hidden_states is not None, result.error
+        pooled = torch.frombuffer(bytearray(result.pooled_hidden_states.data), dtype=torch.float32)
+        pooled = pooled.reshape(result.pooled_hidden_states.shape)
+        for index, item in enumerate(job.inputs):
+            first, second = (
+                (parts_of(item), parts_of(job.query)) if item_first else (parts_of(job.query), parts_of(item))
+            )
+            text, images = _raw_prompt(first + second)
+            assert result.scores[index] == pytest.approx(
+                reference.scores(text, images, labels), abs=TOLERANCE
+            )
+            assert pooled[index].tolist() == pytest.approx(
+                _last_state(reference, text, images), abs=TOLERANCE
+            )
+
+
+def _raw_prompt(parts: list) -> tuple[str, list]:
+    import io
+
+    from PIL import Image
+
+    text, images = "", []
+    for part in parts:
+        if isinstance(part, bytes):
+            images.append(Image.open(io.BytesIO(part)))
+            text += "<|vision_start|><|image_pad|><|vision_end|>"
+        else:
+            text += part
+    return text, images
+
+
+def _last_state(reference: Reference, text: str, images: list) -> list[float]:
+    """transformers' final-norm hidden state at the pair's last token (its text model's norm output)."""
+
+    captured = {}
+    hook = reference.model.model.language_model.norm.register_forward_hook(
+        lambda module, args, out: captured.setdefault("state", out)
+    )
+    try:
+        reference.scores(text, images, [0])
+    finally:
+        hook.remove()
+    return captured["state"][0, -1].float().tolist()
