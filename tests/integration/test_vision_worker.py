@@ -23,6 +23,10 @@ pytestmark = pytest.mark.integration
 RED, BLUE = picture(50, 40, seed=1), picture(33, 70, seed=2)
 
 
+def _data_uri(image: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(image).decode()
+
+
 def _relevance(reference: Reference, query: list, document: list, labels: list[int]) -> float:
     yes, no = reference.scores(*reference.prompt(query, document), labels)
     return yes / (yes + no)  # the model card's sigmoid(logit_yes - logit_no)
@@ -40,12 +44,12 @@ async def test_the_worker_answers_image_rerank_jobs_from_the_client_and_submit(k
     image_document = {"content": [{"type": "image", "image": RED}, {"type": "text", "text": "a photo"}]}
     submitted = {
         "id": "from-submit",
-        "query": {
-            "content": [
-                {"type": "image", "image": "data:image/png;base64," + base64.b64encode(BLUE).decode()}
-            ]
-        },
-        "documents": ["a blue sky", "a red square"],
+        "query": {"content": [{"type": "image", "image": _data_uri(BLUE)}]},
+        "documents": [
+            "a blue sky",
+            {"content": [{"type": "image", "image": _data_uri(RED)}, {"type": "text", "text": "red"}]},
+        ],
+        "top_n": 2,
     }
     jobs_file = tmp_path / "jobs.jsonl"
     jobs_file.write_text(json.dumps(submitted) + "\n")
@@ -79,8 +83,8 @@ async def test_the_worker_answers_image_rerank_jobs_from_the_client_and_submit(k
     assert rc == 0, stderr
     [from_submit] = [msgspec.json.decode(line, type=Result) for line in out_file.read_bytes().splitlines()]
     assert from_submit.id == "from-submit" and from_submit.results is not None
+    documents = [["a blue sky"], [RED, "red"]]
     for entry in from_submit.results:
-        document = submitted["documents"][entry.index]
-        assert entry.relevance_score == pytest.approx(
-            _relevance(reference, [BLUE], [document], labels), abs=1e-4
-        )
+        want_score = _relevance(reference, [BLUE], documents[entry.index], labels)
+        assert entry.relevance_score == pytest.approx(want_score, abs=1e-4)
+    assert "[image] red" in stderr  # the summary's ranking shows the image document
