@@ -360,9 +360,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--template",
         metavar="PRESET_OR_FILE",
-        help="serve one reranker with this prompt template (qwen3-reranker, or a template file) and send "
-        "text jobs with label_tokens, top_n and instructions; prints rankings (default: no template, "
-        "both model kinds; without --model: a tiny RANDOM reranker with a Qwen-style chat tokenizer)",
+        help="serve one reranker with this prompt template (qwen3-reranker, qwen3-vl-reranker, or a "
+        "template file) and send text jobs with label_tokens, top_n and instructions; prints rankings "
+        "(default: no template, both model kinds; without --model: a tiny RANDOM reranker with a "
+        "Qwen-style chat tokenizer, one that also reads images for qwen3-vl-reranker, whose jobs then "
+        "carry some)",
     )
     parser.add_argument(
         "--jobs", type=int, metavar="N", help=f"number of sample jobs (default: {DEFAULT_JOBS})"
