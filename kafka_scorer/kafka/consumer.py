@@ -49,7 +49,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
-from kafka_scorer.kafka.log_reset import NEW_LOG, LogResetWatch, Verdicts
+from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 from kafka_scorer.kafka.subscription import fetch_states, report_received
@@ -316,7 +316,7 @@ class JobConsumer:
         )
         return verdicts
 
-    async def _reposition(self, tp: TopicPartition, reason: str, log_end: int) -> None:
+    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> None:
         """One reset partition, positioned from the broker (said in one line); never hangs the loop."""
         log.warning(
             "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
@@ -327,7 +327,7 @@ class JobConsumer:
             reason,
             self._settings.auto_offset_reset,
         )
-        settle_s = _NEW_LOG_SETTLE_S if reason == NEW_LOG else 0.0
+        settle_s = _NEW_LOG_SETTLE_S if reason.sign is Sign.NEW_LOG else 0.0
         try:
             await asyncio.wait_for(
                 self._seek_committed(tp, within=log_end, settle_s=settle_s), _COMMITTED_WAIT_S
