@@ -77,6 +77,12 @@ class FatalConsumerError(FatalError):
     """The consumer lost its group membership, or its topics, for good: the worker must stop."""
 
 
+def _membership_fatal(exc: KafkaError) -> FatalConsumerError | None:
+    """The error as one line naming what the operator must change, where it is one of those."""
+    fix = next((fix for kind, fix in _MEMBERSHIP_FATAL.items() if isinstance(exc, kind)), None)
+    return None if fix is None else FatalConsumerError(f"consumer cannot (re)join its group: {exc!r}; {fix}")
+
+
 class PartitionListener(Protocol):
     """Who settles work when partitions go and come (worker/rebalance.py)."""
 
@@ -146,6 +152,11 @@ class JobConsumer:
             except UNREACHABLE as exc:
                 log.warning("consumer: broker %s unreachable (%r); retrying", s.bootstrap_servers, exc)
                 await backoff.sleep()
+            except KafkaError as exc:  # a topic the principal may not read fails the start itself
+                fatal = _membership_fatal(exc)
+                if fatal is None:
+                    raise
+                raise fatal from exc
 
     async def stop(self) -> None:
         """Leave the group (the revoke callback runs first) and close."""
@@ -166,9 +177,9 @@ class JobConsumer:
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
-            fix = next((fix for kind, fix in _MEMBERSHIP_FATAL.items() if isinstance(exc, kind)), None)
-            if fix is not None:
-                raise FatalConsumerError(f"consumer cannot (re)join its group: {exc!r}; {fix}") from exc
+            fatal = _membership_fatal(exc)
+            if fatal is not None:
+                raise fatal from exc
             if self._coordination_dead():
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
