@@ -1,0 +1,40 @@
+"""A Qwen2-VL checkpoint (the family of MonoQwen2-VL and jina-reranker-m0's base: no deepstack
+features, 14-pixel patches, M-RoPE not interleaved) is served by the same kind, its scores equal
+transformers one pair at a time, MIS on and off, with the image-feature cache."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from kafka_scorer.wire.protocol import Job
+from tests.engine.vision.reference import Reference
+from tests.engine.vision.test_vision_scores import JOBS, assert_close, expected
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory):
+    from kafka_scorer.checkpoints.tiny_vision import build_tiny_vl_reranker
+    from kafka_scorer.engine.load.choice import open_scorer
+
+    path = build_tiny_vl_reranker(tmp_path_factory.mktemp("tiny-qwen2-vl"), family="qwen2_vl")
+    scorer = open_scorer(str(path), dtype="float32", device="cpu", template="qwen3-vl-reranker")
+    reference = Reference(path)
+    labels = [reference.tokenizer.convert_tokens_to_ids(t) for t in ("yes", "no")]
+    return scorer, reference, labels
+
+
+def test_the_checkpoint_is_a_qwen2_vl_served_by_the_vision_kind(qwen2) -> None:
+    scorer, reference, _ = qwen2
+    assert reference.model.config.model_type == "qwen2_vl"
+    assert scorer.reads_images and type(scorer.loaded.body).__name__ == "Qwen2VLModel"
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_scores_equal_transformers_pair_by_pair(qwen2, name: str) -> None:
+    scorer, reference, labels = qwen2
+    want = expected(reference, JOBS[name], labels)
+    jobs: list[Job] = [JOBS[name], msgspec.structs.replace(JOBS[name], multi_item=False)]
+    for job, result in zip(jobs, [*scorer.score_jobs(jobs[:1]), *scorer.score_jobs(jobs[1:])]):
+        assert result.ok, (job.multi_item, result.error)
+        assert_close(result.scores, want)
