@@ -16,7 +16,7 @@ from typing import Any
 from kafka_scorer.checkpoints.tiny_models import build_chat_tokenizer
 
 VISION_SPECIAL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-PATCH_SIZES = {"qwen3_vl": 16, "qwen2_vl": 14}
+PATCH_SIZES = {"qwen3_vl": 16, "qwen2_vl": 14, "qwen2_5_vl": 14}
 """Each family's vision patch edge, as its checkpoints ship it."""
 MERGE_SIZE = 2
 
@@ -30,7 +30,7 @@ def build_tiny_vl_reranker(
     max_image_tokens: int = 16,
     family: str = "qwen3_vl",
 ) -> Path:
-    """A random Qwen3-VL (or, with `family="qwen2_vl"`, Qwen2-VL) CausalLM — vision tower, merger,
+    """A random Qwen3-VL (or, with `family`, Qwen2-VL or Qwen2.5-VL) CausalLM — vision tower, merger,
     M-RoPE, and Qwen3-VL's deepstack features — and its processor files; the processor scales an image
     to at most `max_image_tokens` merged patches."""
     import torch
@@ -89,6 +89,16 @@ def _text_config(family: str, vocab_size: int, hidden_size: int, num_layers: int
 
 def _vision_config(family: str, hidden_size: int, patch: int) -> dict[str, Any]:
     shared = {"depth": 2, "num_heads": 2, "patch_size": patch, "spatial_merge_size": MERGE_SIZE}
+    if family == "qwen2_5_vl":  # a windowed tower: attention within 2x2-token windows but in layer 1
+        return {
+            **shared,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "out_hidden_size": hidden_size,
+            "window_size": patch * MERGE_SIZE * 2,
+            "fullatt_block_indexes": [1],
+            "temporal_patch_size": 2,
+        }
     if family == "qwen2_vl":  # `hidden_size` is the merger's output (the decoder's width) there
         return {
             **shared,

@@ -1,7 +1,7 @@
 """A Qwen3-VL checkpoint: how it is recognised, and how it is loaded with its image processor.
 
-The model is transformers' own `Qwen3VLForConditionalGeneration` (or `Qwen2VLForConditionalGeneration`,
-the family of MonoQwen2-VL and jina-reranker-m0's base): its vision tower, the merger that turns 2x2
+The model is transformers' own `Qwen3VLForConditionalGeneration` (or Qwen2-VL's, the family of
+MonoQwen2-VL and jina-reranker-m0's base, or Qwen2.5-VL's): its vision tower, the merger that turns 2x2
 patches into one token, Qwen3-VL's deepstack features and the multimodal rotary positions (M-RoPE,
 computed by its own `get_rope_index`) run as the model defines them, so a score is the one
 transformers gives for the same pair (packed jobs: `packing.py`).
@@ -33,9 +33,12 @@ from kafka_scorer.engine.load.loaded_model import (
 )
 from kafka_scorer.engine.load.revision import checkpoint_revision
 
-FAMILIES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen2_vl": "Qwen2VLForConditionalGeneration"}
-"""`model_type` -> transformers' class, for the families served by this kind (Qwen2.5-VL is the same
-shape with a windowed vision tower, not yet tested, so not served)."""
+FAMILIES = {
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+}
+"""`model_type` -> transformers' class, for the families served by this kind."""
 
 
 def model_type(model_path: str) -> str | None:

@@ -23,9 +23,13 @@ INSTRUCTION = "Given a search query, retrieve relevant candidates that answer th
 
 
 def _classes() -> dict[str, type]:
-    from transformers import Qwen2VLForConditionalGeneration, Qwen3VLForConditionalGeneration
+    import transformers
 
-    return {"qwen3_vl": Qwen3VLForConditionalGeneration, "qwen2_vl": Qwen2VLForConditionalGeneration}
+    return {
+        "qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
+        "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
+        "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
+    }
 
 
 MODEL_CLASSES = _classes()
