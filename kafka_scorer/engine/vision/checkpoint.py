@@ -1,7 +1,8 @@
 """A Qwen3-VL checkpoint: how it is recognised, and how it is loaded with its image processor.
 
-The model is transformers' own `Qwen3VLForConditionalGeneration`: its vision tower, the merger that
-turns 2x2 patches into one token, the deepstack features and the multimodal rotary positions (M-RoPE,
+The model is transformers' own `Qwen3VLForConditionalGeneration` (or Qwen2-VL's, the family of
+MonoQwen2-VL and jina-reranker-m0's base, or Qwen2.5-VL's): its vision tower, the merger that turns 2x2
+patches into one token, Qwen3-VL's deepstack features and the multimodal rotary positions (M-RoPE,
 computed by its own `get_rope_index`) run as the model defines them, so a score is the one
 transformers gives for the same pair (packed jobs: `packing.py`).
 
@@ -32,8 +33,12 @@ from kafka_scorer.engine.load.loaded_model import (
 )
 from kafka_scorer.engine.load.revision import checkpoint_revision
 
-FAMILIES = ("qwen3_vl",)
-"""`model_type`s served by this kind (Qwen2-VL and Qwen2.5-VL are the same shape, not yet tested)."""
+FAMILIES = {
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+}
+"""`model_type` -> transformers' class, for the families served by this kind."""
 
 
 def model_type(model_path: str) -> str | None:
@@ -73,12 +78,14 @@ class VisionModel(LoadedModel):
 def load_vision_language(
     model_path: str, *, served_name: str | None, dtype: str, device: str, trust_remote_code: bool
 ) -> VisionModel:
-    from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
+    import transformers
+    from transformers import AutoTokenizer
 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    model_class = getattr(transformers, FAMILIES[str(model_type(model_path))])
     try:
-        model: Any = Qwen3VLForConditionalGeneration.from_pretrained(model_path, dtype=torch_dtype)
+        model: Any = model_class.from_pretrained(model_path, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         processor = slow_image_processor_class().from_pretrained(model_path)
     except Exception as exc:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 def image_features(
     model: VisionModel, images: list[ProcessedImage], cache: EmbeddingCache | None
 ) -> list[torch.Tensor]:
-    """Per image `[1 + deepstack layers, tokens, hidden]` on the device, from the cache or the tower."""
+    """Per image `[1 + deepstack layers, tokens, hidden]` on the device (no deepstack layers for
+    Qwen2-VL), from the cache or the tower."""
     found: list[torch.Tensor | None] = [cache.get(i.key) if cache else None for i in images]
     missing = [index for index, hit in enumerate(found) if hit is None]
     if missing:
@@ -46,7 +47,8 @@ def _tower(model: VisionModel, images: list[ProcessedImage]) -> list[torch.Tenso
     grids = torch.cat([i.grid for i in images]).to(model.device)
     out = body.get_image_features(pixels, grids, return_dict=True)
     sizes = [i.tokens for i in images]
-    layers = [list(out.pooler_output)] + [_per_image(feature, sizes) for feature in out.deepstack_features]
+    deepstack = getattr(out, "deepstack_features", None) or []  # Qwen3-VL's; Qwen2-VL has none
+    layers = [list(out.pooler_output)] + [_per_image(feature, sizes) for feature in deepstack]
     return [torch.stack([layer[index] for layer in layers]).contiguous() for index in range(len(images))]
 
 
@@ -69,7 +71,8 @@ def decoder_hidden(
         stacked = torch.cat(features, dim=1).to(embeds.dtype)  # [1 + layers, image tokens, hidden]
         where = input_ids == model.image_token_id
         embeds = embeds.masked_scatter(where[..., None], stacked[0])
-        visual = {"visual_pos_masks": where, "deepstack_visual_embeds": list(stacked[1:])}
+        if stacked.shape[0] > 1:
+            visual = {"visual_pos_masks": where, "deepstack_visual_embeds": list(stacked[1:])}
     out = body.language_model(
         input_ids=None,
         inputs_embeds=embeds,

@@ -22,13 +22,27 @@ SYSTEM = (
 INSTRUCTION = "Given a search query, retrieve relevant candidates that answer the query."
 
 
+def _classes() -> dict[str, type]:
+    import transformers
+
+    return {
+        "qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
+        "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
+        "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
+    }
+
+
+MODEL_CLASSES = _classes()
+
+
 class Reference:
     def __init__(self, path) -> None:
-        from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
+        from transformers import AutoConfig, AutoTokenizer
 
         from kafka_scorer.engine.vision.checkpoint import slow_image_processor_class
 
-        self.model = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+        model_class = MODEL_CLASSES[AutoConfig.from_pretrained(path).model_type]
+        self.model = model_class.from_pretrained(path, dtype=torch.float32).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.processor = slow_image_processor_class().from_pretrained(path)
         self.image_id = self.model.config.image_token_id
