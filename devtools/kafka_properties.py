@@ -12,8 +12,8 @@ from pathlib import Path
 
 # Defaults a test suite needs on one node: internal topics with one replica; a group's first join not
 # delayed by 3 s; the tests' 1.5 s sessions accepted (the broker's floor is 6 s); topics created on first
-# use like the embedded brokers do; fewer internal-topic partitions than the 50 a cluster gets, so the
-# first group and the first transaction do not wait for 50 partitions to be created.
+# use like the embedded brokers do, and large records as they do; fewer internal-topic partitions than the
+# 50 a cluster gets, so the first group and the first transaction do not wait for 50 partitions to be made.
 TEST_DEFAULTS: Mapping[str, str] = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "4",
@@ -26,6 +26,9 @@ TEST_DEFAULTS: Mapping[str, str] = {
     "group.min.session.timeout.ms": "1000",
     "num.partitions": "4",
     "auto.create.topics.enable": "true",
+    # the poison tests send records of 7-10 MiB (the worker answers them `too_long`, its default limit is
+    # 8 MiB); a broker refuses records over 1 MiB unless told otherwise, as tansu and noida-db do not
+    "message.max.bytes": str(16 << 20),
 }
 MIN_SESSION_TIMEOUT_MS = int(TEST_DEFAULTS["group.min.session.timeout.ms"])
 

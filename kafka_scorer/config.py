@@ -117,10 +117,28 @@ class EngineSettings(BaseSettings):
         description="Most windows the chunked items of one job may make; more is `too_long`. Every window "
         "is a pair run through the model, so this bounds one job's work like `max_items_per_job`.",
     )
+    max_images_per_job: int = Field(
+        32,
+        gt=0,
+        description="Most images one job may carry, query and every item or document together; more is "
+        "`invalid_request`. Vision-language models only (docs/message-schema.md, Images).",
+    )
+    max_image_bytes: int = Field(
+        10 * 2**20,
+        gt=0,
+        description="Largest image, in bytes as sent (after base64 decoding); larger is `invalid_request`.",
+    )
+    max_image_pixels: int = Field(
+        7680 * 4320,
+        gt=0,
+        description="Most pixels (width x height, read from the header before decoding) of one image; "
+        "more is `invalid_request`, so a decompression bomb is never decoded. Accepted images are "
+        "scaled to the model processor's own pixel range. Default: an 8K frame.",
+    )
     template: str = Field(
         "",
-        description="Prompt template for text jobs: a preset (qwen3-reranker) or a template file with "
-        "{instruction}, {query} and {item}; empty: none (docs/message-schema.md, Templates).",
+        description="Prompt template for text jobs: a preset (qwen3-reranker, qwen3-vl-reranker) or a file "
+        "with {instruction}, {query} and {item}; empty: none (docs/message-schema.md, Templates).",
     )
     model_revision: str = Field(
         "",
@@ -143,7 +161,9 @@ class EngineSettings(BaseSettings):
         ge=-1,
         description="Device memory (MiB) for the document embedding cache of a late-interaction (ColBERT) "
         "model: a document's token vectors, kept by the hash of its token ids, so a document re-ranked "
-        "against many queries is encoded once (docs/engine.md). -1: 256 MiB; 0: off. Other kinds ignore it.",
+        "against many queries is encoded once (docs/engine.md); of a vision-language model: each image's "
+        "vision-tower output, kept by the hash of its pixels, so an image seen again is not encoded again. "
+        "-1: 256 MiB; 0: off. Other kinds ignore it.",
     )
     deterministic: bool = Field(
         False,

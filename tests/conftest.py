@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# asyncio tests time out with pytest-timeout's thread method: a SIGALRM can be swallowed by the event loop
+pytest_plugins = ["tests.async_timeouts"]
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

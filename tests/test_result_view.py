@@ -30,6 +30,22 @@ def test_shorten_counts_token_ids() -> None:
     assert shorten([5, 6, 7]) == "<3 token ids>"
 
 
+def test_shorten_shows_content_parts_with_image_markers() -> None:
+    """An item or document with images (SPEC §11): its text parts, `[image]` for each image."""
+    from kafka_scorer.wire.content import Content, ImageData, ImagePart, TextPart
+
+    item = Content([TextPart("red  shoe"), ImagePart(ImageData(b"png")), TextPart("size 40")])
+    assert shorten(item) == "red shoe [image] size 40"
+    document = {
+        "content": [{"type": "image", "image": b"png"}, {"type": "text", "text": "caption"}],
+        "sku": 1,
+    }
+    assert shorten(document) == "[image] caption"
+    job = Job(query="q", items=["a", item])
+    result = Result(id="j", scores=[[0.1], [0.9]], ranking=[Ranked(1, 0.9), Ranked(0, 0.1)])
+    assert ranking_lines(job, result) == ["1. #1 0.9000 red shoe [image] size 40", "2. #0 0.1000 a"]
+
+
 def test_rerank_results_are_shown_like_a_ranking() -> None:
     """A job in the rerank shape (SPEC §10) is answered with `results`: the same lines, with an object
     document shown by its `text` field, or by its field names when it has none."""

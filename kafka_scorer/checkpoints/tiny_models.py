@@ -106,18 +106,20 @@ _CHAT_CORPUS = [
 ]
 
 
-def build_chat_tokenizer(directory: Path, vocab_size: int = 512):
+def build_chat_tokenizer(directory: Path, vocab_size: int = 512, extra_specials: tuple[str, ...] = ()):
     """A Qwen-style chat tokenizer: byte-level BPE behind Qwen's pre-tokenizer pattern, the chat special
-    tokens (`<|im_start|>`, `<|im_end|>`, `<think>`, `</think>`) and no BOS, saved as a fast tokenizer."""
+    tokens (`<|im_start|>`, `<|im_end|>`, `<think>`, `</think>`, then `extra_specials`, e.g. Qwen-VL's
+    vision tokens) and no BOS, saved as a fast tokenizer."""
     from transformers import PreTrainedTokenizerFast
 
-    tok, trainer = byte_level_bpe(None, CHAT_SPECIAL_TOKENS, vocab_size, split=_QWEN_SPLIT)
+    specials = [*CHAT_SPECIAL_TOKENS, *extra_specials]
+    tok, trainer = byte_level_bpe(None, specials, vocab_size, split=_QWEN_SPLIT)
     tok.train_from_iterator(_CHAT_CORPUS * 8, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=CHAT_SPECIAL_TOKENS[1:],
+        additional_special_tokens=specials[1:],
     )
     fast.save_pretrained(directory)
     return fast

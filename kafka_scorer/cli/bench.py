@@ -24,6 +24,7 @@ WORKLOAD_CHOICES = (
     "judge",
     "open-loop",
     "late-interaction",
+    "images",
     "all",
 )
 """`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
@@ -33,7 +34,8 @@ scored with `chunking`, `bench/long_docs.py`) and `judge` (the prefix cache on a
 the rerank template, no shared prefix; `bench/prefix.py`), `open-loop` (Poisson arrivals at a list of
 rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `bench/open_loop.py`) and
 `late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
-cache on and off; `bench/late_interaction.py`)."""
+cache on and off; `bench/late_interaction.py`) and `images` (a Qwen3-VL reranker over photo documents:
+MIS, pairs and transformers pair by pair; `bench/images.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b", "qwen3.5-tiny", "qwen3.5-cpu-small")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "varlen", "all")
 

@@ -126,6 +126,16 @@ def _run_late_interaction(args: argparse.Namespace) -> int:
     return _finish(args, "late-interaction", report, format_late_interaction_report(report), failed)
 
 
+def _run_images(args: argparse.Namespace) -> int:
+    from kafka_scorer.bench.images import format_images_report, run_images_bench
+
+    report = run_images_bench(
+        quick=args.quick, seed=args.seed, repeats=max(1, args.repeats), max_batch_tokens=budget(args)
+    )
+    failed = "the engine's image scores disagree with transformers pair by pair"
+    return _finish(args, "images", report, format_images_report(report), failed)
+
+
 def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
     """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
     print()
@@ -145,5 +155,6 @@ NAMED_ONLY = {
     "judge": _run_prefix,
     "cross-encoder": _run_cross_encoder,
     "late-interaction": _run_late_interaction,
+    "images": _run_images,
 }
 """The workloads that run only when named, in the order they run, each with its own report."""

@@ -33,7 +33,7 @@ from kafka_scorer.cli.help_style import add_device_arguments
 from kafka_scorer.cli.progress import ProgressBar
 from kafka_scorer.cli.submission import Submission
 from kafka_scorer.cli.submit import new_submission, submit_jobs
-from kafka_scorer.wire.protocol import Job
+from kafka_scorer.wire.protocol import Input, Job
 
 if TYPE_CHECKING:
     from kafka_scorer.config import Settings
@@ -143,7 +143,7 @@ def _make_job(model: DemoModel, variant: dict[str, Any], n: int) -> Job:
     encoder = model.scorer.loaded.encoder is not None
     multi_item = None if encoder and variant["multi_item"] else variant["multi_item"]
     encoded_query: str | list[int] = query
-    encoded_items: list[str | list[int]] = list(items)
+    encoded_items: list[Input] = list(items)
     if variant["tokens"] and tokenizer is not None:
         encoded_query = tokenizer.encode(query, add_special_tokens=not encoder)
         encoded_items = [tokenizer.encode(" " + item, add_special_tokens=False) for item in items]
@@ -360,9 +360,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--template",
         metavar="PRESET_OR_FILE",
-        help="serve one reranker with this prompt template (qwen3-reranker, or a template file) and send "
-        "text jobs with label_tokens, top_n and instructions; prints rankings (default: no template, "
-        "both model kinds; without --model: a tiny RANDOM reranker with a Qwen-style chat tokenizer)",
+        help="serve one reranker with this prompt template (qwen3-reranker, qwen3-vl-reranker, or a "
+        "template file) and send text jobs with label_tokens, top_n and instructions; prints rankings "
+        "(default: no template, both model kinds; without --model: a tiny RANDOM reranker with a "
+        "Qwen-style chat tokenizer, one that also reads images for qwen3-vl-reranker, whose jobs then "
+        "carry some)",
     )
     parser.add_argument(
         "--jobs", type=int, metavar="N", help=f"number of sample jobs (default: {DEFAULT_JOBS})"

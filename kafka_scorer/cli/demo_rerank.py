@@ -9,7 +9,9 @@ plain demo.
 
 Without `--model` the served model is `build_tiny_reranker`'s random Qwen3-shaped CausalLM with a
 Qwen-style chat tokenizer (`<|im_start|>`, `<|im_end|>`, `<think>`): the prompt is tokenized as the real
-model's would be, the rankings themselves mean nothing.
+model's would be, the rankings themselves mean nothing. With `--template qwen3-vl-reranker` it is
+`build_tiny_vl_reranker`'s random Qwen3-VL reranker, and every other job's last item is a picture
+(content parts, SPEC §11), shown as `[image]` in the rankings.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from typing import TYPE_CHECKING, Any
 from kafka_scorer import errors
 from kafka_scorer.cli.result_view import ITEM_WIDTH, provenance_lines, ranking_lines
 from kafka_scorer.cli.submit import new_submission
+from kafka_scorer.wire.content import Content, ImageData, ImagePart, TextPart
 from kafka_scorer.wire.protocol import Job, Result
 
 if TYPE_CHECKING:
     from kafka_scorer.cli.demo_parts import DemoJob, DemoModel
 
+VISION_TEMPLATE = "qwen3-vl-reranker"
+"""Without --model, this preset serves a tiny reranker that reads images, and some jobs carry one."""
 BAD_LABELS = ["yes", "not at all"]
 """A label text that is several tokens: the worker must answer `invalid_request` naming it."""
 
@@ -72,12 +77,15 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
             say("falling back to a tiny RANDOM reranker")
         else:
             return DemoModel("reranker", scorer, random=False, template=template)
-    from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
+    if template == VISION_TEMPLATE:  # a reranker that reads images, so the demo can send some
+        from kafka_scorer.checkpoints.tiny_vision import build_tiny_vl_reranker
 
-    path = build_tiny_reranker(workdir / "tiny-reranker")
-    scorer = open_scorer(
-        str(path), served_model_name="tiny-random-reranker", device=device, dtype=dtype, template=template
-    )
+        path, name = build_tiny_vl_reranker(workdir / "tiny-vl-reranker"), "tiny-random-vl-reranker"
+    else:
+        from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
+
+        path, name = build_tiny_reranker(workdir / "tiny-reranker"), "tiny-random-reranker"
+    scorer = open_scorer(str(path), served_model_name=name, device=device, dtype=dtype, template=template)
     return DemoModel("reranker", scorer, random=True, template=template)
 
 
@@ -86,25 +94,41 @@ def rerank_jobs(model: DemoModel, count: int) -> list[DemoJob]:
     off and auto, `top_n` below and above the item count; the last is the bad-label job."""
     from kafka_scorer.cli.demo_parts import DemoJob
 
-    jobs = [DemoJob(model, new_submission(rerank_job(n))) for n in range(max(count - 1, 0))]
+    images = model.scorer.reads_images
+    jobs = [DemoJob(model, new_submission(rerank_job(n, images))) for n in range(max(count - 1, 0))]
     bad = Job(id="bad-job", query=QUERIES[0], items=[*DOCUMENTS[:2]], label_tokens=BAD_LABELS, top_n=1)
     jobs.append(DemoJob(model, new_submission(bad), expect_error=True))
     return jobs
 
 
-def rerank_job(n: int) -> Job:
-    """Job `n` of the sample: a pure function of `n`, so a test can rebuild what the demo sent."""
+def rerank_job(n: int, images: bool = False) -> Job:
+    """Job `n` of the sample: a pure function of `n`, so a test can rebuild what the demo sent. With
+    `images` (a model that reads them) the last item of every other job is a picture with a caption."""
     num_items = 3 + n % 3
+    items: list[Any] = [DOCUMENTS[(n + k) % len(DOCUMENTS)] for k in range(num_items)]
+    if images and n % 2 == 0:
+        items[-1] = Content([ImagePart(ImageData(_picture(n))), TextPart("a photo")])
     return Job(
         id=f"rr-{n:02d}",
         query=QUERIES[n % len(QUERIES)],
-        items=[DOCUMENTS[(n + k) % len(DOCUMENTS)] for k in range(num_items)],
+        items=items,
         label_tokens=["yes", "no"] if n % 2 == 0 else None,
         instruction=INSTRUCTIONS[n % len(INSTRUCTIONS)],
         top_n=(2, 3, 10)[n % 3],
         apply_softmax=True,  # p(yes) among {yes, no}: the model card's relevance score
         multi_item=(True, False, None)[(n // 2) % 3],
     )
+
+
+def _picture(n: int) -> bytes:
+    """A small PNG of one colour, different for each job."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (48 + 8 * (n % 4), 40), (40 * n % 256, 200, 90)).save(out, "PNG")
+    return out.getvalue()
 
 
 def render_rankings(console: Any, jobs: list[DemoJob], max_rows: int) -> list[str]:

@@ -26,6 +26,10 @@ MODELS = {
         "colbert",
         "a tiny late-interaction (ColBERT) reranker in PyLate's layout: one MaxSim score per item",
     ),
+    "qwen3-vl-reranker": (
+        "vl-reranker",
+        "a tiny Qwen3-VL yes/no reranker that reads images (content parts) (--template qwen3-vl-reranker)",
+    ),
     "qwen3-reranker": (
         "reranker",
         "a tiny Qwen3-shaped yes/no reranker with a Qwen-style chat tokenizer (--template qwen3-reranker)",
@@ -75,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     if kind == "reranker":  # text jobs get the preset's prompt and yes/no labels from the worker
         build_tiny_reranker(directory, seed=args.seed)
         serve += " --template qwen3-reranker"
+    elif kind == "vl-reranker":
+        from kafka_scorer.checkpoints.tiny_vision import build_tiny_vl_reranker
+
+        build_tiny_vl_reranker(directory, seed=args.seed)
+        serve += " --template qwen3-vl-reranker"
     elif kind == "colbert":
         build_tiny_colbert(directory, seed=args.seed)
     else:
@@ -86,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+_RED_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAFElEQVR4nGO8IyLCgA0wYRUdtBIA0OgBFI+iBHoAAAAASUVORK5CYII="
+)
+
+
 def sample_job(directory: Path, kind: str) -> dict[str, object]:
     """A job this model accepts; label ids are looked up in its own tokenizer, so they are in range."""
     job: dict[str, object] = {
@@ -93,7 +107,10 @@ def sample_job(directory: Path, kind: str) -> dict[str, object]:
         "query": "Is this review positive?",
         "items": ["The food was great.", "Cold and late."],
     }
-    if kind in ("reranker", "colbert"):
+    if kind == "vl-reranker":  # a 2x2 red PNG as the second document, base64 as JSON carries it
+        job["query"] = "Which one is red?"
+        job["items"] = ["A blue sky.", {"content": [{"type": "image", "image": _RED_PNG}]}]
+    if kind in ("reranker", "colbert", "vl-reranker"):
         job["top_n"] = 2  # labels and prompt come from the worker's template, or need none
     if kind == "causal":
         from transformers import AutoTokenizer

@@ -9,6 +9,7 @@ result a worker gives, so it is printed once per distinct value, not once per jo
 
 from __future__ import annotations
 
+from kafka_scorer.wire.content import Content, ImagePart
 from kafka_scorer.wire.protocol import Job, Result
 
 ITEM_WIDTH = 30
@@ -36,11 +37,20 @@ def ranking_lines(job: Job, result: Result) -> list[str]:
     return lines
 
 
-def shorten(item: str | list[int] | dict, width: int = ITEM_WIDTH) -> str:
+def shorten(item: str | list[int] | dict | Content, width: int = ITEM_WIDTH) -> str:
     """An item on one short line: text with its whitespace folded and cut with an ellipsis; token ids
-    (no text to show) as their count; an object document by its `text` field, else its field names."""
+    (no text to show) as their count; content parts as their text with `[image]` for each image; an
+    object document by its `text` field, else its field names."""
     if isinstance(item, list):
         return f"<{len(item)} token ids>"
+    if isinstance(item, dict) and isinstance(item.get("content"), list):
+        item = " ".join(
+            "[image]" if part.get("type") == "image" else str(part.get("text", ""))
+            for part in item["content"]
+            if isinstance(part, dict)
+        )
+    elif isinstance(item, Content):
+        item = " ".join("[image]" if isinstance(part, ImagePart) else part.text for part in item.content)
     if isinstance(item, dict):
         text = item.get("text")
         item = text if isinstance(text, str) else "{" + ", ".join(map(str, item)) + "}"

@@ -48,6 +48,7 @@ from kafka_scorer.cli.help_style import add_env_file, add_setting_flag, flag_nam
 from kafka_scorer.cli.progress import ProgressBar
 from kafka_scorer.cli.submission import Submission
 from kafka_scorer.cli.submit_summary import EXIT_JOBS_FAILED, MAX_LISTED, PROG, summarize
+from kafka_scorer.wire.content import dec_hook
 from kafka_scorer.wire.protocol import Job, WireFormat, shape_problem
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def read_jobs(
     lines: Iterable[bytes | str], defaults: JobDefaults | None = None
 ) -> tuple[list[Submission], list[str]]:
     """Parse JSON Lines into submissions; every bad line becomes an error naming its line number."""
-    decoder = msgspec.json.Decoder(Job)
+    decoder = msgspec.json.Decoder(Job, dec_hook=dec_hook)  # image parts: base64 or data URIs
     submissions: list[Submission] = []
     problems: list[str] = []
     for number, raw in enumerate(lines, start=1):

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from kafka_scorer.client.errors import InvalidJob
+from kafka_scorer.wire.content import dec_hook
 from kafka_scorer.wire.protocol import (
     Job,
     MessageDecodeError,
@@ -29,7 +30,7 @@ from kafka_scorer.wire.protocol import (
 def job_from_fields(query: Any, items: Any, fields: dict[str, Any]) -> Job:
     """`score`'s arguments as a `Job`; unknown keywords and wrong types are `InvalidJob`."""
     try:
-        return msgspec.convert({"query": query, "items": items, **fields}, Job)
+        return msgspec.convert({"query": query, "items": items, **fields}, Job, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         raise InvalidJob(f"invalid job: {exc}") from exc
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
-from kafka_scorer.kafka.log_reset import LogResetWatch
+from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign
 from kafka_scorer.kafka.subscription import fetch_states, positions, report_received
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class ReplyReader:
             )
         await self._read_again(verdicts.reset)
 
-    async def _read_again(self, partitions: dict[Any, str]) -> None:
+    async def _read_again(self, partitions: dict[Any, Reason]) -> None:
         """Read these partitions from the beginning of their new log (`auto_offset_reset` earliest)."""
         if not partitions:
             return
@@ -156,7 +156,8 @@ class ReplyReader:
         replaced = {}
         for tp, (position, fetched_at) in before.items():
             if position > 0 and await self._replaced(tp, position - 1, fetched_at):
-                replaced[tp] = f"offset {position - 1}, the record before its position, was replaced"
+                why = f"offset {position - 1}, the record before its position, was replaced"
+                replaced[tp] = Reason(Sign.REPLACED, why)
         await self._read_again(replaced)
         if not replaced:
             await self._look_for_partitions()

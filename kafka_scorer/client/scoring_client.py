@@ -51,6 +51,7 @@ from kafka_scorer.client.errors import (
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
 from kafka_scorer.client.reply_reader import ReplyReader
 from kafka_scorer.client.sending import SendAttempts
+from kafka_scorer.wire.content import Content
 from kafka_scorer.wire.protocol import Job, Result, WireFormat, content_type_of
 
 if TYPE_CHECKING:
@@ -212,15 +213,17 @@ class ScoringClient:
 
     async def score(
         self,
-        query: str | list[int],
-        items: list[str | list[int]],
+        query: str | list[int] | Content | dict[str, Any],
+        items: list[Any],
         *,
         timeout: float | _Default | None = _DEFAULT,
         **fields: Any,
     ) -> Result:
         """Score `query` against `items`; `fields` are the job's other fields (SPEC §2, §8, §9), e.g.
-        `label_token_ids=[9454, 2753]`, `apply_softmax=True`, `top_n=5`. Raises `InvalidJob` for a
-        bad field, `JobFailed` for an error result, `ScoringTimeout` when none came in time."""
+        `label_token_ids=[9454, 2753]`, `apply_softmax=True`, `top_n=5`. A query or item may be content
+        parts with images (SPEC §11): `{"content": [{"type": "image", "image": png_bytes}, ...]}`, raw
+        bytes sent as such in MessagePack and as base64 in JSON. Raises `InvalidJob` for a bad field,
+        `JobFailed` for an error result, `ScoringTimeout` when none came in time."""
         return await self.score_job(job_from_fields(query, items, fields), timeout=timeout)
 
     async def score_job(self, job: Job, *, timeout: float | _Default | None = _DEFAULT) -> Result:

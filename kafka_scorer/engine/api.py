@@ -2,7 +2,8 @@
 
 Everything here is meant to stay: the Scorer and how to open one, the device and dtype rules, the
 token-budget scheduler the worker batches with, the attention backends, the ways to run a Scorer for a
-side-by-side comparison (`run/variants.py`) and the prepare stage's token counts the bench reports.
+side-by-side comparison (`run/variants.py`), the prepare stage's token counts the bench reports and
+the slow image processor class a vision-language checkpoint is read with (`vision/checkpoint.py`).
 The bench imports the engine only through this module (tests/test_layout.py), except its kernel
 micro-benchmarks, which time engine parts by design and are listed there by name.
 """
@@ -15,6 +16,7 @@ from kafka_scorer.engine.prepare.chunking import window_ranges
 from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
 from kafka_scorer.engine.run.variants import Layers, Variant, layer_choices, variant
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.vision.checkpoint import slow_image_processor_class
 
 __all__ = [
     "BACKENDS",
@@ -27,6 +29,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "scorer_from_config",
+    "slow_image_processor_class",
     "tokenize_templated",
     "variant",
     "window_ranges",

@@ -30,6 +30,10 @@ class EngineConfig:
     chunking: str = ""
     """The default `chunking` as the job field's JSON object; "": none (docs/message-schema.md)."""
     max_chunks_per_job: int = 256
+    max_images_per_job: int = 32
+    max_image_bytes: int = 10 * 2**20
+    max_image_pixels: int = 7680 * 4320
+    """The image limits (`engine/vision/images.py`), read by vision-language models only."""
     prefix_cache_mb: int = -1
     embedding_cache_mb: int = -1
     deterministic: bool = False

@@ -31,12 +31,14 @@ from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler, plan_forwards
 from kafka_scorer.engine.pack.tensors import to_wire
 from kafka_scorer.engine.prepare.chunking import ChunkedItem, aggregate
+from kafka_scorer.engine.prepare.documents import items_argument
 from kafka_scorer.engine.prepare.inputs import JobPreparer
 from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking, reranked
 from kafka_scorer.engine.prepare.templates import load_template
 from kafka_scorer.engine.run.bisection import Bisection
 from kafka_scorer.engine.run.runner import BatchOutput, ModelRunner
+from kafka_scorer.engine.vision.jobs import carries_content, content_refused
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef, parse_chunking
@@ -67,6 +69,9 @@ class Scorer:
     """The engine of one checkpoint. `Scorer(path)` serves the decoder and cross-encoder kinds; a
     checkpoint of any kind is opened by `open_scorer` (`engine/load/choice.py`), which picks the class."""
 
+    reads_images = False
+    """Whether jobs with content parts are prepared (the vision kind's), or answered `unsupported`."""
+
     @staticmethod
     def _load(model: str, **options) -> LoadedModel:
         """The kind's loader (`engine/load/loaded_model.py`); a subclass of another kind loads its own
@@ -92,13 +97,17 @@ class Scorer:
         model_revision: str = "",
         chunking: Chunking | str | None = None,
         max_chunks_per_job: int = 256,
+        max_images_per_job: int = 32,
+        max_image_bytes: int = 10 * 2**20,
+        max_image_pixels: int = 7680 * 4320,
         prefix_cache_mb: int = -1,
         embedding_cache_mb: int = -1,
         deterministic: bool = False,
         cuda_graph_tokens: int = -1,
     ) -> None:
-        """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`);
-        `cuda_graph_tokens` by decoders with the engine's own layers (`engine/graphs/`)."""
+        """`embedding_cache_mb` is read by the late-interaction kind only (`engine/late_interaction/`),
+        the image limits by the vision kind (`engine/vision/`); `cuda_graph_tokens` by decoders with the
+        engine's own layers (`engine/graphs/`)."""
         self.loaded: LoadedModel = self._load(
             model,
             served_name=served_model_name,
@@ -222,7 +231,10 @@ class Scorer:
             self._prefixes.cache.clear()
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
-        """A `Result` comes back for a job that needs no forward pass: an error, or no items."""
+        """A `Result` comes back for a job that needs no forward pass: an error, or no items. A job with
+        images is refused `unsupported` unless the kind reads them (`reads_images`, SPEC §11)."""
+        if not self.reads_images and carries_content(job):
+            return self.stamp(content_refused(job_id, self.model_name))
         prepared = self._preparer.prepare(job, job_id)
         if isinstance(prepared, Result):
             return self.stamp(prepared, self._preparer.template_for(job))
@@ -407,7 +419,7 @@ class Scorer:
             fields["chunking"] = msgspec.convert(fields["chunking"], Chunking)
         job = Job(
             query=query,
-            items=_as_items(items),
+            items=items_argument(items),
             label_token_ids=label_token_ids,
             apply_softmax=apply_softmax,
             item_first=item_first,
@@ -430,16 +442,6 @@ class Scorer:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-
-
-def _as_items(items: str | Sequence[str] | Sequence[list[int]]) -> list:
-    """One string is one item; a flat list of ints is ambiguous (one item? many?), so it is refused."""
-    if isinstance(items, str):
-        return [items]
-    out = list(items)
-    if any(isinstance(item, int) for item in out):
-        raise TypeError("items: token-id items are lists of ints; pass [ids] for a single item")
-    return out
 
 
 def release_device_memory(device: torch.device) -> None:

@@ -49,7 +49,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
-from kafka_scorer.kafka.log_reset import NEW_LOG, LogResetWatch, Verdicts
+from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 from kafka_scorer.kafka.subscription import fetch_states, report_received
@@ -75,6 +75,12 @@ _MEMBERSHIP_FATAL: dict[type[KafkaError], str] = {
 
 class FatalConsumerError(FatalError):
     """The consumer lost its group membership, or its topics, for good: the worker must stop."""
+
+
+def _membership_fatal(exc: KafkaError) -> FatalConsumerError | None:
+    """The error as one line naming what the operator must change, where it is one of those."""
+    fix = next((fix for kind, fix in _MEMBERSHIP_FATAL.items() if isinstance(exc, kind)), None)
+    return None if fix is None else FatalConsumerError(f"consumer cannot (re)join its group: {exc!r}; {fix}")
 
 
 class PartitionListener(Protocol):
@@ -146,6 +152,11 @@ class JobConsumer:
             except UNREACHABLE as exc:
                 log.warning("consumer: broker %s unreachable (%r); retrying", s.bootstrap_servers, exc)
                 await backoff.sleep()
+            except KafkaError as exc:  # a topic the principal may not read fails the start itself
+                fatal = _membership_fatal(exc)
+                if fatal is None:
+                    raise
+                raise fatal from exc
 
     async def stop(self) -> None:
         """Leave the group (the revoke callback runs first) and close."""
@@ -166,9 +177,9 @@ class JobConsumer:
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
-            fix = next((fix for kind, fix in _MEMBERSHIP_FATAL.items() if isinstance(exc, kind)), None)
-            if fix is not None:
-                raise FatalConsumerError(f"consumer cannot (re)join its group: {exc!r}; {fix}") from exc
+            fatal = _membership_fatal(exc)
+            if fatal is not None:
+                raise fatal from exc
             if self._coordination_dead():
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
@@ -316,7 +327,7 @@ class JobConsumer:
         )
         return verdicts
 
-    async def _reposition(self, tp: TopicPartition, reason: str, log_end: int) -> None:
+    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> None:
         """One reset partition, positioned from the broker (said in one line); never hangs the loop."""
         log.warning(
             "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
@@ -327,7 +338,7 @@ class JobConsumer:
             reason,
             self._settings.auto_offset_reset,
         )
-        settle_s = _NEW_LOG_SETTLE_S if reason == NEW_LOG else 0.0
+        settle_s = _NEW_LOG_SETTLE_S if reason.sign is Sign.NEW_LOG else 0.0
         try:
             await asyncio.wait_for(
                 self._seek_committed(tp, within=log_end, settle_s=settle_s), _COMMITTED_WAIT_S

@@ -47,6 +47,7 @@ Pure Python, no Kafka client: unit-tested in tests/kafka/test_log_reset_watch.py
 
 from __future__ import annotations
 
+import enum
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -55,7 +56,32 @@ from typing import Generic, TypeVar
 
 P = TypeVar("P")  # a partition key: aiokafka's TopicPartition in the worker, anything hashable in tests
 
-NEW_LOG = "its leader or the connection to it changed (a broker restart): the log may be a new one"
+
+class Sign(enum.Enum):
+    """What a verdict rests on. The consumer acts on it by kind (a new log waits for the restarted
+    broker's committed offsets to load; the numbers' signs do not), never by comparing the words."""
+
+    NEW_LOG = "new log"  # the leader or the connection changed: the log may be another
+    BEYOND_END = "beyond the end"  # the position past the log end
+    MOVED_BACK = "moved back"  # a log end smaller than one seen before
+    WRONG_END = "wrong end"  # records delivered past the reported end: that end is wrong, never a reset
+    REPLACED = "replaced"  # a record read before an outage is another after it (the client's own check)
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """A verdict's sign and the words that say it in the log (`str()` gives the words)."""
+
+    sign: Sign
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+NEW_LOG = Reason(
+    Sign.NEW_LOG, "its leader or the connection to it changed (a broker restart): the log may be a new one"
+)
 
 MAX_REPOSITIONS = 3
 """Repositionings of one partition acted on within `WINDOW_S`; more are refused."""
@@ -84,9 +110,9 @@ class Delivered:
 class Verdicts(Generic[P]):
     """What one look at the fetch states decided, each partition with its reason."""
 
-    reset: dict[P, str] = field(default_factory=dict)  # to position from the broker, now
-    contradicted: dict[P, str] = field(default_factory=dict)  # a wrong log end, newly seen: not a reset
-    refused: dict[P, str] = field(default_factory=dict)  # a reset past the bound: held where it is
+    reset: dict[P, Reason] = field(default_factory=dict)  # to position from the broker, now
+    contradicted: dict[P, Reason] = field(default_factory=dict)  # a wrong log end, newly seen: not a reset
+    refused: dict[P, Reason] = field(default_factory=dict)  # a reset past the bound: held where it is
 
 
 @dataclass(slots=True)
@@ -179,7 +205,9 @@ class LogResetWatch(Generic[P]):
         part.log = state.log
         return changed
 
-    def _contradiction(self, part: _Partition, state: FetchState, delivered: Delivered | None) -> str | None:
+    def _contradiction(
+        self, part: _Partition, state: FetchState, delivered: Delivered | None
+    ) -> Reason | None:
         """Records just handed out beyond the reported end prove it wrong: remember what they proved.
         Only records of the very response being judged, in the log as it is now, count. Said once per
         partition (None while it goes on), and forgotten once the broker catches up."""
@@ -196,9 +224,14 @@ class LogResetWatch(Generic[P]):
         if not first:
             return None
         last = received - 1
-        return f"the broker reports the log end {state.log_end} but delivered records up to offset {last}"
+        return Reason(
+            Sign.WRONG_END,
+            f"the broker reports the log end {state.log_end} but delivered records up to offset {last}",
+        )
 
-    def _decide(self, tp: P, part: _Partition, state: FetchState, reason: str, verdicts: Verdicts[P]) -> None:
+    def _decide(
+        self, tp: P, part: _Partition, state: FetchState, reason: Reason, verdicts: Verdicts[P]
+    ) -> None:
         if not part.armed:  # the same event as the reset already acted on: not again
             return
         now = self._clock()
@@ -206,9 +239,8 @@ class LogResetWatch(Generic[P]):
             part.acted_at.popleft()
         if len(part.acted_at) >= self._max:
             part.armed = False  # said once; asked again only after the partition looks healthy
-            verdicts.refused[tp] = (
-                f"{reason}, after {len(part.acted_at)} repositionings in {self._window_s:.0f}s (the bound)"
-            )
+            bound = f"after {len(part.acted_at)} repositionings in {self._window_s:.0f}s (the bound)"
+            verdicts.refused[tp] = Reason(reason.sign, f"{reason}, {bound}")
             return
         part.acted_at.append(now)
         part.armed, part.proven_end = False, None
@@ -219,10 +251,10 @@ class LogResetWatch(Generic[P]):
     def _end(part: _Partition, state: FetchState) -> int:
         return state.log_end if part.proven_end is None else max(state.log_end, part.proven_end)
 
-    def _anomaly(self, part: _Partition, state: FetchState) -> str | None:
+    def _anomaly(self, part: _Partition, state: FetchState) -> Reason | None:
         end = self._end(part, state)
         if state.position > end:
-            return f"position {state.position} is beyond the log end {state.log_end}"
+            return Reason(Sign.BEYOND_END, f"position {state.position} is beyond the log end {state.log_end}")
         if part.highest is not None and end < part.highest:
-            return f"the log end moved back from {part.highest} to {state.log_end}"
+            return Reason(Sign.MOVED_BACK, f"the log end moved back from {part.highest} to {state.log_end}")
         return None

@@ -29,10 +29,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
     InvalidTopicError,
     KafkaError,
     ProducerFenced,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
     UnknownError,
     UnknownTopicOrPartitionError,
 )
@@ -155,10 +157,11 @@ class ResultProducer:
         if transactional:
             log.error(
                 "producer: broker refused %s (%r); delivery degrades to at-least-once with %s — "
-                "results may be duplicated after a crash",
+                "results may be duplicated after a crash%s",
                 refused,
                 exc,
                 fallback,
+                self._grant_hint(exc),
             )
         elif _embedded_refusal(exc, self._settings.bootstrap_servers):
             log.info(
@@ -168,8 +171,28 @@ class ResultProducer:
                 fallback,
             )
         else:
-            log.warning("producer: broker refused %s (%r); falling back to %s", refused, exc, fallback)
+            log.warning(
+                "producer: broker refused %s (%r); falling back to %s%s",
+                refused,
+                exc,
+                fallback,
+                self._grant_hint(exc),
+            )
         return index + 1
+
+    def _grant_hint(self, exc: KafkaError) -> str:
+        """The ACL that would lift an authorization refusal (docs/operations.md), else nothing."""
+        if isinstance(exc, TransactionalIdAuthorizationFailed):
+            return (
+                f"; grant this worker's principal Write and Describe on the transactional id "
+                f"{self._transactional_id} (setting: transactional_id)"
+            )
+        if isinstance(exc, ClusterAuthorizationFailedError):
+            return (
+                "; grant this worker's principal Write on the reply topic (Kafka 3.0+), or IdempotentWrite "
+                "on the cluster (setting: reply_topic)"
+            )
+        return ""
 
     async def stop(self) -> None:
         producer, self._producer = self._producer, None

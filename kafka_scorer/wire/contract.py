@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from kafka_scorer.wire.content import schema_hook
 from kafka_scorer.wire.protocol import CONTENT_TYPE_JSON, CONTENT_TYPE_MSGPACK, Job, Result
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -75,7 +76,7 @@ _DEAD_LETTER_HEADERS = {
 def json_schema(struct: type[msgspec.Struct], name: str) -> dict[str, Any]:
     """A standalone JSON Schema (2020-12) of one wire struct, as msgspec derives it, plus the rules a
     struct cannot state in its fields (its `json_schema_extra`, e.g. a Job's items-or-documents)."""
-    schema = _nulls_last(msgspec.json.schema(struct))
+    schema = _nulls_last(msgspec.json.schema(struct, schema_hook=schema_hook))
     extra = getattr(struct, "json_schema_extra", None)
     if extra:
         schema["$defs"][struct.__name__].update(extra)

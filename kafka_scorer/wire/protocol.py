@@ -12,6 +12,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from kafka_scorer.wire.content import Content, dec_hook, enc_hook
+
 CONTENT_TYPE_JSON = "application/json"
 CONTENT_TYPE_MSGPACK = "application/msgpack"
 
@@ -66,7 +68,10 @@ class Chunking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
 
 
 Document = str | dict[str, Any]
-"""SPEC §10: a document of the rerank shape, a text or an object whose `rank_fields` are scored."""
+"""SPEC §10: a document of the rerank shape, a text or an object whose `rank_fields` are scored; an
+object with `content` parts (SPEC §11, wire/content.py) is a document with images."""
+Input = str | list[int] | Content
+"""A query or an item: text, token ids, or content parts (text and images, SPEC §11)."""
 
 
 class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -82,8 +87,8 @@ class Job(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_default
         "oneOf": [{"required": ["items"]}, {"required": ["documents"]}]
     }
 
-    query: str | list[int]
-    items: list[str | list[int]] | msgspec.UnsetType = msgspec.UNSET
+    query: Input
+    items: list[Input] | msgspec.UnsetType = msgspec.UNSET
     """Required unless the job sends `documents`; the engine fills it from them (wire/documents.py)."""
     id: str | None = None
     label_token_ids: list[int] | None = None
@@ -227,14 +232,14 @@ class _IdOnly(msgspec.Struct):
 
 
 _MSGPACK_MAP_MARKERS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}  # fixmap, map16, map32
-_JSON_JOB_DECODER = msgspec.json.Decoder(Job)
-_MSGPACK_JOB_DECODER = msgspec.msgpack.Decoder(Job)
+_JSON_JOB_DECODER = msgspec.json.Decoder(Job, dec_hook=dec_hook)
+_MSGPACK_JOB_DECODER = msgspec.msgpack.Decoder(Job, dec_hook=dec_hook)
 _JSON_ID_DECODER = msgspec.json.Decoder(_IdOnly)
 _MSGPACK_ID_DECODER = msgspec.msgpack.Decoder(_IdOnly)
 _JSON_UNTYPED_DECODER = msgspec.json.Decoder(float_hook=str)
 _MSGPACK_UNTYPED_DECODER = msgspec.msgpack.Decoder()
-_JSON_ENCODER = msgspec.json.Encoder()
-_MSGPACK_ENCODER = msgspec.msgpack.Encoder()
+_JSON_ENCODER = msgspec.json.Encoder(enc_hook=enc_hook)
+_MSGPACK_ENCODER = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
 def sniff_format(value: bytes, content_type: str | None) -> WireFormat:

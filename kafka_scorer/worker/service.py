@@ -29,6 +29,7 @@ from typing import Any
 
 from kafka_scorer import __version__
 from kafka_scorer.config import Settings
+from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.consumer import JobConsumer
 from kafka_scorer.kafka.errors import KafkaError
 from kafka_scorer.kafka.group_model import OneModelAssignor
@@ -174,7 +175,10 @@ class Worker:
             if self._fatal is None:
                 await self._drain()
                 self._check(background)
-        except Exception as exc:  # catch-all, on purpose: a FatalError or a bug ends the worker with exit 1
+        except FatalError as exc:  # its message is the one line that says why (below); the trace on debug
+            log.debug("worker failed", exc_info=True)
+            self._fatal = self._fatal or exc
+        except Exception as exc:  # catch-all, on purpose: a bug ends the worker with exit 1 too
             log.exception("worker failed")
             self._fatal = self._fatal or exc
         finally:

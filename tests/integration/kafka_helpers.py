@@ -23,6 +23,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from pydantic import SecretStr
 
+from devtools.processes import die_with_parent
 from kafka_scorer.config import Settings
 from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.wire.protocol import Result, decode_result
@@ -359,7 +360,13 @@ class WorkerProcess:
             TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **(extra_env or {})
         )
         self.proc = subprocess.Popen(
-            self.args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.args,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # a test process ended by its timeout leaves no worker serving on
         )
         self._closed_output: str | None = None
 

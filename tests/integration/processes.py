@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from devtools.processes import die_with_parent
 from tests.cli.helpers import ROOT, cli_env
 
 FAST_GROUP = ("--session-timeout-ms", "2000", "--heartbeat-interval-ms", "300", "--fetch-max-wait-ms", "20")
@@ -29,6 +30,7 @@ def start(*args: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # a test process ended by its timeout leaves nothing running
         )
 
 

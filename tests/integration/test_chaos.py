@@ -20,6 +20,7 @@ import pytest
 
 from kafka_scorer.embedded.broker import free_port
 from kafka_scorer.wire.protocol import Job, Result
+from tests.integration.brokers import on_each_broker
 from tests.integration.chaos import (
     Background,
     CommitSample,
@@ -87,6 +88,7 @@ def _judge_hostile(hostile: Hostile, answers: list, dead: dict[bytes, object], r
     return None
 
 
+@on_each_broker()
 async def test_a_poison_mix_is_answered_as_the_contract_says_and_never_restarts_the_worker(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:

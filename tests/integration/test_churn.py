@@ -2,6 +2,9 @@
 stream keeps arriving. Every job must be answered with the reference's scores, and no commit sampled
 along the way may pass a record that had no answer yet (the rest of the chaos suite: test_chaos.py).
 
+Runs on the embedded broker and on Apache Kafka (`on_each_broker`), whose group coordinator is the
+reference implementation's.
+
 Faults are injected on events (a number of answers seen), with seeded choices, so a run on a loaded
 machine sees the same faults in the same order, only later.
 """
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from tests.integration.brokers import on_each_broker
 from tests.integration.chaos import CommitSampler, ReplyWatch, commit_violations, tally, templated_jobs
 from tests.integration.jobs import expected_id, to_record
 from tests.integration.kafka_helpers import (
@@ -134,6 +138,7 @@ class Crew:
             worker.close()
 
 
+@on_each_broker()
 async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_ahead(
     kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:

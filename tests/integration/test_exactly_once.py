@@ -6,6 +6,9 @@ the crash always leaves results and offsets sent in a transaction that never com
 worker, with the same transactional id, fences it, and must redo exactly that work. Part of the chaos
 suite (test_chaos.py): bounded in time, with a printed tally, on events, not on a clock.
 
+The committed results are read back by aiokafka and then by two clients that share none of its code,
+kafka-python and confluent-kafka (independent_readers.py): each must see every job exactly once.
+
 Runs on a broker with transactions: the session broker when it has them (testcontainers, or
 KAFKA_BOOTSTRAP_SERVERS), else noida-db; the `transactional_kafka` fixture skips with the reason when
 none is available (the embedded tansu refuses aiokafka's transactional producer). And on Apache Kafka
@@ -23,14 +26,33 @@ import time
 import pytest
 
 from kafka_scorer.embedded.broker import free_port
+from kafka_scorer.wire.protocol import Result
 from tests.integration.brokers import on_each_broker
 from tests.integration.chaos import ATOL, gauge, get_text, tally, templated_jobs
-from tests.integration.jobs import assert_matches_reference, expected_id, to_record
+from tests.integration.independent_readers import READERS
+from tests.integration.jobs import Reference, Sent, assert_matches_reference, expected_id, to_record
 from tests.integration.kafka_helpers import WorkerProcess, fresh_topics, gated, produce, read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # kafka-python 3.0 loads its protocol schemas with importlib.resources' legacy calls
+    pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning"),
+]
 
 EOS_JOBS, EOS_SEED = 300, 1205
+
+
+async def _assert_independent_readers_agree(
+    bootstrap: str, topic: str, aiokafka_read: list[Result], sent: list[Sent], reference: Reference
+) -> None:
+    """kafka-python and confluent-kafka, reading with `read_committed`, see every job once, each result
+    byte for byte what aiokafka read: aborted transactions are hidden by each client's own code."""
+    want = {r.id: r for r in aiokafka_read}
+    for name, read in READERS.items():
+        got = await asyncio.to_thread(read, bootstrap, topic, EOS_JOBS)
+        result = tally(f"exactly-once read by {name}", got, sent, reference)
+        assert result.clean and result.duplicated == 0, result.report()
+        assert {r.id: r for r in got} == want, f"{name} read other results than aiokafka"
 
 
 async def _jobs_answered(port: int) -> float:
@@ -130,3 +152,4 @@ async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_
     assert pooled, "no job asked for pooled hidden states"
     for answer in pooled:  # the committed result carries them, as the reference computes them
         assert_matches_reference(answer, by_id[answer.id], causal_reference, atol=ATOL)
+    await _assert_independent_readers_agree(kafka.bootstrap, topics.replies, got, sent, causal_reference)

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job
+from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import MODEL_VOCAB, assert_answers, mixed_stream
 from tests.integration.kafka_helpers import (
     InProcessWorker,
@@ -33,6 +34,7 @@ def _job(job_id: str | None, **fields) -> bytes:
     return msgspec.json.encode({"id": job_id, **base, **fields})
 
 
+@on_each_broker()
 async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
@@ -172,6 +174,7 @@ def _keyed(records) -> dict[bytes, list]:
     return out
 
 
+@on_each_broker()
 async def test_records_that_used_to_be_fatal_get_typed_answers_between_valid_jobs(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
@@ -242,6 +245,7 @@ async def test_records_that_used_to_be_fatal_get_typed_answers_between_valid_job
     assert committed == ends
 
 
+@on_each_broker()
 async def test_a_huge_record_on_one_partition_does_not_hold_up_small_jobs_on_another(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
@@ -324,6 +328,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))
 """
 
 
+@on_each_broker()
 async def test_a_record_the_client_cannot_parse_is_answered_and_skipped_not_fatal(
     kafka, causal_model, causal_scorer
 ) -> None:

@@ -20,6 +20,7 @@ import msgspec
 import pytest
 
 from kafka_scorer.wire.protocol import Job, Result, TemplateRef
+from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import MODEL_VOCAB, Reference, max_abs_diff
 from tests.integration.kafka_helpers import (
     ROOT,
@@ -106,6 +107,7 @@ def _check_results(results: list[Result], jobs: list[dict], reference: Reference
             assert pooled is not None and pooled.shape[0] == len(job.items)
 
 
+@on_each_broker()
 async def test_submit_file_to_file_every_result_checked_and_failure_reported(
     kafka, causal_model, causal_scorer, causal_reference, tmp_path: Path
 ) -> None:
@@ -130,6 +132,7 @@ async def test_submit_file_to_file_every_result_checked_and_failure_reported(
     _check_results(_results(out_file.read_bytes()), jobs, causal_reference)
 
 
+@on_each_broker()
 async def test_submit_msgpack_from_stdin_to_stdout_all_ok(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
@@ -146,6 +149,7 @@ async def test_submit_msgpack_from_stdin_to_stdout_all_ok(
     _check_results(_results(stdout), jobs, causal_reference)
 
 
+@on_each_broker()
 async def test_submit_times_out_quickly_with_no_worker(kafka, tmp_path: Path) -> None:
     topics = await fresh_topics(kafka, partitions=1)
     jobs_file = tmp_path / "jobs.jsonl"
@@ -257,6 +261,7 @@ def _printed_rankings(stderr: str) -> dict[str, list[tuple[int, int, float, str]
     return rankings
 
 
+@on_each_broker()
 async def test_submit_flags_make_plain_text_jobs_a_reranking_run_and_print_it_readably(
     kafka, reranker: Path, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ import pytest
 from kafka_scorer.client import ScoringClient, ScoringTimeout
 from kafka_scorer.kafka.admin import create_topics
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, encode_job
+from tests.integration.brokers import on_each_broker
 from tests.integration.kafka_helpers import (
     InProcessWorker,
     Out,
@@ -87,6 +88,7 @@ async def _topics(kafka) -> tuple[str, str, str]:
     return bulk, live, replies
 
 
+@on_each_broker()
 async def test_interactive_jobs_overtake_a_bulk_backlog_and_expired_ones_are_not_computed(
     kafka, causal_model, causal_scorer
 ) -> None:
@@ -130,6 +132,7 @@ async def test_interactive_jobs_overtake_a_bulk_backlog_and_expired_ones_are_not
     assert committed == {0: N_BULK + 5}, "every record answered and committed, none skipped"
 
 
+@on_each_broker()
 async def test_high_priority_jobs_over_half_the_budget_overtake_a_bulk_backlog_on_a_shared_topic(
     kafka, causal_model, causal_scorer
 ) -> None:
@@ -169,6 +172,7 @@ async def test_high_priority_jobs_over_half_the_budget_overtake_a_bulk_backlog_o
     assert high_at[-1] <= 5, f"interactive jobs ran as forwards {high_at} of 15: {engine.ran}"
 
 
+@on_each_broker()
 async def test_a_client_timeout_is_the_jobs_deadline_and_the_worker_skips_its_forward(
     kafka, causal_model, causal_scorer
 ) -> None:

@@ -6,10 +6,10 @@ same log, contradict it (issue 39)."""
 
 from __future__ import annotations
 
-from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch
+from kafka_scorer.kafka.log_reset import NEW_LOG, FetchState, LogResetWatch, Reason, Sign
 
 
-def _watch_through(*responses: dict[str, FetchState]) -> list[dict[str, str]]:
+def _watch_through(*responses: dict[str, FetchState]) -> list[dict[str, Reason]]:
     watch: LogResetWatch[str] = LogResetWatch()
     return [watch.observe(states).reset for states in responses]
 
@@ -25,7 +25,7 @@ def test_a_position_beyond_the_log_end_needs_a_second_response() -> None:
     again = FetchState(position=40, log_end=12, fetched_at=2)
     got = _watch_through({"p": beyond}, {"p": again_same_response}, {"p": again})
     assert got[:2] == [{}, {}]
-    assert got[2] == {"p": "position 40 is beyond the log end 12"}
+    assert got[2] == {"p": Reason(Sign.BEYOND_END, "position 40 is beyond the log end 12")}
 
 
 def test_a_log_end_that_moved_back_is_a_reset_even_below_the_position() -> None:
@@ -35,7 +35,7 @@ def test_a_log_end_that_moved_back_is_a_reset_even_below_the_position() -> None:
         {"p": FetchState(position=5, log_end=10, fetched_at=2)},
         {"p": FetchState(position=5, log_end=11, fetched_at=3)},
     )
-    assert got == [{}, {}, {"p": "the log end moved back from 40 to 11"}]
+    assert got == [{}, {}, {"p": Reason(Sign.MOVED_BACK, "the log end moved back from 40 to 11")}]
 
 
 def test_one_odd_response_is_forgiven() -> None:
@@ -72,7 +72,7 @@ def test_a_log_end_that_records_just_handed_out_contradict_is_not_a_reset() -> N
     watch.received("p", 10, fetched_at=1)  # offsets up to 10 handed out, in a response that says 2
     first = watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=1)})
     said = "the broker reports the log end 2 but delivered records up to offset 10"
-    assert first.contradicted == {"p": said}
+    assert first.contradicted == {"p": Reason(Sign.WRONG_END, said)}
     later = [watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=n)}) for n in range(2, 10)]
     assert all(v.reset == {} and v.contradicted == {} for v in later)  # said once, never acted on
     assert watch.log_end("p", 2) == 11
@@ -110,7 +110,7 @@ def test_records_of_an_earlier_response_prove_nothing_about_a_later_log_end() ->
     first = watch.observe({"p": FetchState(position=70, log_end=63, fetched_at=2)})
     assert first.contradicted == {} and first.reset == {}
     second = watch.observe({"p": FetchState(position=70, log_end=63, fetched_at=3)})
-    assert second.reset == {"p": "position 70 is beyond the log end 63"}
+    assert second.reset == {"p": Reason(Sign.BEYOND_END, "position 70 is beyond the log end 63")}
     assert watch.log_end("p", 63) == 63
 
 
@@ -124,7 +124,7 @@ def test_what_records_proved_is_forgotten_when_the_log_may_have_changed() -> Non
     assert watch.log_end("p", 2) == 11
     first = watch.observe({"p": FetchState(11, 2, 6, log="B")})
     assert watch.log_end("p", 2) == 2
-    assert list(first.reset) == ["p"] and "the log may be a new one" in first.reset["p"]
+    assert first.reset == {"p": NEW_LOG} and "the log may be a new one" in str(first.reset["p"])
 
 
 def test_a_new_connection_to_the_leader_is_a_reset_even_when_the_numbers_look_healthy() -> None:
@@ -139,7 +139,8 @@ def test_a_new_connection_to_the_leader_is_a_reset_even_when_the_numbers_look_he
     assert list(watch.observe({"p": FetchState(5, 95, 5, log="C")}).reset) == ["p"]
     assert watch.observe({"p": FetchState(5, 95, 6, log="D")}).reset == {}  # not seen healthy since
     watch.observe({"p": FetchState(0, 95, 7, log="D")})
-    assert list(watch.observe({"p": FetchState(5, 95, 8, log="E")}).refused) == ["p"]  # past the bound
+    refused = watch.observe({"p": FetchState(5, 95, 8, log="E")}).refused  # past the bound
+    assert list(refused) == ["p"] and refused["p"].sign is Sign.NEW_LOG and "(the bound)" in str(refused["p"])
 
 
 def test_a_watch_told_not_to_treats_a_new_connection_as_no_reset() -> None:
@@ -167,5 +168,5 @@ def test_records_of_the_same_response_still_prove_its_log_end_wrong_in_a_new_log
     watch.received("p", 10, fetched_at=120)
     said = watch.observe({"p": FetchState(position=11, log_end=2, fetched_at=120, log="B")})
     wrong = "the broker reports the log end 2 but delivered records up to offset 10"
-    assert said.contradicted == {"p": wrong}
+    assert said.contradicted == {"p": Reason(Sign.WRONG_END, wrong)}
     assert all(watch.observe({"p": FetchState(11, 2, n, log="B")}).reset == {} for n in range(121, 130))

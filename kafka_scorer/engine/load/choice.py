@@ -1,8 +1,9 @@
 """Which `Scorer` serves a checkpoint: the one place that knows every kind's scorer class.
 
 A ColBERT directory (`engine/late_interaction/checkpoint.py`) is served by `LateInteractionScorer`,
-every other checkpoint by `Scorer`. The choice sits here, above both classes, because the subclass
-imports `Scorer`: had `Scorer` picked its own subclass (it once did, in `__new__`), the engine's modules
+a Qwen3-VL one (`engine/vision/checkpoint.py`) by `VisionScorer`, every other checkpoint by `Scorer`.
+The choice sits here, above these classes, because the subclasses
+import `Scorer`: had `Scorer` picked its own subclass (it once did, in `__new__`), the engine's modules
 would import each other in a circle. Callers that take any checkpoint (the worker, the demo, the bench)
 open it here; a caller that knows its kind may name the class.
 """
@@ -13,10 +14,14 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
 from kafka_scorer.engine.late_interaction.scorer import LateInteractionScorer
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.vision.checkpoint import is_vision_language
+from kafka_scorer.engine.vision.scorer import VisionScorer
 
 
 def scorer_class(model: str) -> type[Scorer]:
     """The class that serves the checkpoint at `model` (a local directory or a hub id)."""
+    if is_vision_language(model):
+        return VisionScorer
     return LateInteractionScorer if is_late_interaction(model) else Scorer
 
 

@@ -31,6 +31,7 @@ _SCORE_FILES = (
     "added_tokens.json",
     "*.model",
     "*.tiktoken",
+    "preprocessor_config.json",  # an image processor's pixel range and normalisation decide scores too
 )
 
 

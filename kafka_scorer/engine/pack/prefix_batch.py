@@ -9,9 +9,9 @@ differed in their last bits (docs/engine.md, "Prefix cache"). The price is one m
 with a new head (measured in docs/performance.md, "Prefix cache").
 
 On the packing thread, for each forward of a batch (`build_all`):
-1. Each piece with prefix marks (`engine/prepare/prefix_marks.py`) keeps the marks whose states fit in
-   the cache (a head larger than the cache can never hit: that piece runs in full, as without the
-   cache). It looks them up, longest first, among the heads this batch already plans and in the cache.
+1. Each piece with prefix marks (`engine/prepare/prefix_marks.py`) keeps the marks whose states fit in the
+   cache (a head larger than the cache can never hit: that piece runs in full, as without the cache). It
+   looks them up, longest first, among the heads this batch already plans and in the cache.
 2. Every fitting mark longer than the one found is computed, shortest first, each from the one before
    it: the shortest from nothing (a *fill*: the head's tokens as a sequence of their own, its keys and
    values copied per layer), a longer one as an *extension* (its own tokens as a hit on the shorter

@@ -15,16 +15,20 @@ Choices where SPEC is silent (also in docs/message-schema.md):
   never turned into text by a rule the sender cannot see;
 - `rank_fields` or `return_documents` on a job that sends `items` is `invalid_request`: they belong
   to the rerank shape, and a token-id job (which has no documents) cannot use them;
-- a text document is echoed as `{"text": ...}`, an object as sent, the way Cohere and Jina echo them.
+- a text document is echoed as `{"text": ...}`, an object as sent, the way Cohere and Jina echo them;
+- an object with `content` parts (SPEC §11) is scored by its parts, not by `rank_fields`: a document
+  with images is its text and images in order, as vLLM's multimodal documents are.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import msgspec
 
 from kafka_scorer.engine.prepare.prepared import InputError
+from kafka_scorer.wire.content import Content, content_document
 from kafka_scorer.wire.protocol import Document, ErrorCode, Job, shape_problem
 
 DEFAULT_RANK_FIELDS = ("text",)
@@ -40,10 +44,13 @@ def is_rerank(job: Job) -> bool:
 
 
 def item_list(job: Job) -> list[str | list[int]]:
-    """The items of a job `as_items` returned; `InputError` (`invalid_request`) for a job with none."""
+    """The items of a job `as_items` returned; `InputError` (`invalid_request`) for a job with none.
+
+    Texts or token ids: a job with content parts never reaches a text kind's preparer (`Scorer.prepare`
+    answers it `unsupported`), and the vision kind reads its items as they are."""
     if job.items is msgspec.UNSET:
         raise InputError(ErrorCode.INVALID_REQUEST, "items: missing; send `items` or `documents`")
-    return job.items
+    return cast("list[str | list[int]]", job.items)
 
 
 def as_items(job: Job) -> Job:
@@ -65,7 +72,7 @@ def as_items(job: Job) -> Job:
                     f"the texts as `documents`, or leave {name} out",
                 )
         return job
-    if not isinstance(job.query, str):
+    if not isinstance(job.query, str | Content):
         raise InputError(
             ErrorCode.INVALID_REQUEST,
             "documents are texts or objects, but the query is token ids: send token-id inputs as `items`",
@@ -78,9 +85,16 @@ def as_items(job: Job) -> Job:
     return msgspec.structs.replace(job, items=texts)
 
 
-def _scored_text(index: int, document: Document, fields: tuple[str, ...]) -> str:
+def _scored_text(index: int, document: Document, fields: tuple[str, ...]) -> str | Content:
+    """A document's scored text, or its content parts (SPEC §11) when it carries `content`."""
     if isinstance(document, str):
         return document
+    try:
+        parts = content_document(document)
+    except ValueError as exc:
+        raise InputError(ErrorCode.INVALID_REQUEST, f"document {index}: {exc}", item=index) from None
+    if parts is not None:
+        return parts
     values = []
     for name in fields:
         if name not in document:
@@ -116,3 +130,14 @@ def rank_fields_warnings(job: Job) -> list[str]:
 def echo(document: Document) -> dict[str, Any]:
     """A document as its `results` entry carries it: an object as sent, a text as `{"text": ...}`."""
     return {"text": document} if isinstance(document, str) else document
+
+
+def items_argument(items: str | Sequence[str] | Sequence[list[int]]) -> list:
+    """`Scorer.score`'s `items`: one string is one item; a flat list of ints is ambiguous (one item?
+    many?), so it is refused."""
+    if isinstance(items, str):
+        return [items]
+    out = list(items)
+    if any(isinstance(item, int) for item in out):
+        raise TypeError("items: token-id items are lists of ints; pass [ids] for a single item")
+    return out

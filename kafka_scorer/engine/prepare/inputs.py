@@ -360,7 +360,7 @@ class JobPreparer(ItemWindows, ScoreFields):
         chunks = self.limits.max_chunks_per_job if chunking is not None else 1
         item_why = f"{why} × max_chunks_per_job={chunks}" if chunking is not None else why
         named: list[tuple[str, str | list[int], int | None, int, str]] = [
-            ("query", job.query, None, limit, why)
+            ("query", cast("str | list[int]", job.query), None, limit, why)
         ]
         named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(item_list(job))]
         if instruction is not None:

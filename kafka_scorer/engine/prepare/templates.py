@@ -99,7 +99,22 @@ QWEN3_RERANKER = PromptTemplate(
     source="the Qwen/Qwen3-Reranker-0.6B, -4B and -8B model cards (Hugging Face), usage with transformers",
 )
 
-PRESETS: dict[str, PromptTemplate] = {t.name: t for t in (QWEN3_RERANKER,)}
+QWEN3_VL_RERANKER = PromptTemplate(
+    name="qwen3-vl-reranker",
+    text=(
+        "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
+        'the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n'
+        "<|im_start|>user\n<Instruct>: {instruction}<Query>:{query}\n<Document>:{item}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    ),
+    instruction="Given a search query, retrieve relevant candidates that answer the query.",
+    label_tokens=("yes", "no"),
+    source="the Qwen/Qwen3-VL-Reranker-2B and -8B model cards and their chat template: the user turn "
+    "holds every content part in order, an image as <|vision_start|><|image_pad|><|vision_end|>; no think "
+    "block; the card's score, sigmoid(logit_yes - logit_no), is the label-normalised P(yes)",
+)
+
+PRESETS: dict[str, PromptTemplate] = {t.name: t for t in (QWEN3_RERANKER, QWEN3_VL_RERANKER)}
 
 
 def load_template(setting: str) -> PromptTemplate | None:

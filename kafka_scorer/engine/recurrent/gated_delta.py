@@ -132,6 +132,7 @@ class PackedGatedDeltaNet(nn.Module):
             initial_state=initial,
             output_final_state=group.keep_rows is not None or group.store_rows is not None,
             use_qk_l2norm_in_kernel=True,
+            chunk_size=chunk_size(length),
         )
 
     def _convolve(self, windowed: torch.Tensor) -> torch.Tensor:
@@ -161,6 +162,21 @@ def _initial(group: RunGroup, states: torch.Tensor | None, heads: torch.Tensor |
         assert heads is not None, "a cut sequence's head is in the forward's entries"
         return heads.index_select(0, group.source_from)
     return None
+
+
+CHUNK = 64
+"""transformers' chunk of the delta rule: runs longer than this are cut into chunks of this size."""
+
+
+def chunk_size(length: int) -> int:
+    """The delta rule's chunk for runs at most `length` long. A run that fits one chunk gets one chunk of
+    the next power of two, not of 64: the rule pads every run to whole chunks and loops over a chunk's
+    rows, so MIS items and short pairs (16-32 tokens, a few for the bench's many-items) spent most of it
+    on padding. The arithmetic on the real tokens is the same (padding adds exact zeros; measured
+    bit-equal on the CPU); longer runs keep transformers' 64, whose chunk boundaries shape their sums.
+    A kernel that takes no chunk size (fla's) never sees it: transformers passes on only the arguments
+    its implementation names."""
+    return CHUNK if length > CHUNK else max(4, 1 << (length - 1).bit_length())
 
 
 def _with_zero_row(x: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 The decoder (or encoder) runs once over the flat stream; only the scoring rows are gathered, and the
 model kind picks the head. An encoder's row is its pair's first token, or the mean over the pair's
-tokens (ModernBERT's mean pooling), and its head is the stock classifier (`engine/models/encoder_family.py`).
+tokens (ModernBERT's mean pooling), and its head is the stock classifier
+(`engine/models/encoder_family.py`).
 The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
 come back. A forward padded to a captured bucket replays its CUDA graph for the body
 (`engine/graphs/`); the rest is the same.
