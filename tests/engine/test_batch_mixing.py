@@ -128,8 +128,13 @@ def test_a_packed_job_larger_than_the_budget_becomes_several_packed_sequences(
         multi_item=True,
         return_pooled_hidden_states=True,
     )
-    tight = Scorer(
-        str(tiny_models.get()), dtype="float32", device="cpu", max_batch_tokens=48, attention_backend=backend
+    tight = Scorer(  # without the prefix cache, which would compute the query once and cut the pieces
+        str(tiny_models.get()),
+        dtype="float32",
+        device="cpu",
+        max_batch_tokens=48,
+        attention_backend=backend,
+        prefix_cache_mb=0,
     )
     forwards = []
     original = tight._runner.forward

@@ -77,8 +77,12 @@ def test_deterministic_mode_s_span_kernel_failing_at_warm_up_leaves_the_mode_on_
 ) -> None:
     """On CUDA the mode picks the span kernel itself ("auto"); a kernel that fails at the model's shapes
     leaves the mode on the tiles, with one line, and jobs keep their bits and the dense scores."""
-    scorer = Scorer(
-        str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu", deterministic=True
+    scorer = Scorer(  # as on CUDA, where the mode's span and tile backends keep no prefix cache
+        str(tiny_models.get("qwen3", "causal")),
+        dtype="float32",
+        device="cpu",
+        deterministic=True,
+        prefix_cache_mb=0,
     )
     scorer.attention_backend = "deterministic-spans"  # what "auto" picks on CUDA; the CPU picks segmented
     reference = Scorer(str(scorer.loaded.name), dtype="float32", device="cpu", attention_backend="dense")

@@ -221,7 +221,14 @@ async def test_a_flood_faster_than_the_model_is_answered_with_bounded_memory(
     sent, records = _flood(WARM_JOBS + FLOOD_JOBS, FLOOD_SEED, topics.requests)
     port = free_port()
     settings = topics.settings(
-        causal_model, client_id="flood", max_batch_tokens=1024, max_poll_records=FLOOD_POLL, metrics_port=port
+        causal_model,
+        client_id="flood",
+        max_batch_tokens=1024,
+        max_poll_records=FLOOD_POLL,
+        metrics_port=port,
+        # the prefix cache keeps new heads up to its own bound (prefix_cache_mb, tested with the engine):
+        # the margin below is for everything else a flood could make a worker hold
+        prefix_cache_mb=0,
     )
     async with (
         WorkerProcess(settings, "flood") as worker,

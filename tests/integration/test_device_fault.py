@@ -58,7 +58,7 @@ async def test_a_poisoned_device_stops_the_worker_non_zero_without_committing_un
     settings = stream.settings(causal_model, max_batch_tokens=64)
     env = {
         "PYTHONPATH": os.pathsep.join([str(FAULTS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        "SCORER_TEST_DEVICE_FAULT_AFTER": "3",
+        "SCORER_TEST_DEVICE_FAULT_AFTER": "1",  # one served forward, then the device is gone
     }
     async with WorkerProcess(settings, "device-fault", extra_env=env) as worker:
         await produce(kafka.bootstrap, stream.records)

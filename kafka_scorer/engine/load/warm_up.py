@@ -39,6 +39,7 @@ def warm_up(scorer: ScorerView) -> None:
         failed = recover(scorer, failed, lambda: _failure(scorer))
     if failed:
         log.warning("warm-up batch failed (%s); serving anyway", failed)
+    _one_token_forwards(scorer)  # on the backend and layers the warm-up settled on
     scorer.forget_prefixes()  # the warm-up's prefixes are no traffic's
     _ready_label_kernels(scorer)
     _capture_graphs(scorer)
@@ -149,6 +150,19 @@ def _failure(scorer: ScorerView) -> str | None:
     if not failures:
         return None
     return first_line(failures[0], "no message")
+
+
+def _one_token_forwards(scorer: ScorerView) -> None:
+    """Forwards of a single token, each alone: a compiler specialises a dimension of size 1, so the
+    first one in service would compile (seconds, on the live batch). Traffic makes them: a two-token
+    query's head computed alone before its hit (the prefix cache), a one-token query with an empty
+    item. Their answers are not judged: a kind that refuses such jobs (token ids on a vision model)
+    simply runs no forward here."""
+    vocab = scorer.loaded.input_vocab_size
+    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    ids = [(5 + 19 * i) % vocab for i in range(3)]
+    scorer.score_jobs([Job(id="warm-up-head", query=ids[:2], items=[ids[2:]], label_token_ids=labels)])
+    scorer.score_jobs([Job(id="warm-up-token", query=ids[:1], items=[[]], label_token_ids=labels)])
 
 
 def _short_job(scorer: ScorerView) -> Job:

@@ -4,8 +4,9 @@
   hangs inside the next `commit_transaction` (its results and offsets already sent, EndTxn not),
   printing a marker line. A SIGKILL then is a crash with a transaction open, every time, instead of
   whenever the timing happens to allow it.
-- SCORER_TEST_DEVICE_FAULT_AFTER=N: the model runner runs N forward passes, then every later one
-  raises the error CUDA gives after an illegal memory access (printing a marker line first): a device
+- SCORER_TEST_DEVICE_FAULT_AFTER=N: after the warm-up (whose forward count is the engine's business),
+  the model runner runs N forward passes, then every later one raises the error CUDA gives after an
+  illegal memory access (printing a marker line first): a device
   fault that poisons the process, on a machine with no GPU.
 - SCORER_TEST_START_GATE=PATH: the worker's producer, its first Kafka client (the transactional one
   fences its predecessor as it starts, the consumer joins the group after it), starts only once PATH
@@ -52,12 +53,21 @@ if os.environ.get("SCORER_TEST_HANG_IN_COMMIT_AFTER"):
 
 if os.environ.get("SCORER_TEST_DEVICE_FAULT_AFTER"):
     from kafka_scorer.engine.run import runner
+    from kafka_scorer.engine.scorer import Scorer
 
     _forwards_left = int(os.environ["SCORER_TEST_DEVICE_FAULT_AFTER"])
     _forward = runner.ModelRunner.forward
+    _warm_up = Scorer.warm_up
+    _armed = []
+
+    def _warm_up_then_arm(self):  # type: ignore[no-untyped-def]
+        _warm_up(self)
+        _armed.append(True)
 
     def _forward_or_fault(self, batch):  # type: ignore[no-untyped-def]
         global _forwards_left
+        if not _armed:
+            return _forward(self, batch)
         if _forwards_left <= 0:
             print("FAULT-INJECTION: illegal memory access in forward", flush=True)
             raise RuntimeError(
@@ -68,3 +78,4 @@ if os.environ.get("SCORER_TEST_DEVICE_FAULT_AFTER"):
         return _forward(self, batch)
 
     runner.ModelRunner.forward = _forward_or_fault
+    Scorer.warm_up = _warm_up_then_arm
