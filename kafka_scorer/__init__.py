@@ -1,8 +1,8 @@
 """kafka-scorer: LLM scoring jobs from Kafka, micro-batched onto a GPU or CPU.
 
-`Scorer` and `open_scorer` (which opens any checkpoint with its kind's scorer class,
-`engine/load/choice.py`) are imported lazily: `import kafka_scorer` (and `kafka-scorer --help`) should not
-pay for importing torch and transformers.
+`Scorer` (which serves any checkpoint, its kind chosen in `engine/kinds/choice.py`) and
+`open_scorer` (the same, under its older name) are imported lazily: `import kafka_scorer` (and
+`kafka-scorer --help`) should not pay for importing torch and transformers.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ __version__ = "0.1.0"
 __all__ = ["Scorer", "__version__", "open_scorer"]
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.load.choice import open_scorer
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scorer import Scorer, open_scorer
 
 
 def __getattr__(name: str):
@@ -23,7 +22,7 @@ def __getattr__(name: str):
 
         return Scorer
     if name == "open_scorer":
-        from kafka_scorer.engine.load.choice import open_scorer
+        from kafka_scorer.engine.scorer import open_scorer
 
         return open_scorer
     raise AttributeError(name)

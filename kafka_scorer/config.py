@@ -198,8 +198,8 @@ class EngineSettings(BaseSettings):
         return self
 
     def engine_config(self) -> EngineConfig:
-        """The plain record the engine is built from (`scorer_from_config`, `engine/load/choice.py`):
-        the engine reads no settings."""
+        """The plain record the engine is built from (`Scorer.from_config`, its kind chosen in
+        `engine/kinds/choice.py`): the engine reads no settings."""
         from kafka_scorer.engine.config import EngineConfig
 
         return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})

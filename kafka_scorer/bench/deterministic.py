@@ -23,7 +23,6 @@ from pathlib import Path
 
 from kafka_scorer.bench.engine_alone import EngineRun, engine_parser, resolve_run, timed, write_report
 from kafka_scorer.bench.workloads import build_workload, workload_spec
-from kafka_scorer.engine.load.choice import open_scorer
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
 
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace) -> dict:
         case = _case(name, run_, args.quick)
         if case.kind not in scorers:
             scorers[case.kind] = {
-                mode: open_scorer(
+                mode: Scorer(
                     str(case.path),
                     dtype=dtype,
                     device=device,

@@ -32,7 +32,7 @@ import msgspec
 import torch
 
 from kafka_scorer.bench.summary import max_abs_diff
-from kafka_scorer.engine.api import open_scorer, slow_image_processor_class
+from kafka_scorer.engine.api import Scorer, slow_image_processor_class
 from kafka_scorer.wire.protocol import Job
 
 
@@ -159,8 +159,8 @@ def run_images_bench(
             max_image_tokens=shape.max_image_tokens,
         )  # fmt: skip
         options: dict[str, Any] = {"dtype": "float32", "device": "cpu", "template": "qwen3-vl-reranker"}
-        scorer = open_scorer(str(path), max_batch_tokens=max_batch_tokens, embedding_cache_mb=0, **options)
-        cached = open_scorer(str(path), max_batch_tokens=max_batch_tokens, **options)
+        scorer = Scorer(str(path), max_batch_tokens=max_batch_tokens, embedding_cache_mb=0, **options)
+        cached = Scorer(str(path), max_batch_tokens=max_batch_tokens, **options)
         reference = TransformersPairs(path)
         log(f"images: {len(jobs)} jobs, {items} documents")
         report: dict[str, Any] = {"shape": asdict(shape), "jobs": len(jobs), "items": items, "contenders": {}}

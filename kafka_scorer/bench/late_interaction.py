@@ -96,15 +96,15 @@ def run_late_interaction_bench(
     from sentence_transformers import MultiVectorEncoder
 
     from kafka_scorer.checkpoints.real_models import build_minilm_colbert
-    from kafka_scorer.engine.api import open_scorer
+    from kafka_scorer.engine.api import Scorer
 
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-colbert-") as scratch:
         path = Path(model_dir or scratch) / "minilm-colbert"
         if not (path / "modules.json").exists():
             build_minilm_colbert(path, seed=seed)
         options = dict(dtype="float32", device="cpu", max_batch_tokens=max_batch_tokens)
-        engine = open_scorer(str(path), embedding_cache_mb=0, **options)
-        cached = open_scorer(str(path), embedding_cache_mb=-1, **options)
+        engine = Scorer(str(path), embedding_cache_mb=0, **options)
+        cached = Scorer(str(path), embedding_cache_mb=-1, **options)
         reference = MultiVectorEncoder(str(path), device="cpu")
     shape = QUICK_SHAPE if quick else LateShape()
     distinct, repeated = build_late_jobs(engine.loaded.tokenizer, seed=seed, shape=shape)

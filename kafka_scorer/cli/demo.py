@@ -72,13 +72,13 @@ _ITEMS = [
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.load.choice import open_scorer
     from kafka_scorer.engine.load.loaded_model import ModelKind
+    from kafka_scorer.engine.scorer import Scorer
 
     if model:
         try:
             check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
-            scorer = open_scorer(model, device=device, dtype=dtype)
+            scorer = Scorer(model, device=device, dtype=dtype)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
             say(f"cannot load --model {model}: {reason}")
@@ -91,7 +91,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
     models = []
     for kind in ("causal", "classification"):
         path = build_tiny_model(workdir / f"tiny-{kind}", "qwen3", kind, num_labels=3)  # type: ignore[arg-type]  # kind is a Kind literal from the demo's own list
-        scorer = open_scorer(str(path), served_model_name=f"tiny-random-{kind}", device=device, dtype=dtype)
+        scorer = Scorer(str(path), served_model_name=f"tiny-random-{kind}", device=device, dtype=dtype)
         models.append(_with_labels(DemoModel(kind, scorer, random=True)))
     return models
 

@@ -60,8 +60,8 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     cannot be loaded: the same fallback as the plain demo)."""
     from kafka_scorer.cli.demo_parts import DemoModel, say
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.load.choice import open_scorer
     from kafka_scorer.engine.prepare.templates import TemplateError, load_template
+    from kafka_scorer.engine.scorer import Scorer
 
     try:
         load_template(template)
@@ -70,7 +70,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
     if model:
         try:
             check_model_source(model)  # a misspelt directory: at once, not after the hub's retries
-            scorer = open_scorer(model, device=device, dtype=dtype, template=template)
+            scorer = Scorer(model, device=device, dtype=dtype, template=template)
         except Exception as exc:  # any load failure: fall back, but say why in one line
             reason = errors.explain(exc) or f"{type(exc).__name__}: {exc}"
             say(f"cannot load --model {model}: {reason}")
@@ -85,7 +85,7 @@ def load_reranker(model: str | None, template: str, device: str, dtype: str, wor
         from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 
         path, name = build_tiny_reranker(workdir / "tiny-reranker"), "tiny-random-reranker"
-    scorer = open_scorer(str(path), served_model_name=name, device=device, dtype=dtype, template=template)
+    scorer = Scorer(str(path), served_model_name=name, device=device, dtype=dtype, template=template)
     return DemoModel("reranker", scorer, random=True, template=template)
 
 

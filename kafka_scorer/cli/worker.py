@@ -158,15 +158,15 @@ async def _start_and_run(
     from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
 
     keep_triton_out_on_cpu(settings.device)  # no triton leak report at exit on a CPU machine
-    from kafka_scorer.engine.load.choice import (
-        scorer_from_config,  # torch: seconds, after the connection check
+    from kafka_scorer.engine.scorer import (
+        Scorer,  # torch: seconds, after the connection check
     )
     from kafka_scorer.worker.service import Worker
 
     log.info("loading model %s", settings.model)
     readiness.starting(f"starting: loading model {settings.model}")
     try:
-        scorer = await asyncio.to_thread(scorer_from_config, settings.engine_config())
+        scorer = await asyncio.to_thread(Scorer.from_config, settings.engine_config())
     except Exception as exc:
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
         return report(exc, prog=_PROG)

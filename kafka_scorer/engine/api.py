@@ -9,13 +9,12 @@ micro-benchmarks, which time engine parts by design and are listed there by name
 """
 
 from kafka_scorer.engine.attention.registry import BACKENDS
-from kafka_scorer.engine.load.choice import open_scorer, scorer_from_config
 from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
 from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler
 from kafka_scorer.engine.prepare.chunking import window_ranges
 from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
 from kafka_scorer.engine.run.variants import Layers, Variant, layer_choices, variant
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.scorer import Scorer, open_scorer
 from kafka_scorer.engine.vision.checkpoint import slow_image_processor_class
 
 __all__ = [
@@ -28,7 +27,6 @@ __all__ = [
     "open_scorer",
     "resolve_device",
     "resolve_dtype",
-    "scorer_from_config",
     "slow_image_processor_class",
     "tokenize_templated",
     "variant",

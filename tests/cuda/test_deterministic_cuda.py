@@ -63,7 +63,7 @@ def test_deterministic_scores_bit_identical_on_the_device(tiny_models, device, d
 def test_deterministic_encoders_bit_identical_on_the_device(tmp_path, device, kind):
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
     from kafka_scorer.checkpoints.tiny_models import build_tiny_encoder
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     if kind == "colbert":
         path, options = build_tiny_colbert(tmp_path / kind), {"embedding_cache_mb": 16}
@@ -72,7 +72,7 @@ def test_deterministic_encoders_bit_identical_on_the_device(tmp_path, device, ki
         path, options = build_tiny_encoder(tmp_path / kind, "modernbert", overrides=overrides), {}
 
     def make(**more):
-        return open_scorer(str(path), dtype="float32", device=device, deterministic=True, **options, **more)
+        return Scorer(str(path), dtype="float32", device=device, deterministic=True, **options, **more)
 
     same, total, differed, _ = count_identical(make, causal=False, softmax=kind != "colbert")
     assert (same, total) == (48, 48), differed

@@ -19,11 +19,11 @@ from tests.engine.passages import PASSAGES, QUERIES
 @pytest.mark.parametrize("attend", [False, True])
 def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     path = str(build_tiny_colbert(tmp_path / "colbert", attend_to_expansion_tokens=attend))
-    gpu = open_scorer(path, dtype="float32", device=device, embedding_cache_mb=16)
-    cpu = open_scorer(path, dtype="float32", device="cpu", embedding_cache_mb=0)
+    gpu = Scorer(path, dtype="float32", device=device, embedding_cache_mb=16)
+    cpu = Scorer(path, dtype="float32", device="cpu", embedding_cache_mb=0)
     jobs = [Job(id=str(i), query=q, items=PASSAGES[i : i + 6]) for i, q in enumerate(QUERIES[:4])]
     for _ in range(2):  # the second round reads the cache on the GPU
         for got, expected in zip(gpu.score_jobs(jobs), cpu.score_jobs(jobs)):

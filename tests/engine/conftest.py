@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-from kafka_scorer.engine.load.choice import open_scorer
 from kafka_scorer.engine.scorer import Scorer
 
 
@@ -100,7 +99,7 @@ def colbert_scorer(tiny_colbert):
         key = (tuple(sorted((checkpoint or {}).items())), tuple(sorted(options.items())))
         if key not in cache:
             path = tiny_colbert(**(checkpoint or {}))
-            cache[key] = open_scorer(str(path), dtype="float32", device="cpu", **options)
+            cache[key] = Scorer(str(path), dtype="float32", device="cpu", **options)
         return cache[key]
 
     return get

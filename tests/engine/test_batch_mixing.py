@@ -99,9 +99,9 @@ def test_a_job_larger_than_the_budget_is_split_across_forwards_without_changing_
     roomy = Scorer(str(tiny_models.get()), dtype="float32", device="cpu")
     tight = Scorer(str(tiny_models.get()), dtype="float32", device="cpu", max_batch_tokens=64)
     forwards = []
-    original = tight._runner.forward
+    original = tight.runner.forward
     monkeypatch.setattr(
-        tight._runner, "forward", lambda batch: forwards.append(batch.num_tokens) or original(batch)
+        tight.runner, "forward", lambda batch: forwards.append(batch.num_tokens) or original(batch)
     )
     whole, split = roomy.score_jobs([job])[0], tight.score_jobs([job])[0]
     assert len(forwards) > 2 and max(forwards) <= 64 and sum(forwards) == split.prompt_tokens
@@ -137,13 +137,13 @@ def test_a_packed_job_larger_than_the_budget_becomes_several_packed_sequences(
         prefix_cache_mb=0,
     )
     forwards = []
-    original = tight._runner.forward
+    original = tight.runner.forward
 
     def record(batch):
         forwards.append((batch.num_tokens, batch.layout.prefix_lens, batch.layout.item_lens))
         return original(batch)
 
-    monkeypatch.setattr(tight._runner, "forward", record)
+    monkeypatch.setattr(tight.runner, "forward", record)
     (result,) = tight.score_jobs([job])
     assert result.error is None and len(result.scores) == 16
     assert len(forwards) > 1 and all(tokens <= 48 for tokens, _, _ in forwards)

@@ -108,7 +108,7 @@ def test_forward_failure_answers_every_job_with_internal(scorer_for, monkeypatch
     def explode(batch):
         raise RuntimeError("device fell over")
 
-    monkeypatch.setattr(scorer._runner, "forward", explode)
+    monkeypatch.setattr(scorer.runner, "forward", explode)
     results = scorer.run_batch(jobs)
     assert [r.id for r in results] == ["j0", "j1", "j2"]
     assert all(r.error.code is ErrorCode.INTERNAL and "device fell over" in r.error.message for r in results)
@@ -139,7 +139,7 @@ class _CountingTokenizer:
 
 def test_a_text_longer_than_any_pair_can_hold_is_too_long_without_tokenizing(scorer_for, monkeypatch):
     scorer = scorer_for("qwen3", "causal", 2, max_pair_tokens=10)
-    preparer = scorer._preparer
+    preparer = scorer.strategy.preparer
     bound = preparer.max_text_chars
     assert bound == 10 * preparer.longest_token
     spy = _CountingTokenizer(scorer.loaded.tokenizer)
@@ -166,7 +166,7 @@ def test_token_id_lists_over_the_pair_limit_are_too_long_before_per_token_checks
 def test_the_character_bound_never_rejects_a_text_that_fits(scorer_for, text):
     """For any text, characters <= tokens x longest token: a text the bound rejects cannot fit."""
     scorer = scorer_for()
-    preparer = scorer._preparer
+    preparer = scorer.strategy.preparer
     tokens = len(scorer.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert len(text) <= text_char_bound(max(tokens, 1), preparer.longest_token)
 

@@ -26,7 +26,7 @@ def scorer(scorer_for):
 
 def _inject(monkeypatch, scorer, fault) -> list[int]:
     """Make the model runner call `fault(batch)` first; returns the list of forward sizes seen."""
-    forward = scorer._runner.forward
+    forward = scorer.runner.forward
     sizes: list[int] = []
 
     def failing(batch):
@@ -34,7 +34,7 @@ def _inject(monkeypatch, scorer, fault) -> list[int]:
         fault(batch)
         return forward(batch)
 
-    monkeypatch.setattr(scorer._runner, "forward", failing)
+    monkeypatch.setattr(scorer.runner, "forward", failing)
     return sizes
 
 

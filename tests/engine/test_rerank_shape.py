@@ -81,9 +81,9 @@ class Kind:
     options: dict
 
     def opened(self, **options) -> Scorer:
-        from kafka_scorer.engine.load.choice import open_scorer
+        from kafka_scorer.engine.scorer import Scorer
 
-        return open_scorer(str(self.path), dtype="float32", device="cpu", **self.options, **options)
+        return Scorer(str(self.path), dtype="float32", device="cpu", **self.options, **options)
 
 
 @pytest.fixture(scope="module")

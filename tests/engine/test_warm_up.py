@@ -44,7 +44,7 @@ def flex_scorer(tiny_models):
         path = str(tiny_models.get("qwen3", "causal"))
         scorer = Scorer(path, dtype="float32", device="cpu", max_batch_tokens=512)
         scorer.attention_backend = "flex"
-        scorer._auto_backend = auto  # what "auto" picks on CUDA; the CPU would pick cascade at once
+        scorer.auto_backend = auto  # what "auto" picks on CUDA; the CPU would pick cascade at once
         return scorer
 
     return make
@@ -129,7 +129,7 @@ def _compiled_scorer(tiny_models, regions: Regions | str) -> Scorer:
     the warm-up's batches (run again for each fallback tried) quick under flex's eager reference."""
     path = str(tiny_models.get("qwen3", "causal"))
     scorer = Scorer(path, dtype="float32", device="cpu", max_batch_tokens=512)
-    scorer.attention_backend, scorer._auto_backend = "flex", True
+    scorer.attention_backend, scorer.auto_backend = "flex", True
     body = scorer.loaded.body
     assert isinstance(body, FusedDecoder)
     eager = dataclasses.replace(Regions.eager(body.shape), compiled=True)

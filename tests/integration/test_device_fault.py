@@ -89,7 +89,7 @@ async def test_probes_turn_red_when_the_device_is_poisoned(
     def poisoned(batch):
         raise RuntimeError("CUDA error: device-side assert triggered")
 
-    monkeypatch.setattr(causal_scorer._runner, "forward", poisoned)
+    monkeypatch.setattr(causal_scorer.runner, "forward", poisoned)
     async with InProcessWorker(stream.settings(causal_model, metrics_port=port), causal_scorer) as worker:
         assert await asyncio.to_thread(_status, f"http://127.0.0.1:{port}/readyz") == 200
         leave = worker.worker.consumer.stop

@@ -50,11 +50,11 @@ def _jobs(labels: list[int]) -> list[Job]:
 async def test_the_worker_serves_a_qwen35_checkpoint_made_by_the_model_command(kafka, tmp_path) -> None:
     _needs_hybrids()
     from kafka_scorer.cli import main as cli_main
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     path = tmp_path / "qwen3.5"
     assert cli_main(["model", "qwen3.5", str(path)]) == 0
-    scorer = open_scorer(str(path), dtype="float32", device="cpu")
+    scorer = Scorer(str(path), dtype="float32", device="cpu")
     topics = await fresh_topics(kafka, partitions=1)
     client = ScoringClient(kafka.bootstrap, topics.requests, topics.replies, fetch_max_wait_ms=20)
     jobs = _jobs([5, 6])

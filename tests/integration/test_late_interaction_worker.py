@@ -19,10 +19,10 @@ async def test_the_worker_serves_a_colbert_checkpoint(kafka, tmp_path) -> None:
     from sentence_transformers import MultiVectorEncoder
 
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     path = build_tiny_colbert(tmp_path / "colbert")
-    scorer = open_scorer(str(path), dtype="float32", device="cpu")
+    scorer = Scorer(str(path), dtype="float32", device="cpu")
     topics = await fresh_topics(kafka, partitions=1)
     client = ScoringClient(kafka.bootstrap, topics.requests, topics.replies, fetch_max_wait_ms=20)
     async with InProcessWorker(topics.settings(path), scorer), client:

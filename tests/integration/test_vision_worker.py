@@ -34,10 +34,10 @@ def _relevance(reference: Reference, query: list, document: list, labels: list[i
 
 async def test_the_worker_answers_image_rerank_jobs_from_the_client_and_submit(kafka, tmp_path) -> None:
     from kafka_scorer.checkpoints.tiny_vision import build_tiny_vl_reranker
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     path = build_tiny_vl_reranker(tmp_path / "vl")
-    scorer = open_scorer(str(path), dtype="float32", device="cpu", template="qwen3-vl-reranker")
+    scorer = Scorer(str(path), dtype="float32", device="cpu", template="qwen3-vl-reranker")
     reference = Reference(path)
     labels = [reference.tokenizer.convert_tokens_to_ids(t) for t in ("yes", "no")]
     topics = await fresh_topics(kafka, partitions=1)

@@ -240,12 +240,11 @@ def load_model(
 
     from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
 
-    if is_late_interaction(model_path):  # its loader is its scorer's (`engine/late_interaction/`)
+    if is_late_interaction(model_path):  # its loader is its kind's (`engine/kinds/late_interaction.py`)
         raise ModelLoadError(
-            f"model: {model_path!r} is a late-interaction (ColBERT) checkpoint, served by "
-            "LateInteractionScorer: open it with open_scorer(path) or scorer_from_config(config) "
-            "(kafka_scorer.engine.load.choice), which pick the class for any checkpoint, "
-            "not with Scorer(path)"
+            f"model: {model_path!r} is a late-interaction (ColBERT) checkpoint, which load_model does not "
+            "read: open it with Scorer(path) or Scorer.from_config(config), whose kind is chosen for any "
+            "checkpoint (kafka_scorer.engine.kinds.choice)"
         )
     register_attention()
     torch_device = resolve_device(device)

@@ -10,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.engine.late_interaction.preparer import LateJob
-from kafka_scorer.engine.load.choice import open_scorer
-from kafka_scorer.engine.load.loaded_model import ModelLoadError
+from kafka_scorer.engine.load.loaded_model import ModelLoadError, load_model
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
@@ -115,16 +114,17 @@ def test_any_rerank_shaped_job_is_scored_or_answered_with_a_typed_error(
         assert entry.document == (echoed if fields["return_documents"] else None)
 
 
-def test_the_plain_scorer_names_the_factory_for_a_colbert_checkpoint(tiny_colbert):
-    """`Scorer` serves the decoder and cross-encoder kinds; a ColBERT directory handed to it is refused
-    with the way to open it, not loaded as an encoder with no head."""
-    with pytest.raises(ModelLoadError, match=r"late-interaction .*open_scorer"):
-        Scorer(str(tiny_colbert()), device="cpu", dtype="float32")
+def test_the_transformers_loader_names_the_way_to_open_a_colbert_checkpoint(tiny_colbert):
+    """`load_model` reads transformers checkpoints; a ColBERT directory handed to it is refused with the
+    way to open it (`Scorer`, whose kind is chosen for any checkpoint), not loaded as an encoder with
+    no head."""
+    with pytest.raises(ModelLoadError, match=r"late-interaction .*Scorer\(path\)"):
+        load_model(str(tiny_colbert()), device="cpu", dtype="float32")
 
 
 def test_a_template_setting_is_refused(tiny_colbert):
     with pytest.raises(SettingError, match="template"):
-        open_scorer(str(tiny_colbert()), device="cpu", dtype="float32", template="qwen3-reranker")
+        Scorer(str(tiny_colbert()), device="cpu", dtype="float32", template="qwen3-reranker")
 
 
 def test_chunking_with_truncate_or_a_bad_overlap_is_invalid(colbert_scorer):
@@ -146,7 +146,7 @@ def test_a_projection_it_cannot_reproduce_is_refused(tiny_colbert, tmp_path):
     config["activation_function"] = "torch.nn.modules.activation.Tanh"
     (path / "1_Dense" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="activation"):
-        open_scorer(str(path), device="cpu", dtype="float32")
+        Scorer(str(path), device="cpu", dtype="float32")
 
 
 def test_the_revision_covers_the_projection(tiny_colbert, tmp_path):
@@ -157,7 +157,7 @@ def test_the_revision_covers_the_projection(tiny_colbert, tmp_path):
 
     path = tmp_path / "colbert"
     shutil.copytree(tiny_colbert(), path)
-    before = open_scorer(str(path), device="cpu", dtype="float32").revision
+    before = Scorer(str(path), device="cpu", dtype="float32").revision
     weights = load_file(str(path / "1_Dense" / "model.safetensors"))
     save_file({k: v * 2 for k, v in weights.items()}, str(path / "1_Dense" / "model.safetensors"))
-    assert open_scorer(str(path), device="cpu", dtype="float32").revision != before
+    assert Scorer(str(path), device="cpu", dtype="float32").revision != before

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
 
-from kafka_scorer.engine.late_interaction.scorer import LateInteractionScorer
 from kafka_scorer.wire.protocol import Job
 from tests.engine.passages import PASSAGES, QUERIES
 
@@ -48,7 +48,7 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
 )
 def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint, deterministic):
     scorer = colbert_scorer(checkpoint, deterministic=deterministic)
-    assert isinstance(scorer, LateInteractionScorer)
+    assert isinstance(scorer.strategy, LateInteractionKind)
     encoder = reference_encoder(**checkpoint)
     for query in QUERIES[:2]:
         result = scorer.score(query, PASSAGES)
@@ -143,9 +143,9 @@ def minilm_colbert(tmp_path_factory):
 def test_real_weights_score_as_the_reference(minilm_colbert):
     from sentence_transformers import MultiVectorEncoder
 
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
-    scorer = open_scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
+    scorer = Scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0)
     encoder = MultiVectorEncoder(str(minilm_colbert), device="cpu")
     results = scorer.score_jobs([Job(query=q, items=PASSAGES) for q in QUERIES[:2]])
     for query, result in zip(QUERIES[:2], results):
@@ -175,10 +175,10 @@ def test_equal_documents_get_bit_equal_scores_and_rank_by_index(minilm_colbert, 
     the one to match."""
     from sentence_transformers import MultiVectorEncoder
 
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     options = {} if budget is None else {"max_batch_tokens": budget}
-    scorer = open_scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0, **options)
+    scorer = Scorer(str(minilm_colbert), dtype="float32", device="cpu", embedding_cache_mb=0, **options)
     copies = [i for i, document in enumerate(documents) if document == SAME]
     top_n = len(documents) - 1
     (result,) = scorer.score_jobs([Job(query=QUERIES[0], documents=documents, top_n=top_n)])

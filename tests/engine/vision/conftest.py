@@ -14,14 +14,14 @@ def tiny_vl(tmp_path_factory):
 @pytest.fixture(scope="session")
 def vision_scorer(tiny_vl):
     """One float32 CPU scorer per options, opened the way the worker opens any checkpoint."""
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     cache: dict[tuple, object] = {}
 
     def get(**options):
         key = tuple(sorted(options.items()))
         if key not in cache:
-            cache[key] = open_scorer(str(tiny_vl), dtype="float32", device="cpu", **options)
+            cache[key] = Scorer(str(tiny_vl), dtype="float32", device="cpu", **options)
         return cache[key]
 
     return get

@@ -16,10 +16,10 @@ from tests.engine.vision.test_vision_scores import JOBS, assert_close, expected
 @pytest.fixture(scope="module", params=["qwen2_vl", "qwen2_5_vl"])
 def qwen2(request, tmp_path_factory):
     from kafka_scorer.checkpoints.tiny_vision import build_tiny_vl_reranker
-    from kafka_scorer.engine.load.choice import open_scorer
+    from kafka_scorer.engine.scorer import Scorer
 
     path = build_tiny_vl_reranker(tmp_path_factory.mktemp(request.param), family=request.param)
-    scorer = open_scorer(str(path), dtype="float32", device="cpu", template="qwen3-vl-reranker")
+    scorer = Scorer(str(path), dtype="float32", device="cpu", template="qwen3-vl-reranker")
     reference = Reference(path)
     labels = [reference.tokenizer.convert_tokens_to_ids(t) for t in ("yes", "no")]
     return scorer, reference, labels

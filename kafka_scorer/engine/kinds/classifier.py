@@ -1,0 +1,10 @@
+"""A decoder with a classification (or reward) head: each item's scores are the head's classes at
+the pair's last token. Packed, cached and graphed as the label scorer is; only its head differs."""
+
+from __future__ import annotations
+
+from kafka_scorer.engine.kinds.text import TextKind
+
+
+class ClassifierKind(TextKind):
+    """Every column of the head's output is a score (`TextKind.width`)."""

@@ -1,0 +1,27 @@
+"""An encoder cross-encoder (BERT, RoBERTa, ModernBERT, ...): each pair is the tokenizer's own pair
+encoding, scored at its first token (or the mean of its tokens) by the stock classifier head.
+
+Bidirectional attention lets every token see what follows it, so a prefix's states depend on the
+rest: no prefix cache, no MIS (`LoadedModel.mis_block_reason`), and no prompt template (the pair
+encoding is the checkpoint's; the setting is refused at start with one line).
+"""
+
+from __future__ import annotations
+
+from kafka_scorer.engine.kinds.served import Served
+from kafka_scorer.engine.kinds.text import TextKind
+from kafka_scorer.errors import SettingError
+
+
+class CrossEncoderKind(TextKind):
+    def __init__(self, served: Served) -> None:
+        config = served.config
+        if config.template:
+            raise SettingError(
+                "template",
+                f"template={config.template!r} but {config.model!r} is an encoder cross-encoder, whose "
+                "pairs are its tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for "
+                "this model",
+            )
+        super().__init__(served, prefixes=False)
+        self.encoder = served.loaded.encoder

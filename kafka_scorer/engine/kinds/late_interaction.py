@@ -1,0 +1,98 @@
+"""A late-interaction (ColBERT) checkpoint: per-token vectors scored by MaxSim.
+
+Its checkpoint is a ColBERT directory (`engine/late_interaction/loading.py`); its preparer encodes a
+query and each document as the checkpoint defines (`preparer.py`); a forward runs the queries and the
+documents not in the embedding cache in one encoder pass, then MaxSim per job (`forward.py`). Results
+carry one column, the MaxSim score of each item, and `cached_tokens` counts the document tokens whose
+vectors came from the cache. Equal documents of one job get the first one's score.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from kafka_scorer.engine.config import EngineConfig
+from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
+from kafka_scorer.engine.kinds.kind import Group, PieceScores
+from kafka_scorer.engine.kinds.served import Served, load_options, serve
+from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache, embedding_capacity_bytes
+from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
+from kafka_scorer.engine.late_interaction.loading import load_late_interaction
+from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
+from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
+from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.engine.run.runner import ModelRunner
+from kafka_scorer.errors import SettingError
+
+
+def open_late_interaction(config: EngineConfig) -> LateInteractionKind:
+    if config.template:
+        raise SettingError(
+            "template",
+            f"template={config.template!r} but {config.model!r} is a late-interaction (ColBERT) model, "
+            "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
+        )
+    return LateInteractionKind(serve(load_late_interaction(config.model, **load_options(config)), config))
+
+
+class LateInteractionKind:
+    reads_images = False
+    prefixes: PrefixPlanner | None = None
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.preparer = LatePreparer(served.loaded, served.limits)
+        self.runner = ModelRunner(served.loaded, served.config.deterministic)
+        capacity = embedding_capacity_bytes(served.config.embedding_cache_mb)
+        key = (served.revision, served.dtype_name)
+        self.embeddings = EmbeddingCache(capacity, key) if capacity > 0 else None
+
+    @property
+    def graphs(self) -> ForwardGraphs | None:
+        return None
+
+    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, LateForward]]:
+        """Deterministic mode's attention where it is on, else the pair groups (`forward.py`)."""
+        tiles = backend if self.served.config.deterministic else None
+        loaded = self.served.loaded
+        late = cast("list[list[tuple[int, LateJob]]]", groups)  # this kind's preparer makes LateJobs
+        built = [build_late_forward(pieces, loaded, self.embeddings, tiles) for pieces in late]
+        return list(zip(groups, built))
+
+    def run(self, group: Group, forward: LateForward, backend: str) -> list[PieceScores]:
+        scores = run_late_forward(forward, self.served.loaded, self.embeddings)
+        return [
+            PieceScores(index, [[score] for score in piece_scores], cached=piece_cached)
+            for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens)
+        ]
+
+    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+        return same_rows_for_equal_documents(job, rows)
+
+    def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
+        cache = self.embeddings
+        mb = f"{cache.capacity_bytes / 2**20:g}" if cache is not None else "0"
+        # its forwards use the pair groups, or deterministic mode's tiles, whatever backend was configured
+        shown = backend if self.served.config.deterministic else "cascade"
+        return {**common, "attention_backend": shown, "embedding_cache_mb": mb}
+
+    def warm_up(self, scorer: ScorerView) -> None:
+        from kafka_scorer.engine.load.warm_up import warm_up
+
+        warm_up(scorer)
+        if self.embeddings is not None:
+            self.embeddings.clear()  # the warm-up's documents are no traffic's
+
+
+def same_rows_for_equal_documents(job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+    """Each document (or window) whose tokens equal an earlier one's takes that one's row.
+
+    A job larger than the token budget is cut into pieces run in different forwards, and a forward's
+    sequences are computed beside different batch-mates (their length buckets, the row count of every
+    projection), so two copies of a document in different pieces came back a few ulps apart and ranked
+    by that noise, not by index. Their inputs are the same tokens: the first copy's score is theirs.
+    Within one forward a recurring document already runs once (`forward.py`)."""
+    assert isinstance(job, LateJob)
+    first: dict[bytes, int] = {}
+    return [list(rows[first.setdefault(key, index)]) for index, key in enumerate(job.doc_keys)]

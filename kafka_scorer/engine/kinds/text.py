@@ -1,0 +1,111 @@
+"""What the three kinds of a plain transformers checkpoint share: a decoder label scorer, a decoder
+classifier and an encoder cross-encoder all prepare text and token ids the same way
+(`engine/prepare/inputs.py`), pack one flat stream (`engine/pack/batch.py`), run it through the
+model's body and gather the scoring rows (`engine/run/runner.py`). What differs (a row's width, which
+settings apply, how a pair is laid out) is each kind's own file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
+from kafka_scorer.engine.kinds.kind import Group, PieceScores
+from kafka_scorer.engine.kinds.served import Served
+from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
+from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.models.encoder_family import EncoderSpec
+from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
+from kafka_scorer.engine.prepare.inputs import JobPreparer
+from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.engine.run.runner import ModelRunner
+
+
+class TextKind:
+    reads_images = False
+    embeddings: EmbeddingCache | None = None
+    encoder: EncoderSpec | None = None
+    """The pair layout an encoder's tokenizer defines (None: a decoder's causal stream)."""
+
+    def __init__(self, served: Served, *, prefixes: bool = True, graphs: bool = True) -> None:
+        loaded = served.loaded
+        self.served = served
+        self.preparer = JobPreparer(loaded, served.limits, served.template)
+        self.prefixes: PrefixPlanner | None = (
+            prefix_planner(loaded, served.prefix_cache_mb, served.revision) if prefixes else None
+        )
+        setting = served.config.cuda_graph_tokens
+        chosen = None
+        if graphs and not served.config.deterministic:  # none in deterministic mode (tiled attention)
+            chosen = graphs_for(
+                loaded.body, loaded.device, setting, served.max_batch_tokens, loaded.sliding_window
+            )
+        self.runner = ModelRunner(loaded, served.config.deterministic, chosen)
+
+    @property
+    def graphs(self) -> ForwardGraphs | None:
+        return self.runner.graphs
+
+    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, Any]]:
+        """Through the prefix cache (`engine/pack/prefix_batch.py`) groups come back reordered, after
+        forwards of no group that compute their new heads."""
+        loaded = self.served.loaded
+        if self.prefixes is None:
+            return [(group, self._batch(group, backend)) for group in groups]
+        return self.prefixes.build_all(
+            groups,
+            device=loaded.device,
+            attention_backend=backend,
+            sliding_window=loaded.sliding_window,
+            pad_to=self._pad_to,
+        )
+
+    def _batch(self, group: Group, backend: str) -> ForwardBatch:
+        loaded = self.served.loaded
+        return build_forward_batch(
+            [piece for _, piece in group],
+            device=loaded.device,
+            attention_backend=backend,
+            sliding_window=loaded.sliding_window,
+            encoder=self.encoder,
+            pad_to=self._pad_to,
+        )
+
+    @property
+    def _pad_to(self):
+        """The packing thread pads a forward to its CUDA graph's bucket once graphs are captured (the
+        warm-up captures them over the flex backend only)."""
+        graphs = self.runner.graphs
+        return graphs.bucket_for if graphs is not None else None
+
+    def run(self, group: Group, forward: ForwardBatch, backend: str) -> list[PieceScores]:
+        output = self.runner.forward(forward)
+        if self.prefixes is not None:
+            self.prefixes.commit(forward)
+        scores = output.scores.tolist()
+        pieces, offset = [], 0
+        for (index, piece), (start, end) in zip(group, forward.job_rows):
+            rows = [row[: self.width(piece, row)] for row in scores[start:end]]
+            hidden = None
+            if piece.job.return_pooled_hidden_states:
+                hidden = output.hidden[offset : offset + end - start]
+                offset += end - start
+            cached = cached_tokens(0, piece)
+            pieces.append(PieceScores(index, rows, hidden, cached, cached_once=piece.packed))
+        return pieces
+
+    def width(self, piece: PreparedJob, row: list[float]) -> int:
+        """A row's scores: the classes of a classifier's head (every column)."""
+        return len(row)
+
+    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+        return rows
+
+    def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
+        return common
+
+    def warm_up(self, scorer: ScorerView) -> None:
+        from kafka_scorer.engine.load.warm_up import warm_up
+
+        warm_up(scorer)

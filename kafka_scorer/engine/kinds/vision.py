@@ -1,0 +1,94 @@
+"""A vision-language (Qwen3-VL, Qwen2-VL, Qwen2.5-VL) CausalLM served as a label scorer of pairs
+whose query or items carry images (SPEC §11).
+
+Loading (`engine/vision/checkpoint.py`), preparing (`preparer.py`: prompts, image checks and
+preprocessing) and the forward (`forward.py`) are that package's; image features are cached across
+jobs (`features.py`, sized by `embedding_cache_mb`). Not for this kind yet: deterministic mode
+(refused at start with the setting to change), the prefix cache and CUDA graphs (the decoder is
+transformers' own, with a 4-D mask).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from kafka_scorer.engine.config import EngineConfig
+from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
+from kafka_scorer.engine.kinds.kind import Group, PieceScores
+from kafka_scorer.engine.kinds.served import Served, load_options, serve
+from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache, embedding_capacity_bytes
+from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
+from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.engine.run.runner import ModelRunner
+from kafka_scorer.engine.vision.checkpoint import VisionModel, load_vision_language
+from kafka_scorer.engine.vision.forward import VisionForward, build_vision_forward, run_vision_forward
+from kafka_scorer.engine.vision.images import ImageLimits
+from kafka_scorer.engine.vision.layout import VisionJob
+from kafka_scorer.engine.vision.preparer import VisionPreparer
+from kafka_scorer.errors import SettingError
+
+
+def open_vision(config: EngineConfig) -> VisionKind:
+    if config.deterministic:
+        raise SettingError(
+            "deterministic",
+            f"deterministic mode is not implemented for vision-language models ({config.model!r}): unset "
+            "--deterministic (KAFKA_SCORER_DETERMINISTIC)",
+        )
+    return VisionKind(serve(load_vision_language(config.model, **load_options(config)), config))
+
+
+class VisionKind:
+    reads_images = True
+    prefixes: PrefixPlanner | None = None
+
+    def __init__(self, served: Served) -> None:
+        config = served.config
+        self.served = served
+        self.model = cast(VisionModel, served.loaded)
+        images = ImageLimits(config.max_images_per_job, config.max_image_bytes, config.max_image_pixels)
+        self.preparer = VisionPreparer(self.model, served.limits, images, served.template)
+        self.runner = ModelRunner(served.loaded)
+        capacity = embedding_capacity_bytes(config.embedding_cache_mb)
+        key = (served.revision, served.dtype_name)
+        self.embeddings = EmbeddingCache(capacity, key) if capacity > 0 else None
+
+    @property
+    def graphs(self) -> ForwardGraphs | None:
+        return None
+
+    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, VisionForward]]:
+        vision = cast("list[list[tuple[int, VisionJob]]]", groups)  # this kind's preparer makes VisionJobs
+        return [(group, build_vision_forward(pieces, self.model)) for group, pieces in zip(groups, vision)]
+
+    def run(self, group: Group, forward: VisionForward, backend: str) -> list[PieceScores]:
+        scores, states = run_vision_forward(forward, self.model, self.embeddings)
+        pieces, start = [], 0
+        for index, piece in forward.group:
+            end = start + piece.num_items
+            rows = [row[: len(piece.label_ids)] for row in scores[start:end].tolist()]
+            hidden = states[start:end] if piece.job.return_pooled_hidden_states else None
+            pieces.append(PieceScores(index, rows, hidden))
+            start = end
+        return pieces
+
+    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+        return rows
+
+    def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
+        cache = self.embeddings
+        mb = f"{cache.capacity_bytes / 2**20:g}" if cache is not None else "0"
+        described = {**common, "attention_backend": "transformers", "kind": "vision-language"}
+        return {**described, "embedding_cache_mb": mb}
+
+    def warm_up(self, scorer: ScorerView) -> None:
+        """One text pair and one image pair through the whole path, so a broken checkpoint or image
+        processor stops the worker at start, not at its first job."""
+        from kafka_scorer.engine.vision.warm_up import warm_up_jobs
+
+        for result in scorer.score_jobs(warm_up_jobs(self.served.template is not None)):
+            if not result.ok:
+                raise RuntimeError(f"vision warm-up failed: {result.error}")
+        if self.embeddings is not None:
+            self.embeddings.clear()  # the warm-up's image is no traffic's
