@@ -7,4 +7,5 @@ from kafka_scorer.engine.kinds.text import TextKind
 
 
 class ClassifierKind(TextKind):
-    """Every column of the head's output is a score (`TextKind.width`)."""
+    """Every column of the head's output is a score, its classes the job's fields speak of
+    (`TextKind.width`, `TextKind.score_fields`)."""

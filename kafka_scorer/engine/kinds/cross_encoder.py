@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from kafka_scorer.engine.kinds.served import Served
 from kafka_scorer.engine.kinds.text import TextKind
+from kafka_scorer.engine.prepare.encoder_pairs import EncoderPreparer
 from kafka_scorer.errors import SettingError
 
 
 class CrossEncoderKind(TextKind):
+    preparer_class = EncoderPreparer
+
     def __init__(self, served: Served) -> None:
         config = served.config
         if config.template:

@@ -4,10 +4,18 @@ job's labels, whatever the widest job of its forward brought."""
 
 from __future__ import annotations
 
+from kafka_scorer.engine.kinds.served import Served
 from kafka_scorer.engine.kinds.text import TextKind
+from kafka_scorer.engine.prepare.labels import LabelResolver
 from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.engine.prepare.score_fields import LabelFields
 
 
 class LabelScorerKind(TextKind):
+    def score_fields(self, served: Served) -> LabelFields:
+        loaded = served.loaded
+        resolver = LabelResolver(loaded.tokenizer, loaded.output_vocab_size)
+        return LabelFields(served.limits, resolver, loaded.output_vocab_size, served.template)
+
     def width(self, piece: PreparedJob, row: list[float]) -> int:
         return len(piece.label_ids)

@@ -19,6 +19,7 @@ from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
 from kafka_scorer.engine.prepare.inputs import JobPreparer
 from kafka_scorer.engine.prepare.prepared import PreparedJob
+from kafka_scorer.engine.prepare.score_fields import ClassFields, ScoreFields
 from kafka_scorer.engine.run.runner import ModelRunner
 
 
@@ -27,11 +28,12 @@ class TextKind:
     embeddings: EmbeddingCache | None = None
     encoder: EncoderSpec | None = None
     """The pair layout an encoder's tokenizer defines (None: a decoder's causal stream)."""
+    preparer_class: type[JobPreparer] = JobPreparer
 
     def __init__(self, served: Served, *, prefixes: bool = True, graphs: bool = True) -> None:
         loaded = served.loaded
         self.served = served
-        self.preparer = JobPreparer(loaded, served.limits, served.template)
+        self.preparer = self.preparer_class(loaded, served.limits, served.template, self.score_fields(served))
         self.prefixes: PrefixPlanner | None = (
             prefix_planner(loaded, served.prefix_cache_mb, served.revision) if prefixes else None
         )
@@ -94,6 +96,10 @@ class TextKind:
             cached = cached_tokens(0, piece)
             pieces.append(PieceScores(index, rows, hidden, cached, cached_once=piece.packed))
         return pieces
+
+    def score_fields(self, served: Served) -> ScoreFields:
+        """What this kind's scores are (`engine/prepare/score_fields.py`): a head's classes here."""
+        return ClassFields(served.loaded.num_classes, served.template)
 
     def width(self, piece: PreparedJob, row: list[float]) -> int:
         """A row's scores: the classes of a classifier's head (every column)."""

@@ -159,7 +159,7 @@ def _one_token_forwards(scorer: ScorerView) -> None:
     item. Their answers are not judged: a kind that refuses such jobs (token ids on a vision model)
     simply runs no forward here."""
     vocab = scorer.loaded.input_vocab_size
-    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    labels = _labels(scorer)
     ids = [(5 + 19 * i) % vocab for i in range(3)]
     scorer.score_jobs([Job(id="warm-up-head", query=ids[:2], items=[ids[2:]], label_token_ids=labels)])
     scorer.score_jobs([Job(id="warm-up-token", query=ids[:1], items=[[]], label_token_ids=labels)])
@@ -167,7 +167,7 @@ def _one_token_forwards(scorer: ScorerView) -> None:
 
 def _short_job(scorer: ScorerView) -> Job:
     vocab = scorer.loaded.input_vocab_size
-    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    labels = _labels(scorer)
     ids = [(11 + 17 * i) % vocab for i in range(9)]
     return Job(id="warm-up-short", query=ids[:5], items=[ids[5:7], ids[7:]], label_token_ids=labels)
 
@@ -175,7 +175,7 @@ def _short_job(scorer: ScorerView) -> Job:
 def _sized_job(scorer: ScorerView, tokens: int) -> Job:
     """A MIS job of about `tokens` tokens (within the pair limit), other ids than the warm-up's."""
     vocab = scorer.loaded.input_vocab_size
-    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    labels = _labels(scorer)
     item = max(1, min(120, scorer.limits.max_pair_tokens - 40))
     count = max(1, min((tokens - 24) // item, scorer.limits.max_items_per_job))
     ids = [(3 + 29 * i) % vocab for i in range(24 + item * count)]
@@ -187,7 +187,7 @@ def warm_up_jobs(scorer: ScorerView) -> list[Job]:
     """Token ids only (no tokenizer needed), valid for any model kind."""
     limits = scorer.limits
     vocab = scorer.loaded.input_vocab_size
-    labels = [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    labels = _labels(scorer)
     query_len = max(1, min(64, limits.max_pair_tokens // 4))
     packed_budget = min(scorer.max_batch_tokens, limits.max_pair_tokens - 8)
     item_len = max(1, min(256, (packed_budget - query_len) // 4, limits.max_pair_tokens - query_len - 8))
@@ -204,3 +204,8 @@ def warm_up_jobs(scorer: ScorerView) -> list[Job]:
         job("warm-up-packed", (packed_budget - query_len) // item_len, None),
         job("warm-up-pairs", scorer.max_batch_tokens // (query_len + item_len), False),
     ]
+
+
+def _labels(scorer: ScorerView) -> list[int] | None:
+    """A warm-up job's labels: token 0 for a label scorer; none for a head, which scores its classes."""
+    return [0] if scorer.kind is ModelKind.CAUSAL_LM else None

@@ -6,20 +6,18 @@ without ever reaching the device, and the token count the scheduler budgets with
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import cast
 
 import msgspec
 
 from kafka_scorer.engine.load.loaded_model import LoadedModel
-from kafka_scorer.engine.models.encoder_family import PairTemplate
 from kafka_scorer.engine.prepare.chunking import ChunkPlan
 from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
 from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows
-from kafka_scorer.engine.prepare.labels import LabelResolver
 from kafka_scorer.engine.prepare.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
-from kafka_scorer.engine.prepare.ranking import normalised, ranking
+from kafka_scorer.engine.prepare.ranking import ranking
 from kafka_scorer.engine.prepare.score_fields import ScoreFields
 from kafka_scorer.engine.prepare.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.prepare.templates import PromptTemplate
@@ -27,21 +25,43 @@ from kafka_scorer.engine.prepare.text_bounds import longest_token_chars, text_ch
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
 
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
-_TRUNCATE_HINT = (
+TRUNCATE_HINT = (
     " (send `chunking: {}` to score the item in windows, or `truncate: true` to cut it; the worker's "
     "`chunking` and `truncate` settings do either for every job)"
 )
 
 
-class JobPreparer(ItemWindows, ScoreFields):
+@dataclass(frozen=True)
+class Asked:
+    """What the common checks decided of a job before its pairs are laid out: its warnings and score
+    fields (SPEC §8), its long-item policy and whether its text went through the template."""
+
+    warnings: list[str]
+    label_ids: list[int]
+    activation: str
+    rank_by: int
+    truncate: bool
+    chunking: Chunking | None
+    precut: set[int]
+    """Items already cut as text before tokenizing (`_cut_overlong`)."""
+    templated: bool
+    plan: ChunkPlan | None
+
+
+class JobPreparer(ItemWindows):
     def __init__(
-        self, model: LoadedModel, limits: InputLimits, template: PromptTemplate | None = None
+        self,
+        model: LoadedModel,
+        limits: InputLimits,
+        template: PromptTemplate | None,
+        fields: ScoreFields,
     ) -> None:
+        """`fields`: what the kind's scores are (`score_fields.py`: labels or a head's classes)."""
         self.model = model
         self.limits = limits
         self.template = template
+        self.fields = fields
         self.template_ref = TemplateRef(name=template.name, hash=template.digest) if template else None
-        self.labels = LabelResolver(model.tokenizer, model.output_vocab_size)
         self.prefix_marker = PrefixMarker(model.tokenizer, template)
         tokenizer = model.tokenizer
         self.longest_token = longest_token_chars(tokenizer) if tokenizer is not None else 1
@@ -76,10 +96,11 @@ class JobPreparer(ItemWindows, ScoreFields):
                 ErrorCode.TOO_LONG,
                 f"{count} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
             )
-        warnings = self._ignored_fields(job)
-        label_ids = self._label_ids(job)
-        activation = self._activation(job)
-        rank_by = self._rank_by(job, label_ids)
+        fields = self.fields
+        warnings = fields.ignored(job)
+        label_ids = fields.label_ids(job)
+        activation = fields.activation(job)
+        rank_by = fields.rank_by(job, label_ids)
         if not job.items:
             return Result(
                 id=job_id,
@@ -101,12 +122,22 @@ class JobPreparer(ItemWindows, ScoreFields):
             query, items = self._tokenize(job)
         if self.template is not None and not templated and not isinstance(job.query, str):
             warnings.append(TEMPLATE_NOT_APPLIED_WARNING)
-        if model.encoder is not None:
-            if chunking is not None:
-                room = self.limits.max_pair_tokens - len(query) - self._encoder_template().num_special
-                items, plan = self._split_long_items(job, items, room, chunking)
-            prepared = self._prepare_encoder(job, job_id, query, items, truncate, precut, warnings)
-            return replace(prepared, activation=activation, rank_by=rank_by, chunks=plan)
+        asked = Asked(warnings, label_ids, activation, rank_by, truncate, chunking, precut, templated, plan)
+        return self._pairs(job, job_id, query, items, asked)
+
+    def _pairs(
+        self, job: Job, job_id: str, query: list[int], items: list[list[int]], asked: Asked
+    ) -> PreparedJob:
+        """A decoder's pairs: the query once with its items behind it (MIS) where packing is exact,
+        else one `query + item` sequence per item (SPEC §5)."""
+        warnings, label_ids, activation = asked.warnings, asked.label_ids, asked.activation
+        truncate, chunking, precut, templated, plan = (
+            asked.truncate,
+            asked.chunking,
+            asked.precut,
+            asked.templated,
+            asked.plan,
+        )
         if chunking is not None and not templated:
             items, plan = self._split_decoder_items(job, query, items, chunking)
         items, truncated = self._fit_items(job, query, items, truncate, precut)
@@ -128,7 +159,7 @@ class JobPreparer(ItemWindows, ScoreFields):
                 raise InputError(
                     ErrorCode.TOO_LONG,
                     f"item {index}: the pair has {length} tokens; the limit is {self.limits.max_pair_tokens}"
-                    + _TRUNCATE_HINT * (not truncate),
+                    + TRUNCATE_HINT * (not truncate),
                     item=index,
                 )
         num_tokens = len(query) + sum(len(item) for item in items)
@@ -143,8 +174,8 @@ class JobPreparer(ItemWindows, ScoreFields):
             warnings=warnings,
             truncated_items=truncated,
             activation=activation,
-            rank_by=rank_by,
-            rank_normalised=normalised(job, model.kind, activation, len(label_ids), templated),
+            rank_by=asked.rank_by,
+            rank_normalised=self.fields.normalised(job, activation, len(label_ids), templated),
             template=self.template_ref if templated else None,
             chunks=plan,
             prefix_marks=marks,
@@ -157,9 +188,9 @@ class JobPreparer(ItemWindows, ScoreFields):
         return job.instruction if job.instruction is not None else self.template.instruction
 
     def template_for(self, job: Job) -> TemplateRef | None:
-        """The template a job's text goes through: text jobs of decoders only (token ids are used as
-        given; encoders have their own pair encoding). The provenance its results carry."""
-        if not isinstance(job.query, str) or self.model.encoder is not None:
+        """The template a job's text goes through: text jobs only (token ids are used as given). The
+        provenance its results carry."""
+        if not isinstance(job.query, str):
             return None
         return self.template_ref
 
@@ -241,69 +272,6 @@ class JobPreparer(ItemWindows, ScoreFields):
             fitted.append(item)
         return fitted, cut
 
-    def _prepare_encoder(
-        self,
-        job: Job,
-        job_id: str,
-        query: list[int],
-        items: list[list[int]],
-        truncate: bool,
-        precut: set[int],
-        warnings: list[str],
-    ) -> PreparedJob:
-        """SPEC §8: one pair per item in the tokenizer's own pair encoding; never packed."""
-        encoder = self.model.encoder
-        assert encoder is not None
-        if job.multi_item is True:
-            raise InputError(
-                ErrorCode.UNSUPPORTED,
-                f"multi_item: true, but this model is an encoder: {self.model.mis_block_reason}",
-            )
-        template = self._encoder_template()
-        limit = self.limits.max_pair_tokens
-        room = limit - len(query) - template.num_special
-        pairs, cut = [], []
-        types: list[list[int]] = []  # one per pair when the template has token types, else none
-        for index, item in enumerate(items):
-            if truncate and len(item) > room >= 0:
-                item = item[:room]
-                cut.append(index)
-            elif index in precut:
-                cut.append(index)
-            ids, pair_types = template.join(item, query) if job.item_first else template.join(query, item)
-            if len(ids) > limit:
-                raise InputError(
-                    ErrorCode.TOO_LONG,
-                    f"item {index}: the pair has {len(ids)} tokens; the limit is {limit}"
-                    + (_TRUNCATE_HINT if not truncate else " (the query alone leaves no room for the item)"),
-                    item=index,
-                )
-            pairs.append(ids)
-            if pair_types is not None:
-                types.append(pair_types)
-        return PreparedJob(
-            job_id=job_id,
-            job=job,
-            query=[],
-            items=pairs,
-            packed=False,
-            label_ids=[],
-            num_tokens=sum(len(pair) for pair in pairs),
-            warnings=warnings,
-            token_types=types if template.types is not None else None,
-            truncated_items=cut,
-        )
-
-    def _encoder_template(self) -> PairTemplate:
-        template = self.model.encoder.template if self.model.encoder is not None else None
-        if template is None:
-            raise InputError(
-                ErrorCode.UNSUPPORTED,
-                "this cross-encoder was loaded without a tokenizer, so its pair encoding (special tokens) "
-                "is unknown; serve a checkpoint directory that includes the tokenizer files",
-            )
-        return template
-
     def _check_inputs(self, job: Job, instruction: str | None = None) -> bool:
         """One kind of input per job, and no part (nor the template's `instruction`) too long to fit;
         True for text jobs."""
@@ -336,12 +304,15 @@ class JobPreparer(ItemWindows, ScoreFields):
                 self._check_token_ids(item, index)
             return query, items
         tokenizer = self._tokenizer()
-        # An encoder's pair template adds its special tokens when the pair is joined (SPEC §8).
-        query_leads = not job.item_first and self.model.encoder is None
-        item_leads = job.item_first and self.model.encoder is None
+        query_leads, item_leads = self._special_tokens(job)
         query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]
         items = tokenizer(list(item_list(job)), add_special_tokens=item_leads)["input_ids"]
         return list(query), [list(item) for item in items]
+
+    def _special_tokens(self, job: Job) -> tuple[bool, bool]:
+        """Whether the query's and the items' tokens carry the tokenizer's special tokens: the leading
+        part's do (SPEC §4)."""
+        return not job.item_first, job.item_first
 
     def _check_lengths(self, job: Job, text: bool, instruction: str | None = None) -> None:
         """`too_long` from lengths alone, before any tokenizing or per-token work: a text longer than

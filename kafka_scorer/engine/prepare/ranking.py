@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 
-from kafka_scorer.engine.load.loaded_model import ModelKind
 from kafka_scorer.engine.prepare.documents import echo, is_rerank
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.prepare.relevance import relevance
@@ -47,15 +46,6 @@ def ranking(job: Job, rows: list[list[float]], column: int, normalised: bool = F
     if job.top_n is None or is_rerank(job):
         return None
     return rank(rows, column, job.top_n, normalised)
-
-
-def normalised(job: Job, kind: ModelKind, activation: str, labels: int, templated: bool) -> bool:
-    """Whether the job's relevance is a label's share of its row: a templated or rerank-shaped CausalLM
-    job whose rows are full-vocabulary probabilities of several labels (one label's share of itself is
-    always 1, so a lone label's probability is its relevance)."""
-    return (
-        (templated or is_rerank(job)) and kind is ModelKind.CAUSAL_LM and activation == "none" and labels > 1
-    )
 
 
 def reranked(job: PreparedJob, rows: list[list[float]]) -> list[Reranked] | None:

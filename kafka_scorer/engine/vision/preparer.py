@@ -21,8 +21,8 @@ from typing import Any, cast
 from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
 from kafka_scorer.engine.prepare.labels import LabelResolver
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
-from kafka_scorer.engine.prepare.ranking import normalised, ranking
-from kafka_scorer.engine.prepare.score_fields import ScoreFields
+from kafka_scorer.engine.prepare.ranking import ranking
+from kafka_scorer.engine.prepare.score_fields import LabelFields
 from kafka_scorer.engine.prepare.templates import PromptTemplate
 from kafka_scorer.engine.vision.checkpoint import VisionModel
 from kafka_scorer.engine.vision.images import ImageLimits
@@ -33,7 +33,7 @@ from kafka_scorer.wire.content import Content
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef, error_result
 
 
-class VisionPreparer(ScoreFields):
+class VisionPreparer:
     def __init__(
         self, model: VisionModel, limits: InputLimits, images: ImageLimits, template: PromptTemplate | None
     ) -> None:
@@ -42,7 +42,9 @@ class VisionPreparer(ScoreFields):
         self.image_limits = images
         self.template = template
         self.template_ref = TemplateRef(name=template.name, hash=template.digest) if template else None
-        self.labels = LabelResolver(model.tokenizer, model.output_vocab_size)
+        self.fields = LabelFields(
+            limits, LabelResolver(model.tokenizer, model.output_vocab_size), model.output_vocab_size, template
+        )
         self._tokenize: Any = cast(Any, model.tokenizer)
         self._tokenize("warm-up")  # clears stored truncation once, before threads share the tokenizer
 
@@ -65,9 +67,10 @@ class VisionPreparer(ScoreFields):
         job = as_items(job)
         self._check_fields(job)
         items = item_list(job)
-        warnings = self._ignored_fields(job)
-        label_ids, activation = self._label_ids(job), self._activation(job)
-        rank_by = self._rank_by(job, label_ids)
+        fields = self.fields
+        warnings = fields.ignored(job)
+        label_ids, activation = fields.label_ids(job), fields.activation(job)
+        rank_by = fields.rank_by(job, label_ids)
         if not items:
             return Result(
                 id=job_id,
@@ -97,9 +100,7 @@ class VisionPreparer(ScoreFields):
             warnings=warnings,
             activation=activation,
             rank_by=rank_by,
-            rank_normalised=normalised(
-                job, self.model.kind, activation, len(label_ids), self.template is not None
-            ),
+            rank_normalised=fields.normalised(job, activation, len(label_ids), self.template is not None),
             template=self.template_ref,
             **layout,
         )

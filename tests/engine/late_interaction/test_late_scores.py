@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
 
+from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
 from kafka_scorer.wire.protocol import Job
 from tests.engine.passages import PASSAGES, QUERIES
 
