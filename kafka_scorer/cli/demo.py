@@ -72,7 +72,7 @@ _ITEMS = [
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.load.loaded_model import ModelKind
+    from kafka_scorer.engine.models.loaded import ModelKind
     from kafka_scorer.engine.scorer import Scorer
 
     if model:

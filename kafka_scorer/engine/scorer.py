@@ -26,7 +26,7 @@ from kafka_scorer.engine.kinds.choice import open_kind
 from kafka_scorer.engine.kinds.kind import Kind
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCacheStats
 from kafka_scorer.engine.load.description import describe
-from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind
+from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind
 from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler, plan_forwards

@@ -68,7 +68,7 @@ def test_submit_missing_jobs_file(tmp_path) -> None:
 
 
 def test_explain_model_load_error() -> None:
-    from kafka_scorer.engine.load.loaded_model import ModelLoadError
+    from kafka_scorer.engine.models.loaded import ModelLoadError
 
     line = errors.explain(ModelLoadError("model: cannot load config of '/m'"))
     assert line is not None and line.startswith("model: cannot load config of '/m'")

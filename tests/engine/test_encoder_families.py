@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.checkpoints.tiny_models import build_tiny_encoder
-from kafka_scorer.engine.load.loaded_model import ModelLoadError
+from kafka_scorer.engine.models.loaded import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.reference import reference_scores

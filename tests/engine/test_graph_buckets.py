@@ -1,4 +1,4 @@
-"""Token buckets and the padding that takes a forward to one (`engine/graphs/buckets.py`).
+"""Token buckets and the padding that takes a forward to one (`engine/pack/buckets.py`).
 
 Checked against their stated rules, by generated stream lengths: a bucket is the smallest that holds
 the stream, padding sequences end on FlexAttention block boundaries, and a padded batch has the same
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.engine.attention.flex import BLOCK, kv_blocks
-from kafka_scorer.engine.graphs.buckets import GraphBuckets, padding_lengths
+from kafka_scorer.engine.pack.buckets import GraphBuckets, padding_lengths
 
 
 def test_buckets_double_to_1024_then_step_by_1024_up_to_the_largest():

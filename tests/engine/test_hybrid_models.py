@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout
-from kafka_scorer.engine.load.loaded_model import ModelLoadError, load_model
+from kafka_scorer.engine.load.loaded_model import load_model
+from kafka_scorer.engine.models.loaded import ModelLoadError
 from kafka_scorer.engine.recurrent.detection import PASSES_LAYER_KWARGS
 from kafka_scorer.engine.recurrent.runs import build_runs
 from kafka_scorer.wire.protocol import Job

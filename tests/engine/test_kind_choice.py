@@ -10,7 +10,7 @@ from kafka_scorer.engine.kinds.classifier import ClassifierKind
 from kafka_scorer.engine.kinds.cross_encoder import CrossEncoderKind
 from kafka_scorer.engine.kinds.label_scorer import LabelScorerKind
 from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
-from kafka_scorer.engine.load.loaded_model import ModelKind
+from kafka_scorer.engine.models.loaded import ModelKind
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
 

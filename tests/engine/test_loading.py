@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from kafka_scorer.engine.load.loaded_model import ModelKind, ModelLoadError
+from kafka_scorer.engine.models.loaded import ModelKind, ModelLoadError
 from kafka_scorer.engine.pack.tensors import from_wire
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job

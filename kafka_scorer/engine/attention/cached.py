@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -39,7 +39,18 @@ from kafka_scorer.engine.attention.segmented import (
     attend_calls,
     sequence_calls,
 )
-from kafka_scorer.engine.pack.prefix_cache import PrefixEntry
+
+
+class StoredPrefix(Protocol):
+    """A prefix's keys and values per layer, as the prefix cache keeps them (`engine/pack/prefix_cache.py`'s
+    `StoredPrefix`): this layer stores into the one its forward fills and reads the ones it hits. Named
+    by what is used, since the cache (the pack stage) sits above the attention it serves."""
+
+    @property
+    def length(self) -> int: ...
+    def store(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None: ...
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
 
 # float32 scores formed at once per hit group (256 MiB); a larger group goes by slices of its sequences.
 _SCORES_BUDGET = 1 << 26
@@ -92,7 +103,7 @@ class PrefixedMetadata:
     front: Any
     """The backend's metadata for the first `front_tokens` tokens; None when every sequence hits."""
     front_tokens: int
-    entries: list[PrefixEntry]
+    entries: list[StoredPrefix]
     """The prefixes this forward attends to, cached or filled now."""
     fills: list[tuple[int, int]]
     """(entry index, stream start of the front sequence that begins with it): stored per layer."""
@@ -114,7 +125,7 @@ class PrefixedMetadata:
         layout: AttentionLayout,
         front: Any,
         front_tokens: int,
-        entries: list[PrefixEntry],
+        entries: list[StoredPrefix],
         fills: list[tuple[int, int]],
         sequences: list[HitSequence],
         pin: bool,
@@ -146,7 +157,7 @@ class PrefixedMetadata:
         return cls(layout, front, front_tokens, entries, fills, groups, extends, starts=sources)
 
     @property
-    def filled(self) -> list[PrefixEntry]:
+    def filled(self) -> list[StoredPrefix]:
         """The entries this forward computed: the cache keeps them once the forward has succeeded."""
         made = [index for index, _ in self.fills] + [index for index, _, _ in self.extends]
         return [self.entries[index] for index in made]

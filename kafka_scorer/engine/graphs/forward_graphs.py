@@ -22,9 +22,9 @@ import torch
 
 from kafka_scorer.engine.attention.flex import BLOCK
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
-from kafka_scorer.engine.graphs.buckets import AUTO_GRAPH_TOKENS, GraphBuckets
 from kafka_scorer.engine.graphs.static import StaticInputs
 from kafka_scorer.engine.pack.batch import ForwardBatch
+from kafka_scorer.engine.pack.buckets import AUTO_GRAPH_TOKENS, GraphBuckets
 
 log = logging.getLogger(__name__)
 

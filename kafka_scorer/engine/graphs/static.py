@@ -16,8 +16,8 @@ import torch
 
 from kafka_scorer.engine.attention.flex import BLOCK, FlexMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout
-from kafka_scorer.engine.graphs.buckets import padding_lengths
 from kafka_scorer.engine.pack.batch import ForwardBatch
+from kafka_scorer.engine.pack.buckets import padding_lengths
 
 
 def padding_layout(tokens: int, causal: bool = True) -> AttentionLayout:

@@ -17,7 +17,8 @@ from kafka_scorer.engine.kinds.late_interaction import open_late_interaction
 from kafka_scorer.engine.kinds.served import load_options, serve
 from kafka_scorer.engine.kinds.vision import open_vision
 from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
-from kafka_scorer.engine.load.loaded_model import ModelKind, load_model
+from kafka_scorer.engine.load.loaded_model import load_model
+from kafka_scorer.engine.models.loaded import ModelKind
 from kafka_scorer.engine.vision.checkpoint import is_vision_language
 
 

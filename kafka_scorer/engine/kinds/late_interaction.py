@@ -19,6 +19,7 @@ from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache,
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
+from kafka_scorer.engine.late_interaction.spec import LateModel
 from kafka_scorer.engine.load.scorer_view import ScorerView
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.prepare.prepared import PreparedJob
@@ -42,7 +43,8 @@ class LateInteractionKind:
 
     def __init__(self, served: Served) -> None:
         self.served = served
-        self.preparer = LatePreparer(served.loaded, served.limits)
+        self.model = cast(LateModel, served.loaded)  # its loader's (`open_late_interaction`)
+        self.preparer = LatePreparer(self.model, served.limits)
         self.runner = ModelRunner(served.loaded, served.config.deterministic)
         capacity = embedding_capacity_bytes(served.config.embedding_cache_mb)
         key = (served.revision, served.dtype_name)
@@ -55,13 +57,13 @@ class LateInteractionKind:
     def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, LateForward]]:
         """Deterministic mode's attention where it is on, else the pair groups (`forward.py`)."""
         tiles = backend if self.served.config.deterministic else None
-        loaded = self.served.loaded
+        loaded = self.model
         late = cast("list[list[tuple[int, LateJob]]]", groups)  # this kind's preparer makes LateJobs
         built = [build_late_forward(pieces, loaded, self.embeddings, tiles) for pieces in late]
         return list(zip(groups, built))
 
     def run(self, group: Group, forward: LateForward, backend: str) -> list[PieceScores]:
-        scores = run_late_forward(forward, self.served.loaded, self.embeddings)
+        scores = run_late_forward(forward, self.model, self.embeddings)
         return [
             PieceScores(index, [[score] for score in piece_scores], cached=piece_cached)
             for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens)

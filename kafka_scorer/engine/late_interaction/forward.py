@@ -30,7 +30,7 @@ from kafka_scorer.engine.attention.registry import METADATA_KWARG, AttentionMeta
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.late_interaction.maxsim import maxsim, maxsim_each
 from kafka_scorer.engine.late_interaction.preparer import LateJob
-from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.late_interaction.spec import LateModel
 
 
 @dataclass
@@ -76,7 +76,7 @@ class LateForward:
 
 def build_late_forward(
     group: list[tuple[int, LateJob]],
-    model: LoadedModel,
+    model: LateModel,
     cache: EmbeddingCache | None,
     deterministic_backend: str | None = None,
 ) -> LateForward:
@@ -164,11 +164,9 @@ def _group(spans: list[tuple[int, int]], keys: int | None, pin: bool) -> PairGro
 
 @torch.inference_mode()
 def run_late_forward(
-    forward: LateForward, model: LoadedModel, cache: EmbeddingCache | None
+    forward: LateForward, model: LateModel, cache: EmbeddingCache | None
 ) -> list[list[float]]:
     """Each piece's MaxSim scores, one per document, in the group's order."""
-    spec = model.late
-    assert spec is not None
     device = model.device
     vectors = _vectors(forward, model) if forward.input_ids.numel() else None
     if cache is not None and vectors is not None:
@@ -183,7 +181,7 @@ def run_late_forward(
     return [piece.tolist() for piece in scores]
 
 
-def _vectors(forward: LateForward, model: LoadedModel) -> torch.Tensor:
+def _vectors(forward: LateForward, model: LateModel) -> torch.Tensor:
     device = model.device
     ids = forward.input_ids.to(device, non_blocking=True)[None]
     inputs = {
@@ -191,9 +189,8 @@ def _vectors(forward: LateForward, model: LoadedModel) -> torch.Tensor:
         "position_ids": forward.positions.to(device, non_blocking=True)[None],
         METADATA_KWARG: forward.attention.to(device),
     }
-    if model.late is not None and model.late.takes_token_types:
+    if model.late.takes_token_types:
         inputs["token_type_ids"] = torch.zeros_like(ids)
     hidden = model.body(**inputs)[0][0]
     rows = hidden.index_select(0, forward.vector_rows.to(device, non_blocking=True))
-    assert model.late is not None  # a late-interaction model's forward
     return torch.nn.functional.normalize(model.late.projection(rows), p=2, dim=-1)

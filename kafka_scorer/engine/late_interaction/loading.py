@@ -13,16 +13,11 @@ from kafka_scorer.engine.late_interaction.checkpoint import (
     read_projection,
     read_settings,
 )
-from kafka_scorer.engine.late_interaction.spec import LateSpec
-from kafka_scorer.engine.load.loaded_model import (
-    LoadedModel,
-    ModelKind,
-    ModelLoadError,
-    resolve_device,
-    resolve_dtype,
-)
+from kafka_scorer.engine.late_interaction.spec import LateModel, LateSpec
+from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.models.encoder_family import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
+from kafka_scorer.engine.models.loaded import ModelKind, ModelLoadError
 from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
 
 log = logging.getLogger(__name__)
@@ -32,7 +27,7 @@ _MIS_REASON = "a late-interaction model encodes the query and each document on t
 
 def load_late_interaction(
     model_path: str, *, served_name: str | None, dtype: str, device: str, trust_remote_code: bool
-) -> LoadedModel:
+) -> LateModel:
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     register_attention()
@@ -85,7 +80,7 @@ def load_late_interaction(
         settings.document_length,
     )
     vocab = int(model.get_input_embeddings().num_embeddings)
-    return LoadedModel(
+    return LateModel(
         name=served_name or model_path,
         kind=ModelKind.LATE_INTERACTION,
         model=model,

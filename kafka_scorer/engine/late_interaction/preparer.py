@@ -19,9 +19,8 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from kafka_scorer.engine.late_interaction.spec import LateSpec
+from kafka_scorer.engine.late_interaction.spec import LateModel, LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
-from kafka_scorer.engine.load.loaded_model import LoadedModel
 from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list, rank_fields_warnings
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking
@@ -59,8 +58,7 @@ def content_key(ids: list[int]) -> bytes:
 class LatePreparer:
     """What `Scorer` asks of a preparer (`prepare`, `template_for`, `limits`) for this kind."""
 
-    def __init__(self, model: LoadedModel, limits: InputLimits) -> None:
-        assert model.late is not None
+    def __init__(self, model: LateModel, limits: InputLimits) -> None:
         self.model = model
         self.spec: LateSpec = model.late
         self.limits = limits

@@ -1,14 +1,13 @@
-"""What a loaded ColBERT checkpoint is, for the engine: its settings, projection and special token ids.
-
-A file of its own because `LoadedModel` carries it (`late`) and its loader builds a `LoadedModel`:
-with the loader beside it, load/loaded_model.py and late_interaction/loading.py imported each other.
+"""What a loaded ColBERT checkpoint is, for the engine: its settings, projection and special token ids,
+carried by `LateModel` (the `LoadedModel` fields and this), which its loader (`loading.py`) builds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka_scorer.engine.late_interaction.checkpoint import ColbertSettings, Projection
+from kafka_scorer.engine.models.loaded import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -32,3 +31,10 @@ class LateSpec:
     @property
     def dim(self) -> int:
         return self.projection.dim
+
+
+@dataclass
+class LateModel(LoadedModel):
+    """A loaded late-interaction (ColBERT) checkpoint: the `LoadedModel` fields and its `LateSpec`."""
+
+    late: LateSpec = field(kw_only=True)

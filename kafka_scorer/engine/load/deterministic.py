@@ -33,7 +33,7 @@ import dataclasses
 import torch
 
 from kafka_scorer.engine.kernels.runs_on import triton_runs_on
-from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.errors import SettingError
 
 BACKEND = "deterministic"

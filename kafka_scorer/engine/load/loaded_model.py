@@ -11,11 +11,8 @@ packing and MIS without a model rewrite, and any encoder gets varlen pairs witho
 
 from __future__ import annotations
 
-import enum
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,65 +22,17 @@ from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.models.encoder_family import (
     EncoderHead,
     EncoderSetupError,
-    EncoderSpec,
     encoder_family,
     encoder_spec,
 )
+from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
 from kafka_scorer.engine.recurrent.detection import RecurrentSpec, StatefulLayerError, prepare_recurrent
-
-if TYPE_CHECKING:
-    from kafka_scorer.engine.late_interaction.spec import LateSpec
 
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _CLASSIFICATION_HEAD_NAMES = ("score", "classifier", "v_head")
 _ENCODER_MIS_REASON = "bidirectional attention would let the query and every item see each other"
-
-
-class ModelKind(str, enum.Enum):
-    CAUSAL_LM = "causal_lm"
-    CLASSIFICATION = "classification"
-    LATE_INTERACTION = "late_interaction"
-    """A ColBERT checkpoint: per-token vectors scored by MaxSim (`engine/late_interaction/`)."""
-
-
-class ModelLoadError(RuntimeError):
-    """The checkpoint cannot be served; the message says why and what to do."""
-
-
-@dataclass
-class LoadedModel:
-    name: str
-    kind: ModelKind
-    model: nn.Module
-    body: nn.Module
-    """The decoder stack whose output is the final-norm hidden state (SPEC §6)."""
-    head: nn.Module
-    """LM head (CausalLM) or classification head; applied only to scoring rows."""
-    tokenizer: Any | None  # a Hugging Face tokenizer (called and indexed as one; None: token ids only)
-    device: torch.device
-    dtype: torch.dtype
-    input_vocab_size: int
-    output_vocab_size: int
-    max_positions: int | None
-    mis_block_reason: str | None
-    """Why packing would change results for this model (None: MIS is exact)."""
-    sliding_window: int | None
-    final_logit_softcap: float | None = None
-    """Gemma 2's `cap · tanh(logit / cap)` on LM-head logits; CausalLM only, since transformers' score
-    heads (e.g. Gemma2ForSequenceClassification) do not apply it."""
-    encoder: EncoderSpec | None = None
-    """Set for encoder cross-encoders (bidirectional, first-token or mean pooling); None for decoders."""
-    num_classes: int = 0
-    """Columns of a classification head's output (0 for CausalLM: its columns are the job's labels)."""
-    revision: str = ""
-    """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/load/revision.py`)."""
-    late: LateSpec | None = None
-    """Set for late-interaction (ColBERT) checkpoints: markers, lengths, projection, skiplist."""
-    recurrent: RecurrentSpec | None = None
-    """Set for hybrid decoders (Qwen3.5, Qwen3-Next): their Gated DeltaNet layers are wrapped to run each
-    packed sequence from its own state (`engine/recurrent/`); the runner hands them the batch's runs."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -238,14 +187,6 @@ def load_model(
         AutoTokenizer,
     )
 
-    from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
-
-    if is_late_interaction(model_path):  # its loader is its kind's (`engine/kinds/late_interaction.py`)
-        raise ModelLoadError(
-            f"model: {model_path!r} is a late-interaction (ColBERT) checkpoint, which load_model does not "
-            "read: open it with Scorer(path) or Scorer.from_config(config), whose kind is chosen for any "
-            "checkpoint (kafka_scorer.engine.kinds.choice)"
-        )
     register_attention()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)

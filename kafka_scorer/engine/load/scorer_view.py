@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-    from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind
+    from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind
     from kafka_scorer.engine.pack.batch import ForwardBatch
     from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
     from kafka_scorer.engine.prepare.templates import PromptTemplate

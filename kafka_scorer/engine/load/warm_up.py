@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import msgspec
 import torch
 
-from kafka_scorer.engine.load.loaded_model import ModelKind
 from kafka_scorer.engine.load.warm_up_fallbacks import recover, torch_label_scores
+from kafka_scorer.engine.models.loaded import ModelKind
 from kafka_scorer.engine.pack.batch import build_forward_batch
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.errors import first_line

@@ -21,8 +21,8 @@ import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
-from kafka_scorer.engine.graphs.buckets import padding_lengths
 from kafka_scorer.engine.models.encoder_family import EncoderSpec
+from kafka_scorer.engine.pack.buckets import padding_lengths
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 
 

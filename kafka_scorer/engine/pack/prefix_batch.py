@@ -39,7 +39,7 @@ import torch
 from kafka_scorer.engine.attention.cached import HitSequence, PrefixedMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout, host
 from kafka_scorer.engine.attention.registry import prepare_attention
-from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.pack.prefix_cache import (
     PrefixCache,

@@ -11,7 +11,7 @@ from typing import cast
 
 import msgspec
 
-from kafka_scorer.engine.load.loaded_model import LoadedModel
+from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.prepare.chunking import ChunkPlan
 from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
 from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -20,9 +21,9 @@ from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kernels.label_scores import resolve_backend
-from kafka_scorer.engine.load.loaded_model import LoadedModel, ModelKind
+from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind
 from kafka_scorer.engine.pack.batch import ForwardBatch
-from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, build_runs
+from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, StateEntry, build_runs
 from kafka_scorer.engine.run.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.run.invariant_heads import invariant_classification_scores, invariant_label_scores
 
@@ -126,7 +127,10 @@ def _run_prefixes(attention: PrefixedMetadata) -> RunPrefixes:
     head's state; the fills and extensions keep theirs (`engine/recurrent/runs.py`)."""
     stores = {start: entry for entry, start in attention.fills}
     stores.update({start: entry for entry, _, start in attention.extends})
-    return RunPrefixes(tuple(attention.entries), dict(attention.starts), stores)
+    # the attention layers name only the keys and values they use; the entries are the prefix cache's,
+    # which keep the stateful layers' states too (`engine/pack/prefix_cache.py`)
+    entries = cast("list[StateEntry]", attention.entries)
+    return RunPrefixes(tuple(entries), dict(attention.starts), stores)
 
 
 def _mean_rows(hidden: torch.Tensor, token_rows: torch.Tensor, count: int) -> torch.Tensor:

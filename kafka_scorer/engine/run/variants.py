@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from torch import nn
 
@@ -22,7 +22,15 @@ from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.models.loaded import LoadedModel
+
+
+class Switchable(Protocol):
+    """What a variant switches on a Scorer: its attention backend and its model's body (the Scorer
+    satisfies it; naming the class here would import the seam from below it)."""
+
+    attention_backend: str
+    loaded: LoadedModel
 
 
 class Layers(enum.Enum):
@@ -34,7 +42,7 @@ class Layers(enum.Enum):
     """The fused layers with their regions uncompiled: what compiling them buys."""
 
 
-def layer_choices(scorer: Scorer) -> tuple[Layers, ...]:
+def layer_choices(scorer: Switchable) -> tuple[Layers, ...]:
     """The layer variants this Scorer's model can run; SERVED always, the others where they differ."""
     body = scorer.loaded.body
     if not isinstance(body, FusedDecoder):
@@ -46,7 +54,7 @@ def layer_choices(scorer: Scorer) -> tuple[Layers, ...]:
 class Variant:
     """One way to run `scorer`: entered around each batch (`with variant.active(): scorer.run_batch(...)`)."""
 
-    scorer: Scorer
+    scorer: Switchable
     backend: str | None
     body: nn.Module | None
 
@@ -64,14 +72,14 @@ class Variant:
             scorer.attention_backend, scorer.loaded.body = previous
 
 
-def variant(scorer: Scorer, backend: str | None = None, layers: Layers = Layers.SERVED) -> Variant:
+def variant(scorer: Switchable, backend: str | None = None, layers: Layers = Layers.SERVED) -> Variant:
     """`scorer` run with `backend` (None: its own) and `layers`; a ValueError if the model lacks them."""
     if layers not in layer_choices(scorer):
         raise ValueError(f"this model cannot run {layers.value} layers (it runs {layer_choices(scorer)})")
     return Variant(scorer, backend, _body(scorer, layers))
 
 
-def _body(scorer: Scorer, layers: Layers) -> nn.Module | None:
+def _body(scorer: Switchable, layers: Layers) -> nn.Module | None:
     if layers is Layers.TRANSFORMERS:
         base = scorer.loaded.model.base_model
         assert isinstance(base, nn.Module)

@@ -24,14 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_scorer.engine.load.loaded_model import (
-    LoadedModel,
-    ModelKind,
-    ModelLoadError,
-    resolve_device,
-    resolve_dtype,
-)
+from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
 from kafka_scorer.engine.load.revision import checkpoint_revision
+from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
 
 FAMILIES = {
     "qwen3_vl": "Qwen3VLForConditionalGeneration",

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_scorer.engine.late_interaction.preparer import LateJob
-from kafka_scorer.engine.load.loaded_model import ModelLoadError, load_model
+from kafka_scorer.engine.models.loaded import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result
@@ -112,14 +112,6 @@ def test_any_rerank_shaped_job_is_scored_or_answered_with_a_typed_error(
         sent = documents[entry.index]
         echoed = {"text": sent} if isinstance(sent, str) else sent
         assert entry.document == (echoed if fields["return_documents"] else None)
-
-
-def test_the_transformers_loader_names_the_way_to_open_a_colbert_checkpoint(tiny_colbert):
-    """`load_model` reads transformers checkpoints; a ColBERT directory handed to it is refused with the
-    way to open it (`Scorer`, whose kind is chosen for any checkpoint), not loaded as an encoder with
-    no head."""
-    with pytest.raises(ModelLoadError, match=r"late-interaction .*Scorer\(path\)"):
-        load_model(str(tiny_colbert()), device="cpu", dtype="float32")
 
 
 def test_a_template_setting_is_refused(tiny_colbert):
