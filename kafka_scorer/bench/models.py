@@ -92,11 +92,12 @@ SHAPES: dict[str, ModelShape] = {
 }
 
 
-def qwen3_config(
+def shape_config(
     shape: ModelShape, kind: Kind, *, num_labels: int, pad_token_id: int, bos_token_id: int | None
 ):
-    """`shape` as a Qwen3 (or hybrid) config, with the family's published context, RoPE base and norm
-    epsilon; a hybrid's linear-attention fields as transformers' Qwen3.5 config names them."""
+    """`shape` as the transformers config of its family (`shape.arch`: Qwen3 or a hybrid), with the
+    Qwen families' published context, RoPE base and norm epsilon; a hybrid's linear-attention fields as
+    transformers' Qwen3.5 config names them."""
     from kafka_scorer.checkpoints.tiny_models import decoder_config
 
     linear = shape.linear
@@ -157,7 +158,7 @@ def build_shaped_model(
     specials = [tokenizer.pad_token_id, tokenizer.bos_token_id]
     if any(i is not None and i >= FIRST_REGULAR_ID for i in specials) or len(tokenizer) > shape.vocab_size:
         raise RuntimeError("special token ids must lie below FIRST_REGULAR_ID, all ids within the vocabulary")
-    config = qwen3_config(
+    config = shape_config(
         shape,
         kind,
         num_labels=num_labels,

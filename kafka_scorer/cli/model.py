@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -19,40 +20,51 @@ from kafka_scorer.errors import EXIT_USER_ERROR
 if TYPE_CHECKING:
     from kafka_scorer.checkpoints.tiny_models import Arch, Kind
 
+
+@dataclass(frozen=True)
+class Choice:
+    """One model `kafka-scorer model` can write: what kind it is (which builder runs, which job it
+    prints), the line the help and the summary show, and, for the plain decoder kinds, its family."""
+
+    kind: str
+    text: str
+    arch: Arch = "qwen3"
+
+
 MODELS = {
-    "causal": ("causal", "a tiny Qwen3-shaped CausalLM (jobs ask for label-token probabilities)"),
-    "classification": ("classification", "a tiny Qwen3-shaped classifier with 3 classes"),
-    "colbert": (
+    "causal": Choice("causal", "a tiny Qwen3-shaped CausalLM (jobs ask for label-token probabilities)"),
+    "classification": Choice("classification", "a tiny Qwen3-shaped classifier with 3 classes"),
+    "colbert": Choice(
         "colbert",
         "a tiny late-interaction (ColBERT) reranker in PyLate's layout: one MaxSim score per item",
     ),
-    "qwen3-vl-reranker": (
+    "qwen3-vl-reranker": Choice(
         "vl-reranker",
         "a tiny Qwen3-VL yes/no reranker that reads images (content parts) (--template qwen3-vl-reranker)",
     ),
-    "qwen3-reranker": (
+    "qwen3-reranker": Choice(
         "reranker",
         "a tiny Qwen3-shaped yes/no reranker with a Qwen-style chat tokenizer (--template qwen3-reranker)",
     ),
-    "qwen3.5": (
+    "qwen3.5": Choice(
         "causal",
         "a tiny Qwen3.5-shaped CausalLM: Gated DeltaNet linear attention beside full attention "
         "(needs transformers >= 5.9)",
+        arch="qwen3_5",
     ),
-    "qwen3.5-classification": (
+    "qwen3.5-classification": Choice(
         "classification",
         "a tiny Qwen3.5-shaped classifier with 3 classes (hybrid, as qwen3.5)",
+        arch="qwen3_5",
     ),
 }
-ARCHS: dict[str, Arch] = {"qwen3.5": "qwen3_5", "qwen3.5-classification": "qwen3_5"}
-"""The decoder family of a name, where it is not Qwen3."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "name",
         choices=sorted(MODELS),
-        help="which model: " + "; ".join(f"{name}: {text}" for name, (_, text) in sorted(MODELS.items())),
+        help="which model: " + "; ".join(f"{name}: {c.text}" for name, c in sorted(MODELS.items())),
     )
     parser.add_argument(
         "directory", type=Path, help="where to write it (created; must be empty if it exists)"
@@ -74,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert
     from kafka_scorer.checkpoints.tiny_models import build_tiny_model, build_tiny_reranker
 
-    kind = MODELS[args.name][0]
+    choice = MODELS[args.name]
+    kind = choice.kind
     serve = f"kafka-scorer worker --model {directory}"
     if kind == "reranker":  # text jobs get the preset's prompt and yes/no labels from the worker
         build_tiny_reranker(directory, seed=args.seed)
@@ -87,9 +100,8 @@ def run(args: argparse.Namespace) -> int:
     elif kind == "colbert":
         build_tiny_colbert(directory, seed=args.seed)
     else:
-        arch = ARCHS.get(args.name, "qwen3")
-        build_tiny_model(directory, arch, cast("Kind", kind), num_labels=3, seed=args.seed)
-    print(f"wrote {directory}: {MODELS[args.name][1]}")
+        build_tiny_model(directory, choice.arch, cast("Kind", kind), num_labels=3, seed=args.seed)
+    print(f"wrote {directory}: {choice.text}")
     print("serve it:  " + serve)
     print("a job:     " + json.dumps(sample_job(directory, kind)))
     return 0

@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kafka_scorer.bench.models import SHAPES, qwen3_config
+from kafka_scorer.bench.models import SHAPES, shape_config
 
 
 def _layer_matmul_weights(shape_name: str) -> tuple[int, list[str]]:
     import transformers
 
-    config = qwen3_config(SHAPES[shape_name], "causal", num_labels=2, pad_token_id=0, bos_token_id=None)
+    config = shape_config(SHAPES[shape_name], "causal", num_labels=2, pad_token_id=0, bos_token_id=None)
     model = transformers.AutoModelForCausalLM.from_config(config)
     linears = [m for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear)]
     return sum(m.weight.numel() for m in linears), list(getattr(config, "layer_types", []) or [])

@@ -2,6 +2,8 @@
 
 Shared by the TLS/SASL tests against the proxy (test_tls.py) and against Apache Kafka's own listeners
 (test_kafka_security.py): both assert the same promise, that a refused setting is one line naming it.
+And by the demo tests of the reranker templates (test_demo_rerank.py, test_demo_vision.py), which run
+the demo as a person does and rebuild its model meanwhile.
 """
 
 from __future__ import annotations
@@ -9,8 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
+from tests.cli import helpers
 from tests.integration.kafka_helpers import ROOT
+
+T = TypeVar("T")
 
 
 def cli_flags(settings: dict[str, str]) -> list[str]:
@@ -40,6 +47,22 @@ async def run_cli(*args: str, stdin: bytes | None = None, timeout_s: float = 120
         await proc.wait()
         raise
     return proc.returncode or 0, out.decode(), err.decode()
+
+
+def run_demo(template: str, build: Callable[[], T], *, timeout_s: float = 240) -> tuple[T, str, str]:
+    """`kafka-scorer demo --template TEMPLATE --short` as a child at 160 columns, asserted to exit 0, and
+    `build()` run while it does: a test rebuilds the demo's tiny model from the same seed (the same bytes,
+    so the same model_revision) in time the demo takes anyway. Returns what `build` made, stdout, stderr."""
+    demo = helpers.start_cli("demo", "--template", template, "--short", env=helpers.cli_env(COLUMNS="160"))
+    try:
+        built = build()
+        out, err = demo.communicate(timeout=timeout_s)
+    finally:
+        if demo.poll() is None:  # a hung demo or a failed build: no stray process outlives the test
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 0, out + err
+    return built, out, err
 
 
 def one_line(stderr: str) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -20,8 +18,8 @@ import pytest
 from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
 from kafka_scorer.cli.demo_rerank import rerank_job
 from kafka_scorer.engine.load.revision import checkpoint_revision
-from tests.cli.helpers import ROOT, cli_env
 from tests.engine.test_templates import CARD_INSTRUCTION, card_prompt, reference_rows
+from tests.integration.cli_runs import run_demo
 from tests.integration.test_demo import table_lines
 
 pytestmark = pytest.mark.integration
@@ -55,23 +53,7 @@ def parse_rankings(out: str) -> dict[str, RankingRow]:
 
 
 def test_demo_template_prints_rankings_the_reference_agrees_with(tmp_path) -> None:
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "kafka_scorer", "demo", "--template", "qwen3-reranker", "--short"],
-        cwd=ROOT,
-        env=cli_env(COLUMNS="160"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        reranker = build_tiny_reranker(tmp_path / "reranker")  # while the demo runs
-        out, err = demo.communicate(timeout=240)
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
-    assert demo.returncode == 0, out + err
+    reranker, out, err = run_demo("qwen3-reranker", lambda: build_tiny_reranker(tmp_path / "reranker"))
     assert "Traceback" not in err
     rows = parse_rankings(out)
     assert set(rows) == {f"rr-{n:02d}" for n in range(SHORT_JOBS - 1)} | {"bad-job"}, out

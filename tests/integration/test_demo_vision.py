@@ -5,8 +5,6 @@ as rankings that plain transformers (one pair at a time) agrees with."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -14,8 +12,8 @@ from kafka_scorer.checkpoints.tiny_vision import build_tiny_vl_reranker
 from kafka_scorer.cli.demo_rerank import rerank_job
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.wire.content import Content, ImagePart
-from tests.cli.helpers import ROOT, cli_env
 from tests.engine.vision.reference import INSTRUCTION, Reference
+from tests.integration.cli_runs import run_demo
 from tests.integration.test_demo_rerank import SHORT_JOBS, parse_rankings
 
 pytestmark = pytest.mark.integration
@@ -28,19 +26,7 @@ def _parts(value: object) -> list:
 
 
 def test_demo_ranks_pictures_as_transformers_does(tmp_path) -> None:
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "kafka_scorer", "demo", "--template", "qwen3-vl-reranker", "--short"],
-        cwd=ROOT, env=cli_env(COLUMNS="160"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        path = build_tiny_vl_reranker(tmp_path / "vl")  # the demo's model, rebuilt while it runs
-        out, err = demo.communicate(timeout=240)
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
-    assert demo.returncode == 0, out + err
+    path, out, _ = run_demo("qwen3-vl-reranker", lambda: build_tiny_vl_reranker(tmp_path / "vl"))
     assert f"model_revision {checkpoint_revision(str(path))}" in out  # the same bytes: the same model
     rows = parse_rankings(out)
     reference = Reference(path)
