@@ -12,14 +12,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
 import pytest
 
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.errors import SettingError
-from kafka_scorer.wire.protocol import Job
+from kafka_scorer.wire.content import dec_hook
+from kafka_scorer.wire.protocol import ErrorCode, Job
 from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
-from tests.engine.contract import EngineContract, run
+from tests.engine.contract import POISON, EngineContract, run
 from tests.engine.test_hybrid_models import _needs_family
+from tests.engine.vision.images import picture
 from tests.worker.conftest import FakeEngine, Fault
 
 CAUSAL_LABELS: dict[str, Any] = {"label_token_ids": [5, 6]}
@@ -178,6 +181,62 @@ class TestHybrid(ScorerContract):
         """Its prefix cache keeps the Gated DeltaNet layers' states too."""
         _needs_family("qwen3_5")
         return scorer_for("qwen3_5", "causal", decoder_forward="transformers", prefix_cache_mb=-1)
+
+
+class TestVision(ScorerContract):
+    """Qwen3-VL: its jobs are text, every other one with an image (the kind refuses token ids); its
+    forward embeds the ids itself, so faults go in at the input embedding, keyed on a word only the
+    poison job holds."""
+
+    labels = CAUSAL_LABELS
+    marker = " zqxv"
+
+    @pytest.fixture
+    def engine(self, vision_scorer) -> Scorer:
+        return vision_scorer(embedding_cache_mb=0)
+
+    @pytest.fixture
+    def deterministic_engine(self, vision_scorer) -> Scorer:
+        return deterministic(lambda: vision_scorer(deterministic=True))
+
+    def job(self, job_id: str, seed: int = 0, **fields: Any) -> Job:
+        image = {"content": [{"type": "image", "image": picture(seed=seed)}, {"type": "text", "text": "x"}]}
+        words = ["first", "a second one", "the third item"][: 2 + seed % 2]
+        shape: dict[str, Any] = {
+            "query": f"query {seed}",
+            "items": [*words, image] if seed % 2 else words,
+        }
+        return msgspec.convert({"id": job_id, **shape, **self.labels, **fields}, Job, dec_hook=dec_hook)
+
+    def poisoned(self) -> Job:
+        return self.job("poison", query=f"query{self.marker}")
+
+    def invalid(self, engine: Scorer) -> dict[str, tuple[Job, ErrorCode]]:
+        too_many = 1 + self.max_items(engine)
+        return {
+            "other-model": (
+                self.job("other-model", model="not-" + engine.served.name),
+                ErrorCode.MODEL_MISMATCH,
+            ),
+            "too-many": (self.job("too-many", items=["x"] * too_many), ErrorCode.TOO_LONG),
+        }
+
+    @contextmanager
+    def breaking(self, engine: Scorer, fault: Fault) -> Iterator[list[int]]:
+        marker = engine.loaded.tokenizer(self.marker, add_special_tokens=False)["input_ids"]
+        sizes: list[int] = []
+
+        def hook(module, args) -> None:
+            ids = args[0].flatten().tolist()
+            sizes.append(len(ids))
+            held = any(ids[i : i + len(marker)] == marker for i in range(len(ids)))
+            fault([POISON] if held else [-1])
+
+        handle = engine.loaded.body.get_input_embeddings().register_forward_pre_hook(hook)
+        try:
+            yield sizes
+        finally:
+            handle.remove()
 
 
 @pytest.mark.parametrize("kind", ["prefix_cache", "embedding_cache"])

@@ -12,6 +12,8 @@ from kafka_scorer.engine.prepare.score_fields import LabelFields
 
 
 class LabelScorerKind(TextKind):
+    scores_labels = True
+
     def score_fields(self, served: Served) -> LabelFields:
         loaded = served.loaded
         resolver = LabelResolver(loaded.tokenizer, loaded.output_vocab_size)

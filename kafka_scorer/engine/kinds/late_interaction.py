@@ -15,7 +15,6 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kinds.kind import Group, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache, embedding_capacity_bytes
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
@@ -46,9 +45,7 @@ class LateInteractionKind:
         self.model = cast(LateModel, served.loaded)  # its loader's (`open_late_interaction`)
         self.preparer = LatePreparer(self.model, served.limits)
         self.runner = ModelRunner(served.loaded, served.config.deterministic)
-        capacity = embedding_capacity_bytes(served.config.embedding_cache_mb)
-        key = (served.revision, served.dtype_name)
-        self.embeddings = EmbeddingCache(capacity, key) if capacity > 0 else None
+        self.embeddings = served.embedding_cache()
 
     @property
     def graphs(self) -> ForwardGraphs | None:

@@ -13,6 +13,7 @@ from typing import TypedDict
 
 from kafka_scorer.engine.attention.registry import choose_attention_backend
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
+from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache, embedding_capacity_bytes
 from kafka_scorer.engine.load.deterministic import keeps_prefix_cache, make_deterministic
 from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.prepare.prepared import InputLimits
@@ -41,6 +42,12 @@ class Served:
     @property
     def dtype_name(self) -> str:
         return str(self.loaded.dtype).removeprefix("torch.")
+
+    def embedding_cache(self) -> EmbeddingCache | None:
+        """A kind's cache of per-input vectors (a ColBERT document's, an image's features) under
+        `embedding_cache_mb`, keyed by the revision and dtype that computed them; None when off."""
+        capacity = embedding_capacity_bytes(self.config.embedding_cache_mb)
+        return EmbeddingCache(capacity, (self.revision, self.dtype_name)) if capacity > 0 else None
 
 
 def serve(loaded: LoadedModel, config: EngineConfig) -> Served:

@@ -29,6 +29,8 @@ class TextKind:
     encoder: EncoderSpec | None = None
     """The pair layout an encoder's tokenizer defines (None: a decoder's causal stream)."""
     preparer_class: type[JobPreparer] = JobPreparer
+    scores_labels = False
+    """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
 
     def __init__(self, served: Served, *, prefixes: bool = True, graphs: bool = True) -> None:
         loaded = served.loaded
@@ -43,7 +45,7 @@ class TextKind:
             chosen = graphs_for(
                 loaded.body, loaded.device, setting, served.max_batch_tokens, loaded.sliding_window
             )
-        self.runner = ModelRunner(loaded, served.config.deterministic, chosen)
+        self.runner = ModelRunner(loaded, served.config.deterministic, chosen, labels=self.scores_labels)
 
     @property
     def graphs(self) -> ForwardGraphs | None:

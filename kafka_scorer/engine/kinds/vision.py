@@ -16,7 +16,6 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kinds.kind import Group, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache, embedding_capacity_bytes
 from kafka_scorer.engine.load.scorer_view import ScorerView
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.prepare.prepared import PreparedJob
@@ -49,10 +48,8 @@ class VisionKind:
         self.model = cast(VisionModel, served.loaded)
         images = ImageLimits(config.max_images_per_job, config.max_image_bytes, config.max_image_pixels)
         self.preparer = VisionPreparer(self.model, served.limits, images, served.template)
-        self.runner = ModelRunner(served.loaded)
-        capacity = embedding_capacity_bytes(config.embedding_cache_mb)
-        key = (served.revision, served.dtype_name)
-        self.embeddings = EmbeddingCache(capacity, key) if capacity > 0 else None
+        self.runner = ModelRunner(served.loaded, labels=True)  # what the start-up line reports
+        self.embeddings = served.embedding_cache()
 
     @property
     def graphs(self) -> ForwardGraphs | None:

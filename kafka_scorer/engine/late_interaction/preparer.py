@@ -21,7 +21,7 @@ from typing import cast
 
 from kafka_scorer.engine.late_interaction.spec import LateModel, LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
-from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list, rank_fields_warnings
+from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list, rank_fields_warnings
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
@@ -73,8 +73,7 @@ class LatePreparer:
             return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
 
     def _prepare(self, job: Job, job_id: str) -> LateJob | Result:
-        self._check_model(job)
-        job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
+        job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         warnings = rank_fields_warnings(job)
         if job.instruction is not None:
@@ -136,22 +135,8 @@ class LatePreparer:
         cut = len(ids) > room
         return [*spec.lead, *marker, *ids[: max(room, 0)], *spec.tail], cut
 
-    def _check_model(self, job: Job) -> None:
-        """Before anything else, as on every kind: a job for another model is answered as such."""
-        name = self.model.name
-        if job.model is not None and job.model != name:
-            raise InputError(
-                ErrorCode.MODEL_MISMATCH, f"job asks for model {job.model!r}; this worker serves {name!r}"
-            )
-
     def _check_fields(self, job: Job) -> None:
         """Fields that mean nothing for one MaxSim score per document are refused, not ignored."""
-        count = len(item_list(job))
-        if count > self.limits.max_items_per_job:
-            raise InputError(
-                ErrorCode.TOO_LONG,
-                f"{count} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
-            )
         refused = [
             ("label_token_ids", job.label_token_ids is not None),
             ("label_tokens", job.label_tokens is not None),

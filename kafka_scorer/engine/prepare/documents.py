@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import msgspec
 
-from kafka_scorer.engine.prepare.prepared import InputError
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.wire.content import Content, content_document
 from kafka_scorer.wire.protocol import Document, ErrorCode, Job, shape_problem
 
@@ -141,3 +141,20 @@ def items_argument(items: str | Sequence[str] | Sequence[list[int]]) -> list:
     if any(isinstance(item, int) for item in out):
         raise TypeError("items: token-id items are lists of ints; pass [ids] for a single item")
     return out
+
+
+def first_checks(job: Job, served: str, limits: InputLimits) -> Job:
+    """What every kind's preparer checks before anything else, the same way: a job for another model
+    is answered as such; the rerank shape's documents become items (SPEC §10); no more of them than
+    `max_items_per_job`, counted before any text is tokenized or image decoded."""
+    if job.model is not None and job.model != served:
+        raise InputError(
+            ErrorCode.MODEL_MISMATCH, f"job asks for model {job.model!r}; this worker serves {served!r}"
+        )
+    job = as_items(job)
+    count = len(item_list(job))
+    if count > limits.max_items_per_job:
+        raise InputError(
+            ErrorCode.TOO_LONG, f"{count} items; the limit is max_items_per_job={limits.max_items_per_job}"
+        )
+    return job

@@ -13,7 +13,7 @@ import msgspec
 
 from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.prepare.chunking import ChunkPlan
-from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
+from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list
 from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows
 from kafka_scorer.engine.prepare.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
@@ -84,18 +84,7 @@ class JobPreparer(ItemWindows):
 
     def _prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         model = self.model
-        if job.model is not None and job.model != model.name:
-            raise InputError(
-                ErrorCode.MODEL_MISMATCH,
-                f"job asks for model {job.model!r}; this worker serves {model.name!r}",
-            )
-        job = as_items(job)  # SPEC §10: the rerank shape's documents are scored as items
-        count = len(item_list(job))
-        if count > self.limits.max_items_per_job:
-            raise InputError(
-                ErrorCode.TOO_LONG,
-                f"{count} items; the limit is max_items_per_job={self.limits.max_items_per_job}",
-            )
+        job = first_checks(job, model.name, self.limits)
         fields = self.fields
         warnings = fields.ignored(job)
         label_ids = fields.label_ids(job)

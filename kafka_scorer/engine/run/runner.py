@@ -1,7 +1,8 @@
-"""ForwardBatch -> hidden states -> scores, for both model kinds with one code path.
+"""ForwardBatch -> hidden states -> scores, for the text kinds with one code path.
 
 The decoder (or encoder) runs once over the flat stream; only the scoring rows are gathered, and the
-model kind picks the head. An encoder's row is its pair's first token, or the mean over the pair's
+kind says which head scores them (`labels`: the LM head at the job's label tokens, else the head's
+classes). An encoder's row is its pair's first token, or the mean over the pair's
 tokens (ModernBERT's mean pooling), and its head is the stock classifier
 (`engine/models/encoder_family.py`).
 The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
@@ -21,7 +22,7 @@ from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kernels.label_scores import resolve_backend
-from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind
+from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, StateEntry, build_runs
 from kafka_scorer.engine.run.heads import causal_label_scores, classification_scores
@@ -38,9 +39,17 @@ class BatchOutput:
 
 class ModelRunner:
     def __init__(
-        self, model: LoadedModel, deterministic: bool = False, graphs: ForwardGraphs | None = None
+        self,
+        model: LoadedModel,
+        deterministic: bool = False,
+        graphs: ForwardGraphs | None = None,
+        *,
+        labels: bool = False,
     ) -> None:
+        """`labels`: the kind scores label tokens through the LM head (a label scorer), else its head's
+        classes (a classifier, a cross-encoder)."""
         self.model = model
+        self.labels = labels
         self.deterministic = deterministic
         """Heads by fixed-shape row blocks (`engine/run/invariant_heads.py`)."""
         self.graphs = graphs
@@ -54,7 +63,7 @@ class ModelRunner:
         """How this runner computes label scores: "triton", "torch", "invariant" (deterministic mode's
         fixed-shape blocks) or "none" (a classifier); what the start-up line says and what the warm-up
         may fall back from."""
-        if self.model.kind is not ModelKind.CAUSAL_LM:
+        if not self.labels:
             return "none"
         if self.deterministic:
             return "invariant"
@@ -77,7 +86,7 @@ class ModelRunner:
         else:
             rows = hidden.index_select(0, to_device(batch.score_index))
         softmax_rows = to_device(batch.softmax_rows)
-        if model.kind is ModelKind.CAUSAL_LM:
+        if self.labels:
             label_scores = (
                 invariant_label_scores
                 if self.deterministic

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from kafka_scorer.engine.prepare.documents import as_items, is_rerank, item_list
+from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list
 from kafka_scorer.engine.prepare.labels import LabelResolver
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.engine.prepare.ranking import ranking
@@ -59,12 +59,7 @@ class VisionPreparer:
             return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
 
     def _prepare(self, job: Job, job_id: str) -> VisionJob | Result:
-        if job.model is not None and job.model != self.model.name:
-            raise InputError(
-                ErrorCode.MODEL_MISMATCH,
-                f"job asks for model {job.model!r}; this worker serves {self.model.name!r}",
-            )
-        job = as_items(job)
+        job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         items = item_list(job)
         fields = self.fields
