@@ -32,7 +32,7 @@ class TextKind:
     scores_labels = False
     """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
 
-    def __init__(self, served: Served, *, prefixes: bool = True, graphs: bool = True) -> None:
+    def __init__(self, served: Served, *, prefixes: bool = True) -> None:
         loaded = served.loaded
         self.served = served
         self.preparer = self.preparer_class(loaded, served.limits, served.template, self.score_fields(served))
@@ -41,7 +41,7 @@ class TextKind:
         )
         setting = served.config.cuda_graph_tokens
         chosen = None
-        if graphs and not served.config.deterministic:  # none in deterministic mode (tiled attention)
+        if not served.config.deterministic:  # none in deterministic mode (tiled attention)
             chosen = graphs_for(
                 loaded.body, loaded.device, setting, served.max_batch_tokens, loaded.sliding_window
             )
