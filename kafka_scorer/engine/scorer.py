@@ -33,13 +33,13 @@ from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler, plan_forwar
 from kafka_scorer.engine.pack.tensors import to_wire
 from kafka_scorer.engine.prepare.chunking import ChunkedItem, aggregate
 from kafka_scorer.engine.prepare.documents import items_argument
-from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
+from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking, reranked
 from kafka_scorer.engine.run.bisection import Bisection
 from kafka_scorer.engine.run.runner import BatchOutput, ModelRunner
 from kafka_scorer.engine.vision.jobs import carries_content, content_refused
 from kafka_scorer.wire.engine_stats import EngineStats, counters
-from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef
+from kafka_scorer.wire.protocol import Chunking, Job, Result, TemplateRef, error_result
 from kafka_scorer.wire.provenance import ServedModel
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,6 @@ class Scorer:
         config = model if isinstance(model, EngineConfig) else EngineConfig(model=model, **settings)
         self.strategy: Kind = open_kind(config)
         served = self.strategy.served
-        self.config = config
         self.loaded: LoadedModel = served.loaded
         self.template = served.template
         self.max_batch_tokens = served.max_batch_tokens
@@ -167,7 +166,10 @@ class Scorer:
         if not self.reads_images and carries_content(job):
             return self.stamp(content_refused(job_id, self.model_name))
         preparer = self.strategy.preparer
-        prepared = preparer.prepare(job, job_id)
+        try:
+            prepared = preparer.prepare(job, job_id)
+        except InputError as exc:  # every kind's bad input, answered the same way
+            prepared = error_result(job_id, exc.code, str(exc), model=self.model_name, item=exc.item)
         if isinstance(prepared, Result):
             return self.stamp(prepared, preparer.template_for(job))
         return prepared
@@ -215,7 +217,7 @@ class Scorer:
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
         cached = [0] * len(jobs)
         for group, forward in packed.forwards:
-            for piece in self.strategy.run(group, forward, self.attention_backend):
+            for piece in self.strategy.run(group, forward):
                 rows[piece.index].extend(piece.rows)
                 if piece.hidden is not None:
                     hidden[piece.index].append(piece.hidden)

@@ -26,5 +26,4 @@ class CrossEncoderKind(TextKind):
                 "pairs are its tokenizer's own pair encoding: unset --template (KAFKA_SCORER_TEMPLATE) for "
                 "this model",
             )
-        super().__init__(served, prefixes=False)
-        self.encoder = served.loaded.encoder
+        super().__init__(served)

@@ -28,7 +28,8 @@ Group = list[tuple[int, "PreparedJob"]]
 
 
 class Preparer(Protocol):
-    """Job -> PreparedJob (or an error Result) on the CPU, never raising for bad input."""
+    """Job -> PreparedJob on the CPU; a job that needs no forward comes back as its Result, and bad
+    input raises `InputError` (`engine/prepare/prepared.py`), answered by the Scorer."""
 
     @property
     def limits(self) -> InputLimits: ...
@@ -77,7 +78,7 @@ class Kind(Protocol):
         """The planned groups' forwards, built on the packing thread (any thread)."""
         ...
 
-    def run(self, group: Group, forward: Any, backend: str) -> list[PieceScores]:
+    def run(self, group: Group, forward: Any) -> list[PieceScores]:
         """One built forward on the device thread; raises on failure (the bisection isolates it)."""
         ...
 

@@ -59,7 +59,7 @@ class LateInteractionKind:
         built = [build_late_forward(pieces, loaded, self.embeddings, tiles) for pieces in late]
         return list(zip(groups, built))
 
-    def run(self, group: Group, forward: LateForward, backend: str) -> list[PieceScores]:
+    def run(self, group: Group, forward: LateForward) -> list[PieceScores]:
         scores = run_late_forward(forward, self.model, self.embeddings)
         return [
             PieceScores(index, [[score] for score in piece_scores], cached=piece_cached)

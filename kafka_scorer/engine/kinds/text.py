@@ -14,7 +14,6 @@ from kafka_scorer.engine.kinds.kind import Group, PieceScores
 from kafka_scorer.engine.kinds.served import Served
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.load.scorer_view import ScorerView
-from kafka_scorer.engine.models.encoder_family import EncoderSpec
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
 from kafka_scorer.engine.prepare.inputs import JobPreparer
@@ -26,19 +25,16 @@ from kafka_scorer.engine.run.runner import ModelRunner
 class TextKind:
     reads_images = False
     embeddings: EmbeddingCache | None = None
-    encoder: EncoderSpec | None = None
-    """The pair layout an encoder's tokenizer defines (None: a decoder's causal stream)."""
     preparer_class: type[JobPreparer] = JobPreparer
     scores_labels = False
     """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
 
-    def __init__(self, served: Served, *, prefixes: bool = True) -> None:
+    def __init__(self, served: Served) -> None:
         loaded = served.loaded
         self.served = served
         self.preparer = self.preparer_class(loaded, served.limits, served.template, self.score_fields(served))
-        self.prefixes: PrefixPlanner | None = (
-            prefix_planner(loaded, served.prefix_cache_mb, served.revision) if prefixes else None
-        )
+        # None where a cache cannot be exact (an encoder, a sliding window: `prefix_planner` says why)
+        self.prefixes: PrefixPlanner | None = prefix_planner(loaded, served.prefix_cache_mb, served.revision)
         setting = served.config.cuda_graph_tokens
         chosen = None
         if not served.config.deterministic:  # none in deterministic mode (tiled attention)
@@ -72,7 +68,7 @@ class TextKind:
             device=loaded.device,
             attention_backend=backend,
             sliding_window=loaded.sliding_window,
-            encoder=self.encoder,
+            encoder=loaded.encoder,  # an encoder's pair layout; None: a decoder's causal stream
             pad_to=self._pad_to,
         )
 
@@ -83,7 +79,7 @@ class TextKind:
         graphs = self.runner.graphs
         return graphs.bucket_for if graphs is not None else None
 
-    def run(self, group: Group, forward: ForwardBatch, backend: str) -> list[PieceScores]:
+    def run(self, group: Group, forward: ForwardBatch) -> list[PieceScores]:
         output = self.runner.forward(forward)
         if self.prefixes is not None:
             self.prefixes.commit(forward)
@@ -95,8 +91,7 @@ class TextKind:
             if piece.job.return_pooled_hidden_states:
                 hidden = output.hidden[offset : offset + end - start]
                 offset += end - start
-            cached = cached_tokens(0, piece)
-            pieces.append(PieceScores(index, rows, hidden, cached, cached_once=piece.packed))
+            pieces.append(PieceScores(index, rows, hidden, cached_tokens(piece), cached_once=piece.packed))
         return pieces
 
     def score_fields(self, served: Served) -> ScoreFields:

@@ -59,7 +59,7 @@ class VisionKind:
         vision = cast("list[list[tuple[int, VisionJob]]]", groups)  # this kind's preparer makes VisionJobs
         return [(group, build_vision_forward(pieces, self.model)) for group, pieces in zip(groups, vision)]
 
-    def run(self, group: Group, forward: VisionForward, backend: str) -> list[PieceScores]:
+    def run(self, group: Group, forward: VisionForward) -> list[PieceScores]:
         scores, states = run_vision_forward(forward, self.model, self.embeddings)
         pieces, start = [], 0
         for index, piece in forward.group:

@@ -24,7 +24,7 @@ from kafka_scorer.engine.late_interaction.windows import split_documents
 from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list, rank_fields_warnings
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking
-from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef
 
 QUERY_CUT_WARNING = "query cut to the checkpoint's query_length={} tokens"
 INSTRUCTION_IGNORED_WARNING = "instruction ignored: a late-interaction model has no template"
@@ -67,12 +67,8 @@ class LatePreparer:
         return None
 
     def prepare(self, job: Job, job_id: str) -> LateJob | Result:
-        try:
-            return self._prepare(job, job_id)
-        except InputError as exc:
-            return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
-
-    def _prepare(self, job: Job, job_id: str) -> LateJob | Result:
+        """A job that needs no forward (no items) comes back as its Result; bad input raises
+        `InputError`, which the Scorer answers as the job's error result (the same for every kind)."""
         job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         warnings = rank_fields_warnings(job)

@@ -21,7 +21,6 @@ import msgspec
 import torch
 
 from kafka_scorer.engine.load.warm_up_fallbacks import recover, torch_label_scores
-from kafka_scorer.engine.models.loaded import ModelKind
 from kafka_scorer.engine.pack.batch import build_forward_batch
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.errors import first_line
@@ -208,4 +207,4 @@ def warm_up_jobs(scorer: ScorerView) -> list[Job]:
 
 def _labels(scorer: ScorerView) -> list[int] | None:
     """A warm-up job's labels: token 0 for a label scorer; none for a head, which scores its classes."""
-    return [0] if scorer.kind is ModelKind.CAUSAL_LM else None
+    return [0] if scorer.runner.labels else None

@@ -71,15 +71,16 @@ class CachedPiece(PreparedJob):
         return (-1 - self.source, *self.query)
 
 
-def cached_tokens(so_far: int, piece: PreparedJob) -> int:
-    """A job's prompt tokens served from a prefix, `so_far` plus `piece`'s: every pair's cached head
-    counts, but a packed job's once, as its `num_tokens` counts its query once however many pieces
-    repeat it. So `prompt_tokens + cached_tokens` is what the job reports without the cache."""
+def cached_tokens(piece: PreparedJob) -> int:
+    """A piece's prompt tokens served from a prefix: every pair's cached head counts; a packed piece's
+    query once. A job cut into packed pieces counts the largest of its pieces' (`PieceScores`
+    in `engine/kinds/kind.py`), as its `num_tokens` counts its query once however many pieces repeat
+    it; so `prompt_tokens + cached_tokens` is what the job reports without the cache."""
     if not isinstance(piece, CachedPiece):
-        return so_far
+        return 0
     if piece.packed:
-        return max(so_far, piece.cached - piece.computed)
-    return so_far + piece.cached * len(piece.items) - piece.computed
+        return max(0, piece.cached - piece.computed)
+    return piece.cached * len(piece.items) - piece.computed
 
 
 @dataclass

@@ -22,7 +22,7 @@ from kafka_scorer.engine.prepare.score_fields import ScoreFields
 from kafka_scorer.engine.prepare.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.prepare.templates import PromptTemplate
 from kafka_scorer.engine.prepare.text_bounds import longest_token_chars, text_char_bound
-from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef, error_result
+from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef
 
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
 TRUNCATE_HINT = (
@@ -76,13 +76,8 @@ class JobPreparer(ItemWindows):
         return text_char_bound(self.limits.max_pair_tokens, self.longest_token)
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
-        """Never raises for bad input: a job that fails validation comes back as an error Result."""
-        try:
-            return self._prepare(job, job_id)
-        except InputError as exc:
-            return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
-
-    def _prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
+        """A job that needs no forward (no items) comes back as its Result; bad input raises
+        `InputError`, which the Scorer answers as the job's error result (the same for every kind)."""
         model = self.model
         job = first_checks(job, model.name, self.limits)
         fields = self.fields
@@ -119,17 +114,10 @@ class JobPreparer(ItemWindows):
     ) -> PreparedJob:
         """A decoder's pairs: the query once with its items behind it (MIS) where packing is exact,
         else one `query + item` sequence per item (SPEC §5)."""
-        warnings, label_ids, activation = asked.warnings, asked.label_ids, asked.activation
-        truncate, chunking, precut, templated, plan = (
-            asked.truncate,
-            asked.chunking,
-            asked.precut,
-            asked.templated,
-            asked.plan,
-        )
+        chunking, templated, plan = asked.chunking, asked.templated, asked.plan
         if chunking is not None and not templated:
             items, plan = self._split_decoder_items(job, query, items, chunking)
-        items, truncated = self._fit_items(job, query, items, truncate, precut)
+        items, truncated = self._fit_items(job, query, items, asked.truncate, asked.precut)
         packed = self._decide_packing(job, query, items, windows=chunking is not None)
         instruction = self._instruction(job, templated)
         marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
@@ -148,7 +136,7 @@ class JobPreparer(ItemWindows):
                 raise InputError(
                     ErrorCode.TOO_LONG,
                     f"item {index}: the pair has {length} tokens; the limit is {self.limits.max_pair_tokens}"
-                    + TRUNCATE_HINT * (not truncate),
+                    + TRUNCATE_HINT * (not asked.truncate),
                     item=index,
                 )
         num_tokens = len(query) + sum(len(item) for item in items)
@@ -158,13 +146,13 @@ class JobPreparer(ItemWindows):
             query=query,
             items=items,
             packed=packed,
-            label_ids=label_ids,
+            label_ids=asked.label_ids,
             num_tokens=num_tokens,
-            warnings=warnings,
+            warnings=asked.warnings,
             truncated_items=truncated,
-            activation=activation,
+            activation=asked.activation,
             rank_by=asked.rank_by,
-            rank_normalised=self.fields.normalised(job, activation, len(label_ids), templated),
+            rank_normalised=self.fields.normalised(job, asked.activation, len(asked.label_ids), templated),
             template=self.template_ref if templated else None,
             chunks=plan,
             prefix_marks=marks,

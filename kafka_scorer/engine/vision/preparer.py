@@ -30,7 +30,7 @@ from kafka_scorer.engine.vision.layout import Pair, VisionJob, as_packed, as_pai
 from kafka_scorer.engine.vision.packing import shared_prefix
 from kafka_scorer.engine.vision.prompt import ImageBook, ProcessedImage, Side, expand, render_side
 from kafka_scorer.wire.content import Content
-from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef, error_result
+from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef
 
 
 class VisionPreparer:
@@ -52,13 +52,8 @@ class VisionPreparer:
         return self.template_ref
 
     def prepare(self, job: Job, job_id: str) -> VisionJob | Result:
-        """Never raises for bad input: a job that fails validation comes back as an error Result."""
-        try:
-            return self._prepare(job, job_id)
-        except InputError as exc:
-            return error_result(job_id, exc.code, str(exc), model=self.model.name, item=exc.item)
-
-    def _prepare(self, job: Job, job_id: str) -> VisionJob | Result:
+        """A job that needs no forward (no items) comes back as its Result; bad input raises
+        `InputError`, which the Scorer answers as the job's error result (the same for every kind)."""
         job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         items = item_list(job)

@@ -49,20 +49,10 @@ class Reference:
 
     def prompt(self, query: list, document: list, instruction: str = INSTRUCTION) -> tuple[str, list]:
         """`query`/`document`: lists of str (text) and bytes (an image), in order."""
-        images: list = []
-
-        def render(parts: list) -> str:
-            out = ""
-            for part in parts:
-                if isinstance(part, bytes):
-                    images.append(Image.open(io.BytesIO(part)))
-                    out += "<|vision_start|><|image_pad|><|vision_end|>"
-                else:
-                    out += part
-            return out
-
-        user = f"<Instruct>: {instruction}<Query>:{render(query)}\n<Document>:{render(document)}"
-        return SYSTEM + f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n", images
+        (query_text, query_images), (document_text, document_images) = raw_prompt(query), raw_prompt(document)
+        user = f"<Instruct>: {instruction}<Query>:{query_text}\n<Document>:{document_text}"
+        prompt = SYSTEM + f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+        return prompt, query_images + document_images
 
     @torch.inference_mode()
     def scores(self, text: str, images: list, labels: list[int], apply_softmax: bool = False) -> list[float]:
@@ -84,3 +74,16 @@ class Reference:
         if apply_softmax:
             return torch.softmax(logits[labels], -1).tolist()
         return torch.log_softmax(logits, -1)[labels].exp().tolist()
+
+
+def raw_prompt(parts: list) -> tuple[str, list]:
+    """Parts (str text, bytes an image) as the Qwen-VL prompt writes them, no template: the text with
+    one image placeholder per image, and the images in order."""
+    text, images = "", []
+    for part in parts:
+        if isinstance(part, bytes):
+            images.append(Image.open(io.BytesIO(part)))
+            text += "<|vision_start|><|image_pad|><|vision_end|>"
+        else:
+            text += part
+    return text, images

@@ -9,7 +9,7 @@ import pytest
 from kafka_scorer.wire.content import Content, ImageData, ImagePart, TextPart
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from tests.engine.vision.images import picture
-from tests.engine.vision.reference import Reference
+from tests.engine.vision.reference import Reference, raw_prompt
 
 TOLERANCE = 1e-4
 RED, BLUE, WIDE = picture(50, 40, seed=1), picture(33, 70, seed=2), picture(120, 30, seed=3)
@@ -201,28 +201,13 @@ def test_pooled_states_and_item_first_without_a_template(vision_scorer, referenc
             first, second = (
                 (parts_of(item), parts_of(job.query)) if item_first else (parts_of(job.query), parts_of(item))
             )
-            text, images = _raw_prompt(first + second)
+            text, images = raw_prompt(first + second)
             assert result.scores[index] == pytest.approx(
                 reference.scores(text, images, labels), abs=TOLERANCE
             )
             assert pooled[index].tolist() == pytest.approx(
                 _last_state(reference, text, images), abs=TOLERANCE
             )
-
-
-def _raw_prompt(parts: list) -> tuple[str, list]:
-    import io
-
-    from PIL import Image
-
-    text, images = "", []
-    for part in parts:
-        if isinstance(part, bytes):
-            images.append(Image.open(io.BytesIO(part)))
-            text += "<|vision_start|><|image_pad|><|vision_end|>"
-        else:
-            text += part
-    return text, images
 
 
 def _last_state(reference: Reference, text: str, images: list) -> list[float]:
