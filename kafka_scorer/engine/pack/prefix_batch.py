@@ -62,8 +62,9 @@ class CachedPiece(PreparedJob):
     source: int = 0
     """Index of the prefix in the forward's `PrefixedMetadata.entries`."""
     computed: int = 0
-    """Of those tokens, the ones computed for this job in this batch (its head, run alone first): run
-    through the model, so not `cached_tokens`."""
+    """Of those tokens, the ones computed in this batch (its head, run alone first, for this job or a
+    batch-mate): run through the model, not served from the cache, so not `cached_tokens`. A head a
+    batch-mate's arrival computed (or stored) is no more a hit for this job than for the batch-mate."""
 
     @property
     def query_key(self) -> tuple[int, ...]:
@@ -112,12 +113,13 @@ class _Head:
     entry: PrefixEntry
     stage: int
     base: int
-    """Its leading tokens served from the cache (the rest are computed in this batch)."""
+    """Its leading tokens served from entries the cache held before this batch; the rest are computed
+    in this batch, and count as run (`prompt_tokens`) for every job that uses them."""
     owner: int | None = None
     """The job it is computed for (None: from the cache)."""
-    claimed: bool = False
-    """A pair piece of `owner` has counted its computed tokens (a job counts them once)."""
-
+    claimed: set[int] = field(default_factory=set)
+    """The jobs whose pieces have counted its computed tokens (each job counts them once: a job's other
+    pairs on the same head are served it, as they would be by the cache)."""
 
 @dataclass(frozen=True)
 class EntryShape:
@@ -209,8 +211,9 @@ class PrefixPlanner:
                 heads[keys[rank]] = self._compute(keys[rank], shorter, index, piece, stages)
             head = heads[keys[-1]]
             computed = 0
-            if head.owner == index and (piece.packed or not head.claimed):
-                computed, head.claimed = head.entry.length - head.base, True
+            if head.owner is not None and (piece.packed or index not in head.claimed):
+                computed = head.entry.length - head.base
+                head.claimed.add(index)
             source = pieces.source(head.entry)
             pieces.hits.append((index, _cut(piece, head.entry.length, source, computed)))
         self.cache.count(hits, misses)
@@ -250,8 +253,7 @@ class PrefixPlanner:
         source = stage.source(shorter.entry)
         stage.hits.append((index, _cut(tokens, shorter.entry.length, source)))
         stage.extends.append((stage.source(entry), source, len(stage.hits) - 1))
-        base = shorter.base if shorter.owner == index else shorter.entry.length
-        return _Head(entry, stage_number, base=base, owner=index)
+        return _Head(entry, stage_number, base=shorter.base, owner=index)
 
 
 def _head_piece(piece: PreparedJob, tokens: list[int]) -> PreparedJob:
