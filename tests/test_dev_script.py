@@ -66,8 +66,8 @@ def _install_plan(command: str) -> str:
 def test_the_demo_installs_the_product_and_only_the_tests_install_the_test_extras() -> None:
     """Issue 26: `./dev demo` put the test extras (2.6 GB: triton, sentence-transformers, a MiniLM wheel,
     testcontainers, ruff) into a user's venv; tests/integration/test_demo.py runs the demo without them."""
-    assert _install_plan("demo") == _install_plan("run") == "pip install -e ."
-    assert _install_plan("test") == "pip install -e .[test]"
+    assert _install_plan("demo") == _install_plan("run") == "pip install -c constraints/lock.txt -e ."
+    assert _install_plan("test") == "pip install -c constraints/lock.txt -e .[test]"
 
 
 def test_gpu_check_runs_without_a_venv(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
     models = str(work / "models")
     if tiny:  # the same commands at CPU test size
         device, big, small = ["--device", "cpu"], ["--quick"], ["--quick"]
-        tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "tests/cuda", "-m", "not cuda"]
+        tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "tests/cuda_tests", "-m", "not cuda"]
         tier += ["-k", "label"]  # the CPU variants of the label-kernel test: seconds
         kernel = ["--rows", "16", "--vocab", "512", "--hidden", "32", "--repeats", "1"]
         open_loop: list[str] = []
@@ -43,7 +43,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             ["--model-shape", "qwen3-8b"],
             ["--model-shape", "qwen3-0.6b"],
         )
-        tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "-m", "cuda", "tests/cuda"]
+        tier = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "-m", "cuda", "tests/cuda_tests"]
         kernel = []
         open_loop = ["--rates", "25,50,100,200,300,400,600", "--rate-seconds", "6"]
         open_loop_best = ["--rates", "140,200,300,400,600", "--rate-seconds", "6"]
@@ -58,7 +58,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
         fixed = ["--model-shape", "qwen3-0.6b"]
     bench = ["-m", "kafka_scorer", "bench", *device, "--model-dir", models, "--skip-label-kernel"]
     return [
-        Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda)", tier, 170),
+        Step("cuda-tier", "CUDA tier (pytest -m cuda tests/cuda_tests)", tier, 170),
         Step(
             "label-kernel",
             "Label kernel at 4,096 x 151,936",

@@ -1,7 +1,7 @@
 """`./dev gpu-check`: the CUDA tier and the GPU benches in one call, within a fixed time, tables out.
 
 A GPU is lent rarely and briefly, so what must run on one runs from one command: the CUDA tests
-(`pytest -m cuda tests/cuda`), the label-kernel micro-benchmark at the issue's shape, the 0.6B Qwen3
+(`pytest -m cuda tests/cuda_tests`), the label-kernel micro-benchmark at the issue's shape, the 0.6B Qwen3
 shape's rerank and many-items workloads (every contender), the open-loop latency table, and the 8B
 shape's many-items floor fraction. Each step is its own process in its own process group with its own
 timeout, cut further so the whole stays within `--budget-s`: a step that hangs is killed with its
@@ -67,8 +67,8 @@ def run_step(step: Step, work: Path, remaining_s: float) -> Outcome:
     timeout = min(step.timeout_s, remaining_s)
     if remaining_s < MIN_STEP_S:
         return Outcome(step.name, "skipped", note=f"out of time ({remaining_s:.0f} s of the budget left)")
-    if _is_pytest(step) and not (ROOT / "tests" / "cuda").is_dir():
-        return Outcome(step.name, "skipped", note=f"no tests/cuda under {ROOT} (run from the checkout)")
+    if _is_pytest(step) and not (ROOT / "tests" / "cuda_tests").is_dir():
+        return Outcome(step.name, "skipped", note=f"no tests/cuda_tests under {ROOT} (run from the checkout)")
     log_path = work / f"{step.name}.log"
     if step.report:  # a report left by an earlier run must not pass for this one's
         (work / step.report).unlink(missing_ok=True)

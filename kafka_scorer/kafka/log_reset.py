@@ -42,7 +42,7 @@ the old position before the worker's next fetch, looks like the old one, grown; 
 id (KIP-516), which aiokafka 0.14 neither requests (Metadata v5) nor exposes. The log
 start offset would be a third sign, but aiokafka drops it from the fetch response.
 
-Pure Python, no Kafka client: unit-tested in tests/kafka/test_log_reset_watch.py.
+Pure Python, no Kafka client: unit-tested in tests/kafka_tests/test_log_reset_watch.py.
 """
 
 from __future__ import annotations

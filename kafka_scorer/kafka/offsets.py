@@ -9,7 +9,7 @@ jumps over offsets that were never received.
 A `Watermark` belongs to one assignment of its partition. When the partition is revoked its watermark
 is closed: completions that arrive later (a batch that was already on the device) no longer move any
 commit, so a late result can never commit past work that the partition's next owner has to redo.
-Pure Python, no Kafka client: unit-tested in tests/kafka/test_offsets.py.
+Pure Python, no Kafka client: unit-tested in tests/kafka_tests/test_offsets.py.
 """
 
 from __future__ import annotations

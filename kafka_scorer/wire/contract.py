@@ -11,6 +11,7 @@ is caught in CI. docs/message-schema.md is the prose for people; this is the sam
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -76,7 +77,7 @@ _DEAD_LETTER_HEADERS = {
 def json_schema(struct: type[msgspec.Struct], name: str) -> dict[str, Any]:
     """A standalone JSON Schema (2020-12) of one wire struct, as msgspec derives it, plus the rules a
     struct cannot state in its fields (its `json_schema_extra`, e.g. a Job's items-or-documents)."""
-    schema = _nulls_last(msgspec.json.schema(struct, schema_hook=schema_hook))
+    schema = _clean_docs(_nulls_last(msgspec.json.schema(struct, schema_hook=schema_hook)))
     extra = getattr(struct, "json_schema_extra", None)
     if extra:
         schema["$defs"][struct.__name__].update(extra)
@@ -96,6 +97,24 @@ def _nulls_last(node: Any) -> Any:
     if isinstance(out.get("anyOf"), list):
         out["anyOf"] = sorted(out["anyOf"], key=lambda alt: alt == {"type": "null"})
     return out
+
+
+def _clean_docs(node: Any) -> Any:
+    """The same schema with each `title` and `description` cleaned as `inspect.cleandoc` cleans a
+    docstring. msgspec copies a struct's docstring into its schema and has rendered it two ways (up to
+    0.22: the body's lines keep the source's indentation; 0.23: dedented), so the published files would
+    change with the installed msgspec while the contract did not; cleaned here they read the same from
+    every msgspec (tests/test_contract.py compares them word by word besides)."""
+    if isinstance(node, list):
+        return [_clean_docs(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {
+        key: inspect.cleandoc(value)
+        if key in ("title", "description") and isinstance(value, str)
+        else _clean_docs(value)
+        for key, value in node.items()
+    }
 
 
 def asyncapi() -> dict[str, Any]:

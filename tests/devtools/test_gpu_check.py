@@ -34,7 +34,7 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
         "deterministic",
         "fixed-matmul",
     ]
-    assert "-m pytest" in steps["cuda-tier"] and "-m cuda tests/cuda" in steps["cuda-tier"]
+    assert "-m pytest" in steps["cuda-tier"] and "-m cuda tests/cuda_tests" in steps["cuda-tier"]
     assert "--device cuda" in steps["label-kernel"]
     assert "--workload open-loop" in steps["open-loop"] and "qwen3-0.6b" in steps["open-loop"]
     assert "--workload rerank --workload many-items" in steps["bench-0.6b"]

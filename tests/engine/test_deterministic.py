@@ -67,7 +67,7 @@ def test_48_of_48_for_an_encoder_cross_encoder(tiny_encoder):
     """BERT, whose pooler is a matmul of one row per pair: 17 of 48 before the mode served encoders
     (RoBERTa 15, measured the same way; its padding position is checked against the stock model in
     test_encoder_families.py). ModernBERT (mean pooling, local windows) and ColBERT (its embedding cache
-    on) are the GPU tier's, whose `cpu` variants run in CI (tests/cuda/test_deterministic_cuda.py)."""
+    on) are the GPU tier's, whose `cpu` variants run in CI (tests/cuda_tests/test_deterministic_cuda.py)."""
     path = str(tiny_encoder("bert", 2))
 
     def make(**options) -> Scorer:

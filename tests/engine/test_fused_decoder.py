@@ -3,7 +3,7 @@
 The reference is the checkpoint's transformers layers (`decoder_forward="transformers"`), which the rest
 of tests/engine already holds to plain one-pair-at-a-time transformers forwards. Eager fused layers run
 the same operations in the same order, so float32 scores are bit-identical; the compiled regions (the
-CUDA default) are held to transformers' layers in tests/cuda/test_no_compile_in_service.py, whose `cpu`
+CUDA default) are held to transformers' layers in tests/cuda_tests/test_no_compile_in_service.py, whose `cpu`
 variant compiles them on the CPU in CI.
 """
 

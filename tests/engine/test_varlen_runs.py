@@ -5,7 +5,7 @@ run's gathered keys under the kernel's lower-right causal rule (query i of n see
 of its m keys) allow exactly the (query, key) pairs the mask allows, so the kernel computes the scores
 the mask keeps and no others; a batch of plain pairs reads its keys in place. That the backend's
 outputs equal the naive attention is tests/engine/test_attention.py's (every backend, there); the
-kernel itself on a GPU is tests/cuda/test_varlen_cuda.py's.
+kernel itself on a GPU is tests/cuda_tests/test_varlen_cuda.py's.
 """
 
 from __future__ import annotations

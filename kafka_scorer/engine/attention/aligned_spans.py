@@ -11,7 +11,7 @@ order wherever its sequence sits and whatever shares its tile; a range it may no
 and a masked chunk leaves the running max, sum and accumulator exactly as they were (scale exp(0) = 1,
 terms 0). What remains is the device's own: a tile row's result must not depend on its place in the
 tile, the assumption the fixed-shape matmuls make too (`layers/invariant.py`), checked on the GPU by
-tests/cuda/test_deterministic_cuda.py.
+tests/cuda_tests/test_deterministic_cuda.py.
 
 What the kernel does not serve goes to the tiles, by a rule that depends on the model and never on the
 batch: encoder (bidirectional) batches, and every layer with a sliding window (whether a window bites

@@ -14,7 +14,7 @@ Opt-in until a GPU has timed it next to flex and spans (`devtools/gpu_check/`'s 
 layer, never of the batch: encoder (bidirectional) batches, soft-capped layers (Gemma 2; the kernel
 torch ships takes no cap) and a window shorter than the longest sequence. Where the kernel cannot run
 (the CPU, float32, an odd head size) the same runs go through `reference_varlen`, one at a time: that
-is how the CPU tests check the runs; the kernel itself is checked by tests/cuda.
+is how the CPU tests check the runs; the kernel itself is checked by tests/cuda_tests.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ been stable since torch 2.2, and a failure at the model's shapes is the warm-up'
 
 `reference_varlen` is the contract in plain torch, one run at a time: what the CPU, float32 and any
 shape the kernel does not take run, and what the CPU tests hold the backend's run lists to. Only the
-kernel itself is left to the GPU's tests (tests/cuda).
+kernel itself is left to the GPU's tests (tests/cuda_tests).
 """
 
 from __future__ import annotations

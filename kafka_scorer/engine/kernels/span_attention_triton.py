@@ -14,9 +14,9 @@ two >= 16 (`tl.dot`'s smallest operand) with masked loads: tiny test models use 
 
 Block sizes, warps and stages are the usual H100 flash-attention choices, NOT timed: this kernel was
 written without a GPU. Its maths is tested under TRITON_INTERPRET=1, its lowering by compiling it for
-sm_90 ahead of time (tests/engine/kernels/test_kernels_compile_for_sm90.py: the 16-bit tiles use warpgroup
-MMA), and `launch_shape` avoids the register spills that compile showed. `gpu_check` times the backend
-next to flex and cascade.
+sm_90 ahead of time (tests/engine/kernel_tests/test_kernels_compile_for_sm90.py: the 16-bit tiles use
+warpgroup MMA), and `launch_shape` avoids the register spills that compile showed. `gpu_check` times
+the backend next to flex and cascade.
 
 float32 inputs multiply in IEEE float32 (no tf32: the CPU tier compares at 1e-5). Under the interpreter
 bfloat16 tiles are widened to float32 first (triton 3.9's interpreter multiplies bfloat16 as raw bits),

@@ -1,6 +1,6 @@
 """The document embedding cache: a document re-ranked against another query is not encoded again, its
 tokens are reported in `cached_tokens`, and the scores are those of an uncached scorer (bit for bit in
-deterministic mode: tests/cuda/test_deterministic_cuda.py, whose `cpu` variant runs here too)."""
+deterministic mode: tests/cuda_tests/test_deterministic_cuda.py, whose `cpu` variant runs here too)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from aiokafka import TopicPartition
 
 from kafka_scorer.kafka.consumer import JobConsumer
 from kafka_scorer.kafka.log_reset import Verdicts
-from tests.kafka.fake_partition import FakePartition
+from tests.kafka_tests.fake_partition import FakePartition
 from tests.worker.conftest import TP, settings
 
 POLLS = 60

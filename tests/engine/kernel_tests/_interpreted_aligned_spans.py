@@ -50,7 +50,7 @@ def score_deterministic(model: str, jobs: list[dict], mate: dict) -> dict:
     kernel is Python under the interpreter.)"""
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.wire.protocol import Job
-    from tests.engine.kernels.interpreter import count_span_kernel_launches
+    from tests.engine.kernel_tests.interpreter import count_span_kernel_launches
 
     launched = count_span_kernel_launches()
     scorer = Scorer(

@@ -8,7 +8,7 @@ Scorer whose every attention call is the kernel, checked against plain transform
 
 Under the interpreter bfloat16 tiles are widened to float32 before each product (its bfloat16 dot is
 broken, see the kernel's docstring), so the bfloat16 cases check loads, masks and the output cast, not
-the GPU's bfloat16 probabilities: tests/cuda/test_spans_cuda.py scores through those on a GPU.
+the GPU's bfloat16 probabilities: tests/cuda_tests/test_spans_cuda.py scores through those on a GPU.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from tests.engine.kernels.interpreter import run_interpreted
+from tests.engine.kernel_tests.interpreter import run_interpreted
 from tests.engine.test_attention import LAYOUTS, layout_of, naive_attention
 
 SGLANG = [(20, (30,) * 5)]  # SGLang's benchmark shape (query 120, 10 items of 180), scaled down

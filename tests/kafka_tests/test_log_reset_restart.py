@@ -26,7 +26,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from kafka_scorer.kafka.consumer import JobConsumer
-from tests.kafka.fake_partition import FakePartition
+from tests.kafka_tests.fake_partition import FakePartition
 from tests.worker.conftest import TP, settings
 
 BACKLOG, HANDED_BEFORE, REPORTED_END = 100, 30, 63

@@ -3,7 +3,7 @@ expansion tokens, MaxSim and the embedding cache on the device.
 
 Reference: the same checkpoint and jobs on the CPU with the cache off (which the CPU suite checks against
 sentence-transformers' MultiVectorEncoder, tests/engine/late_interaction/). Written without a GPU at
-hand: run it with `./dev test -m cuda tests/cuda` where one is.
+hand: run it with `./dev test -m cuda tests/cuda_tests` where one is.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scorer.wire.protocol import Job
-from tests.cuda.devices import DEVICES
+from tests.cuda_tests.devices import DEVICES
 from tests.engine.passages import PASSAGES, QUERIES
 
 

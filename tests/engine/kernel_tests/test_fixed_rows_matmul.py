@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kafka_scorer.engine.layers.invariant import ROWS
-from tests.engine.kernels.interpreter import run_interpreted
+from tests.engine.kernel_tests.interpreter import run_interpreted
 
 SHAPES = {  # name -> (in, out, bias)
     "k64-n96": (64, 96, False),

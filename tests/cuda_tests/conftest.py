@@ -4,7 +4,7 @@ The `cuda` variants (marked `cuda`) are what only the compiler and the device ca
 FlexAttention, the autotuned Triton kernel, pinned packing, the device thread feeding a GPU); run them
 on a machine with CUDA with
 
-    ./dev test -m cuda tests/cuda            # or: ./dev gpu-check (the tier and the GPU benches)
+    ./dev test -m cuda tests/cuda_tests            # or: ./dev gpu-check (the tier and the GPU benches)
 
 Elsewhere they are skipped with that reason. The `cpu` variants run the very same code, with small job
 counts, in CI: an API change (a constructor, a signature) then fails CI, not the next day a GPU is lent.
@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(
-        reason="needs a CUDA device: run `./dev test -m cuda tests/cuda` on a GPU machine"
+        reason="needs a CUDA device: run `./dev test -m cuda tests/cuda_tests` on a GPU machine"
     )
     for item in items:
         # The marker, not `item.keywords`: every item of this folder has the keyword "cuda" (its package).

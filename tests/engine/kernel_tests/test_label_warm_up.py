@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.engine.kernels.interpreter import run_interpreted
+from tests.engine.kernel_tests.interpreter import run_interpreted
 from tests.engine.reference import reference_scores
 from tests.engine.test_causal_scores import ITEMS, QUERY, assert_close
 

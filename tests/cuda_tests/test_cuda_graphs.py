@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from kafka_scorer.wire.protocol import Job
-from tests.cuda.devices import DEVICES, on_cuda
+from tests.cuda_tests.devices import DEVICES, on_cuda
 from tests.engine.reference import reference_scores
 
 LABELS = [3, 44]

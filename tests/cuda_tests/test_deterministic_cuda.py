@@ -4,7 +4,7 @@ The situations are tests/engine/determinism.py's (batch-mates, position in the s
 sequence, a small budget, a scorer whose cache setting is on and has seen every head). On CUDA the
 mode's fixed-shape blocks, attention (the span kernel over aligned spans, or the tiles) and heads run
 eagerly (engine/load/deterministic.py); the `cpu` variant runs the same calls in CI, the `cuda` ones with
-`./dev test -m cuda tests/cuda`. Reference: the
+`./dev test -m cuda tests/cuda_tests`. Reference: the
 same checkpoint on the CPU in the default engine, which the CPU suite checks against transformers.
 The encoder kinds too: a ModernBERT cross-encoder (mean pooling by pair, one pair at a time on CUDA,
 where `index_add_` adds in no fixed order; local windows) and a ColBERT model with its embedding cache
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cuda.devices import DEVICES, on_cuda
+from tests.cuda_tests.devices import DEVICES, on_cuda
 from tests.engine.determinism import count_identical, jobs_and_mates
 
 

@@ -15,7 +15,7 @@ What is proved (all cases in one interpreter subprocess, `_interpreted_aligned_s
   tests/engine/test_deterministic.py took minutes under the interpreter; the GPU tier runs them.)
 
 Whether a GPU's tensor cores keep a row's result independent of its place in the tile, the one thing
-the interpreter cannot show, is tests/cuda/test_deterministic_cuda.py's on a GPU.
+the interpreter cannot show, is tests/cuda_tests/test_deterministic_cuda.py's on a GPU.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import random
 import pytest
 import torch
 
-from tests.engine.kernels.interpreter import run_interpreted
+from tests.engine.kernel_tests.interpreter import run_interpreted
 from tests.engine.test_attention import layout_of, naive_attention
 
 TARGETS = {

@@ -61,7 +61,7 @@ def score_with_the_kernel(model: str, jobs: list[dict]) -> dict:
     metadata the packing thread built). Returns the scores and how many times the kernel ran."""
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.wire.protocol import Job
-    from tests.engine.kernels.interpreter import count_span_kernel_launches
+    from tests.engine.kernel_tests.interpreter import count_span_kernel_launches
 
     launched = count_span_kernel_launches()
     scorer = Scorer(model, dtype="float32", device="cpu", attention_backend="spans", prefix_cache_mb=0)

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from kafka_scorer.wire.protocol import Job
-from tests.cuda.devices import DEVICES, on_cuda
+from tests.cuda_tests.devices import DEVICES, on_cuda
 
 
 def _batch(rng: random.Random, vocab: int) -> list[Job]:

@@ -17,7 +17,7 @@ from kafka_scorer.engine.kernels.label_scores import (
     logsumexp_chunked,
     reference_label_logprobs,
 )
-from tests.engine.kernels.interpreter import run_interpreted
+from tests.engine.kernel_tests.interpreter import run_interpreted
 
 TOLERANCE = {
     torch.float32: {"rtol": 1e-5, "atol": 1e-5},

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kafka_scorer.wire.protocol import Job
-from tests.cuda.devices import DEVICES, on_cuda
+from tests.cuda_tests.devices import DEVICES, on_cuda
 
 
 def _jobs(rng: random.Random, count: int, vocab: int, long: bool) -> list[Job]:
@@ -62,7 +62,7 @@ def test_compiled_flex_matches_dense_over_many_blocks(scorer_for, device: str) -
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_autotuned_label_kernel_matches_log_softmax(dtype: torch.dtype, device: str) -> None:
     """The Triton kernel on CUDA; on the CPU the streamed torch path behind the same call (the kernel
-    itself is checked on the CPU under the Triton interpreter, tests/engine/kernels)."""
+    itself is checked on the CPU under the Triton interpreter, tests/engine/kernel_tests)."""
     from kafka_scorer.engine.kernels.label_scores import label_logprobs
 
     generator = torch.Generator(device=device).manual_seed(0)

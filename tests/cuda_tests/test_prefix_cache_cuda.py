@@ -3,7 +3,7 @@ the device.
 
 Reference: the same checkpoint and jobs scored on the CPU with the cache off (which the CPU suite checks
 against plain transformers, tests/engine/test_prefix_cache.py). The `cpu` variant runs the same calls in
-CI (flex eagerly there); the `cuda` one with `./dev test -m cuda tests/cuda` where a GPU is.
+CI (flex eagerly there); the `cuda` one with `./dev test -m cuda tests/cuda_tests` where a GPU is.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import random
 import pytest
 
 from kafka_scorer.wire.protocol import Job
-from tests.cuda.devices import DEVICES
+from tests.cuda_tests.devices import DEVICES
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -15,8 +15,8 @@ import random
 
 import pytest
 
-from tests.cuda.devices import DEVICES, on_cuda
-from tests.cuda.test_spans_cuda import LABELS, log_diff, mis_jobs
+from tests.cuda_tests.devices import DEVICES, on_cuda
+from tests.cuda_tests.test_spans_cuda import LABELS, log_diff, mis_jobs
 from tests.engine.reference import reference_scores
 
 CUDA_ONLY = [param for param in DEVICES if param.id == "cuda"]
