@@ -175,6 +175,61 @@ def build_image(base: str, index: str, log: Path) -> None:
         raise RuntimeError(f"docker build failed ({done.returncode}); last lines: {tail(log, 15)}")
 
 
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_mismatches(lock: str, installed: dict[str, str], python: str) -> tuple[int, list[str]]:
+    """The lock's pins that apply to the image's Python (markers evaluated for it) against what the
+    image holds: (pins checked, mismatches). Pins of packages the image does not install (the test
+    extras) are not checked; a local version label (torch's `+cpu`) is not a difference."""
+    from packaging.markers import Marker
+
+    environment = {"python_full_version": python, "python_version": ".".join(python.split(".")[:2])}
+    checked, problems = 0, []
+    for line in lock.splitlines():
+        requirement, _, marker = line.partition(";")
+        name, sep, version = requirement.strip().partition("==")
+        if not sep or line.startswith((" ", "#")):
+            continue
+        if marker.strip() and not Marker(marker.strip()).evaluate(environment):
+            continue
+        have = installed.get(normalized(name))
+        if have is None:
+            continue
+        checked += 1
+        if have.split("+")[0] != version.strip():
+            problems.append(f"{name} {have} in the image, {version.strip()} in the lock")
+    return checked, problems
+
+
+def image_versions(image: str) -> tuple[str, dict[str, str]]:
+    """The image's Python version and its installed distributions, asked of the image itself."""
+    script = (
+        "import importlib.metadata as m, json, platform; print(json.dumps([platform.python_version(), "
+        "{d.metadata['Name']: d.version for d in m.distributions()}]))"
+    )
+    done = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", image, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    python, dists = json.loads(done.stdout)
+    return python, {normalized(name): version for name, version in dists.items()}
+
+
+def check_lock(image: str) -> str:
+    lock = ROOT / "constraints/lock.txt"
+    if not lock.exists():
+        return "no constraints/lock.txt: newest releases installed, none checked"
+    python, installed = image_versions(image)
+    checked, problems = lock_mismatches(lock.read_text(encoding="utf-8"), installed, python)
+    if problems:
+        raise RuntimeError("the image does not hold the lock's versions:\n  " + "\n  ".join(problems))
+    return f"{checked} installed packages at constraints/lock.txt's versions (Python {python})"
+
+
 def image_size(image: str) -> int:
     done = subprocess.run(
         ["docker", "image", "inspect", "-f", "{{.Size}}", image], capture_output=True, text=True, check=True
@@ -332,6 +387,7 @@ def serve_and_compare(workdir: Path, count: int) -> None:
     """The container against a broker on the host: jobs in, results equal to the engine's, probes, stop."""
     from kafka_scorer.checkpoints.tiny_models import build_tiny_reranker
     from kafka_scorer.embedded.seeded_broker import AUTO_CREATED_PARTITIONS, SeededBroker
+
     model_dir = build_tiny_reranker(workdir / "model", seed=0)
     readable_by_all(model_dir)
     jobs = rerank_jobs(count)
@@ -430,15 +486,11 @@ def run_check(plan: EnginePlan, workdir: Path, count: int, started: float) -> in
         index = torch_index()
         step = time.monotonic()
         build_image(base.image, index, workdir / "build.log")
-        lock = (
-            "constraints/lock.txt"
-            if (ROOT / "constraints/lock.txt").exists()
-            else "no lock (newest releases)"
-        )
         say(
-            f"{IMAGE} built in {time.monotonic() - step:.0f} s ({image_size(IMAGE) / 1e9:.2f} GB; torch from "
-            f"{index}; {lock})"
+            f"{IMAGE} built in {time.monotonic() - step:.0f} s ({image_size(IMAGE) / 1e9:.2f} GB; "
+            f"torch from {index})"
         )
+        say(check_lock(IMAGE))
         serve_and_compare(workdir, count)
     compose_ok = report_compose()
     say(f"{'passed' if compose_ok else 'FAILED'} in {time.monotonic() - started:.0f} s")

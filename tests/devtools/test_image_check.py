@@ -12,7 +12,7 @@ from devtools import image_check
 from devtools.compose_check import without_name_key
 from devtools.docker_engine import EngineFacts, plan_engine
 from devtools.image_base import OFFICIAL_BASE, plan_base, standin_tag
-from devtools.image_check import REQUIRE_ENV, compare_results, rerank_jobs, skip
+from devtools.image_check import REQUIRE_ENV, compare_results, lock_mismatches, rerank_jobs, skip
 from kafka_scorer.wire.protocol import Job, Reranked, Result
 from tests.test_compose import COMPOSE_FILE
 
@@ -121,3 +121,21 @@ def test_compose_1x_gets_the_file_less_only_its_name_key() -> None:
     original = yaml.safe_load(text)
     assert "name" in original and "name" not in stripped
     assert stripped == {k: v for k, v in original.items() if k != "name"}
+
+
+LOCK = """# comment
+torch==2.13.0
+    # via kafka-scorer
+numpy==2.2.6 ; python_full_version < '3.11'
+numpy==2.5.5 ; python_full_version >= '3.11'
+pytest==9.0.0
+Typing_Extensions==4.15.0
+"""
+
+
+def test_the_image_is_held_to_the_lock_pins_that_apply_to_its_python() -> None:
+    installed = {"torch": "2.13.0+cpu", "numpy": "2.5.5", "typing-extensions": "4.15.0"}
+    assert lock_mismatches(LOCK, installed, "3.11.2") == (3, [])
+    checked, problems = lock_mismatches(LOCK, {**installed, "numpy": "2.2.6"}, "3.11.2")
+    assert checked == 3 and problems == ["numpy 2.2.6 in the image, 2.5.5 in the lock"]
+    assert lock_mismatches(LOCK, {"numpy": "2.2.6"}, "3.10.12") == (1, [])
