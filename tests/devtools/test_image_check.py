@@ -4,6 +4,8 @@ compose file as compose 1.x is given it."""
 
 from __future__ import annotations
 
+import fnmatch
+
 import msgspec
 import pytest
 import yaml
@@ -139,3 +141,14 @@ def test_the_image_is_held_to_the_lock_pins_that_apply_to_its_python() -> None:
     checked, problems = lock_mismatches(LOCK, {**installed, "numpy": "2.2.6"}, "3.11.2")
     assert checked == 3 and problems == ["numpy 2.2.6 in the image, 2.5.5 in the lock"]
     assert lock_mismatches(LOCK, {"numpy": "2.2.6"}, "3.10.12") == (1, [])
+
+
+@pytest.mark.parametrize("venv", [".venv", ".venv-floors", ".venv-latest"])
+def test_the_build_context_leaves_out_every_venv_dev_makes(venv: str) -> None:
+    patterns = [
+        line.strip()
+        for line in (COMPOSE_FILE.parents[1] / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert any(fnmatch.fnmatch(venv, pattern) for pattern in patterns)
+    assert not any(fnmatch.fnmatch("constraints", pattern) for pattern in patterns)
