@@ -6,9 +6,12 @@
 # The CUDA torch wheels bring their own CUDA runtime, so the slim base image is enough on a host with
 # the NVIDIA driver and the NVIDIA Container Toolkit; the CPU wheels keep the image ~1 GB smaller.
 # Pin torch with --build-arg TORCH_VERSION=2.11.0, the oldest the project supports (empty: newest on
-# that index).
+# that index; by default the version constraints/lock.txt pins, when the lock is there).
+# The base image is an argument so `./dev image-check` can build on a stand-in made from Debian's
+# packages where no image registry is reachable (devtools/image_check.py); users keep the default.
 
-FROM python:3.11-slim
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_VERSION=
@@ -38,12 +41,19 @@ RUN if [ -n "${COMPILERS}" ]; then \
 
 WORKDIR /opt/kafka-scorer
 
-# torch first, from the chosen index, in its own layer: it is the big one and changes least often.
-RUN pip install --index-url "${TORCH_INDEX_URL}" "torch${TORCH_VERSION:+==${TORCH_VERSION}}"
+# The versions CI last passed with (constraints/lock.txt, used as pip constraints when it exists), so
+# the image holds what the tests ran on rather than whatever was newest on the day of the build.
+COPY constraints ./constraints
+
+# torch first, from the chosen index, in its own layer: it is the big one and changes least often. Its
+# version: TORCH_VERSION, else the lock's pin, else the newest.
+RUN version="${TORCH_VERSION:-$(sed -n 's/^torch==\([^ ;+\\]*\).*/\1/p' constraints/lock.txt 2>/dev/null || true)}" \
+    && pip install --index-url "${TORCH_INDEX_URL}" "torch${version:+==${version}}"
 
 COPY pyproject.toml README.md ./
 COPY kafka_scorer ./kafka_scorer
-RUN pip install . && rm -rf /opt/kafka-scorer/build
+RUN if [ -f constraints/lock.txt ]; then pip install -c constraints/lock.txt .; else pip install .; fi \
+    && rm -rf /opt/kafka-scorer/build
 
 USER scorer
 WORKDIR /home/scorer
