@@ -1,9 +1,10 @@
 """Which kind serves a checkpoint: the one place that knows every kind (`kind.py`).
 
-A checkpoint laid out for a kind of its own (a Qwen-VL directory, a ColBERT directory, a config naming `JinaForRanking`) is recognised
-by its files before anything loads; every other one is a transformers checkpoint, whose config says
-what it is (`engine/load/loaded_model.py`: an encoder family is a cross-encoder, a sequence
-classification head a classifier, the rest a label scorer). A new kind is a file and a line here.
+A checkpoint laid out for a kind of its own (a Qwen-VL directory, a ColBERT directory, a config naming
+`JinaForRanking`) is recognised by its files before anything loads; every other one is a transformers
+checkpoint, whose config says what it is (`engine/load/loaded_model.py`: an encoder family is a
+cross-encoder, a sequence classification head a classifier, the rest a label scorer). A new kind is a
+file and a line here.
 """
 
 from __future__ import annotations

@@ -53,15 +53,12 @@ class ListwiseModel(LoadedModel):
 def projector_from(weights: dict[str, torch.Tensor]) -> nn.Sequential:
     """Linear(hidden, hidden/2) -> ReLU -> Linear(hidden/2, width), no bias, from the saved matrices."""
     first, second = (weights[key] for key in PROJECTOR_KEYS)
-    projector = nn.Sequential(
-        nn.Linear(first.shape[1], first.shape[0], bias=False),
-        nn.ReLU(),
-        nn.Linear(second.shape[1], second.shape[0], bias=False),
-    )
+    down = nn.Linear(first.shape[1], first.shape[0], bias=False)
+    out = nn.Linear(second.shape[1], second.shape[0], bias=False)
     with torch.no_grad():
-        projector[0].weight.copy_(first)
-        projector[2].weight.copy_(second)
-    return projector
+        down.weight.copy_(first)
+        out.weight.copy_(second)
+    return nn.Sequential(down, nn.ReLU(), out)
 
 
 def read_projector(model_path: str) -> dict[str, torch.Tensor]:
@@ -114,7 +111,8 @@ def load_listwise(
         raise ModelLoadError(
             f"model: cannot load the {ARCHITECTURE} checkpoint {model_path!r}: {exc}"
         ) from exc
-    projector = projector_from(read_projector(model_path)).to(torch_dtype)
+    weights = read_projector(model_path)
+    projector = projector_from(weights).to(torch_dtype)
     body.to(torch_device).eval().requires_grad_(False)
     projector.to(torch_device).eval().requires_grad_(False)
     vocab = int(body.get_input_embeddings().num_embeddings)
@@ -129,7 +127,7 @@ def load_listwise(
         device=torch_device,
         dtype=torch_dtype,
         input_vocab_size=vocab,
-        output_vocab_size=int(projector[2].out_features),
+        output_vocab_size=int(weights[PROJECTOR_KEYS[1]].shape[0]),  # the projector's width
         max_positions=getattr(config, "max_position_embeddings", None),
         mis_block_reason="a listwise model reads a job's documents together, by design",
         sliding_window=None,
