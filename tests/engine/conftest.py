@@ -127,3 +127,25 @@ def vision_scorer(tiny_vl):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_listwise(tmp_path_factory):
+    """A tiny random jina-reranker-v3 on disk (checkpoints/tiny_listwise.py), built once per session."""
+    from kafka_scorer.checkpoints.tiny_listwise import build_tiny_listwise
+
+    return build_tiny_listwise(tmp_path_factory.mktemp("tiny-listwise"))
+
+
+@pytest.fixture(scope="session")
+def listwise_scorer(tiny_listwise):
+    """One float32 CPU scorer per options, opened the way the worker opens any checkpoint."""
+    cache: dict[tuple, Scorer] = {}
+
+    def get(**options):
+        key = tuple(sorted(options.items()))
+        if key not in cache:
+            cache[key] = Scorer(str(tiny_listwise), dtype="float32", device="cpu", **options)
+        return cache[key]
+
+    return get

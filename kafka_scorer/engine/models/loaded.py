@@ -24,6 +24,8 @@ class ModelKind(str, enum.Enum):
     CLASSIFICATION = "classification"
     LATE_INTERACTION = "late_interaction"
     """A ColBERT checkpoint: per-token vectors scored by MaxSim (`engine/late_interaction/`)."""
+    LISTWISE = "listwise"
+    """A jina-reranker-v3 checkpoint: a job's documents in one causal sequence (`engine/listwise/`)."""
 
 
 class ModelLoadError(RuntimeError):

@@ -121,6 +121,7 @@ class _Head:
     """The jobs whose pieces have counted its computed tokens (each job counts them once: a job's other
     pairs on the same head are served it, as they would be by the cache)."""
 
+
 @dataclass(frozen=True)
 class EntryShape:
     """What an entry of the served model holds (`PrefixEntry`)."""
