@@ -130,11 +130,16 @@ def _flex_kernel() -> Callable:
 
 
 @functools.cache
-def _soft_cap_score_mod(cap: float) -> Callable:
-    """One score_mod per cap value, so the compiled kernel is reused instead of retraced per layer."""
+def _soft_cap_score_mod(cap: float, device: torch.device) -> Callable:
+    """One score_mod per cap value and device, so the compiled kernel is reused instead of retraced per
+    layer. The cap rides in as a 0-d tensor on the scores' device, not a Python float: torch 2.15's
+    flex traces a captured float as a symbolic float once it recompiles (another cap, another shape)
+    and then refuses it (`... can only be of Tensor, int, SymInt but got SymFloat`); a tensor is a
+    buffer it accepts on every torch from our floor up."""
+    limit = torch.tensor(cap, dtype=torch.float32, device=device)
 
     def capped(score, batch, head, q_idx, kv_idx):
-        return torch.tanh(score / cap) * cap
+        return torch.tanh(score / limit) * limit
 
     return capped
 
@@ -158,7 +163,7 @@ def flex_attention(
         q[None],
         k[None],
         v[None],
-        score_mod=None if softcap is None else _soft_cap_score_mod(softcap),
+        score_mod=None if softcap is None else _soft_cap_score_mod(softcap, q.device),
         block_mask=metadata.block_mask,
         scale=scale,
         enable_gqa=q.shape[0] != k.shape[0],
