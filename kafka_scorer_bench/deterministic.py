@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
 from kafka_scorer.wire.protocol import Job
 from kafka_scorer_bench.engine_alone import EngineRun, engine_parser, resolve_run, timed, write_report
 from kafka_scorer_bench.workloads import build_workload, workload_spec

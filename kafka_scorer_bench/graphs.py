@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
 from kafka_scorer_bench.engine_alone import engine_parser, resolve_run, timed, write_report
 from kafka_scorer_bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
 

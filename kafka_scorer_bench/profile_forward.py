@@ -16,7 +16,7 @@ import re
 
 import torch
 
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
 from kafka_scorer.wire.protocol import Job
 from kafka_scorer_bench.engine_alone import engine_parser, resolve_run, write_report
 from kafka_scorer_bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
