@@ -10,11 +10,13 @@
   made for trying it (`broker`, `demo`, `model`) and the bench use them; they are listed here by name, so
   a new one is a decision, not an accident. (These two packages were once `testing/`, a name that made
   the commands look as if they served from test helpers.)
-- The bench is a client of the product, not a part of it (issue 40): nothing in the package imports
-  `kafka_scorer.bench` but the `bench` command's two modules, and the bench never imports the command line
-  above it. The GPU check's orchestration is developer tooling (`devtools/`), which the package never imports.
-  The bench reaches the engine through `engine/api.py` only, but for the kernel micro-benchmarks listed
-  here by name, which time engine parts by design.
+- The bench is a client of the product, not a part of it (issues 40, 47): it lives beside the package,
+  outside the wheel (`kafka_scorer_bench/`), and nothing in the package imports it (`cli/main.py` names
+  its command module as a string). Of the product's command line it uses only the two helpers its own
+  command shares with every subcommand (the `--device`/`--dtype` flags, triton kept out on a CPU). The
+  GPU check's orchestration is developer tooling (`devtools/`), which neither imports. The bench reaches
+  the engine through `engine/api.py` only, but for the kernel micro-benchmarks listed here by name, which
+  time engine parts by design.
 
 Every import counts: at module level, inside a function (the lazy ones that keep `--help` light) and
 under `if TYPE_CHECKING:`.
@@ -30,6 +32,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "kafka_scorer"
+BENCH = ROOT / "kafka_scorer_bench"
 
 RUNTIME = ("kafka_scorer.worker", "kafka_scorer.client", "kafka_scorer.engine", "kafka_scorer.cli")
 TRIAL_COMMANDS = {
@@ -69,7 +72,7 @@ def _within(name: str, package: str) -> bool:
 def _imports() -> dict[str, set[str]]:
     return {
         module_name(path): imported(path.read_text(), module_name(path), path.name == "__init__.py")
-        for path in sorted(PACKAGE.rglob("*.py"))
+        for path in sorted([*PACKAGE.rglob("*.py"), *BENCH.rglob("*.py")])
     }
 
 
@@ -117,36 +120,43 @@ def test_the_serving_path_does_not_import_the_trial_parts(trial: str) -> None:
     assert not breaking(RUNTIME, trial, allowed=TRIAL_COMMANDS)
 
 
-BENCH_COMMAND = {"kafka_scorer.cli.bench", "kafka_scorer.cli.bench_named"}
+BENCH_COMMAND = {"kafka_scorer_bench.command"}
 
 
-def test_only_the_bench_command_imports_the_bench() -> None:
-    outside = breaking("kafka_scorer", "kafka_scorer.bench", allowed=BENCH_COMMAND)
-    assert not [line for line in outside if not line.startswith("kafka_scorer.bench")]
+def test_the_package_does_not_import_the_bench() -> None:
+    assert not breaking("kafka_scorer", "kafka_scorer_bench")
 
 
 ENGINE_MICRO_BENCHES = {
-    "kafka_scorer.bench.attention",
-    "kafka_scorer.bench.deterministic",
-    "kafka_scorer.bench.fixed_matmul",
-    "kafka_scorer.bench.graphs",
-    "kafka_scorer.bench.label_kernel",
-    "kafka_scorer.bench.profile_forward",
+    "kafka_scorer_bench.attention",
+    "kafka_scorer_bench.fixed_matmul",
+    "kafka_scorer_bench.label_kernel",
 }
 
 
 def test_the_bench_reaches_the_engine_through_its_api() -> None:
-    inside = breaking("kafka_scorer.bench", "kafka_scorer.engine", allowed=ENGINE_MICRO_BENCHES)
+    inside = breaking("kafka_scorer_bench", "kafka_scorer.engine", allowed=ENGINE_MICRO_BENCHES)
     api = "kafka_scorer.engine.api"
     assert not [line for line in inside if not _within(line.partition(" -> ")[2], api)]
 
 
-def test_the_bench_does_not_import_the_command_line() -> None:
-    assert not breaking("kafka_scorer.bench", "kafka_scorer.cli")
+COMMAND_HELPERS = ("kafka_scorer.cli.help_style", "kafka_scorer.cli.no_triton")
 
 
-def test_the_package_does_not_import_the_developer_tools() -> None:
-    assert not breaking("kafka_scorer", "devtools")
+def test_the_bench_uses_only_the_command_line_helpers() -> None:
+    inside = breaking("kafka_scorer_bench", "kafka_scorer.cli")
+    outside_helpers = [
+        line
+        for line in inside
+        if line.partition(" -> ")[0] not in BENCH_COMMAND
+        or not any(_within(line.partition(" -> ")[2], helper) for helper in COMMAND_HELPERS)
+    ]
+    assert not outside_helpers
+
+
+@pytest.mark.parametrize("importer", ["kafka_scorer", "kafka_scorer_bench"])
+def test_nothing_imports_the_developer_tools(importer: str) -> None:
+    assert not breaking(importer, "devtools")
 
 
 def test_there_is_no_testing_package_in_the_product() -> None:
@@ -155,7 +165,7 @@ def test_there_is_no_testing_package_in_the_product() -> None:
 
 def test_the_listed_trial_commands_exist() -> None:
     """A renamed command must be renamed here too, or the exception would quietly cover nothing."""
-    assert set(IMPORTS) >= TRIAL_COMMANDS | BENCH_COMMAND | ENGINE_MICRO_BENCHES
+    assert set(IMPORTS) >= TRIAL_COMMANDS | BENCH_COMMAND | ENGINE_MICRO_BENCHES | set(COMMAND_HELPERS)
 
 
 def test_the_walk_sees_every_kind_of_import() -> None:

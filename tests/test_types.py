@@ -1,6 +1,7 @@
-"""The package type-checks: `mypy` (configured in pyproject.toml, `[tool.mypy]`) over kafka_scorer
-exits 0, so the typed seam between the worker and the engine (and every `# type: ignore`, which
-`warn_unused_ignores` keeps honest) is checked on every run instead of hoped for."""
+"""The package type-checks: `mypy` (configured in pyproject.toml, `[tool.mypy]`) over kafka_scorer and
+the bench beside it (kafka_scorer_bench, outside the wheel) exits 0, so the typed seam between the
+worker and the engine (and every `# type: ignore`, which `warn_unused_ignores` keeps honest) is checked
+on every run instead of hoped for."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def test_every_type_ignore_names_its_code_and_why() -> None:
     """An ignore is a claim the checker cannot verify (issue 40): it names the error it silences and,
     after it, why the code is right anyway, so a reader can judge the claim without running mypy."""
     bare = []
-    for path in sorted((ROOT / "kafka_scorer").rglob("*.py")):
+    for path in sorted(
+        [*(ROOT / "kafka_scorer").rglob("*.py"), *(ROOT / "kafka_scorer_bench").rglob("*.py")]
+    ):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             found = IGNORE.search(line)
             if found and (not found.group(1) or not found.group("rest").strip().startswith("# ")):

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kafka_scorer.bench.report_file import write_report
+from kafka_scorer_bench.report_file import write_report
 
 CANDIDATES = ("flex", "spans", "varlen")
 """The backends a serving worker could use on CUDA (the cascade is flex's fallback, dense the reference)."""

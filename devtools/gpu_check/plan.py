@@ -64,7 +64,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "Label kernel at 4,096 x 151,936",
             [
                 "-m",
-                "kafka_scorer.bench.label_kernel",
+                "kafka_scorer_bench.label_kernel",
                 *device,
                 *kernel,
                 "--json",
@@ -85,7 +85,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "CUDA graphs on and off, SGLang's shape, 0.6B",
             [
                 "-m",
-                "kafka_scorer.bench.graphs",
+                "kafka_scorer_bench.graphs",
                 *device,
                 *graphs,
                 "--model-dir",
@@ -101,7 +101,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "Where a served forward's time goes, 0.6B",
             [
                 "-m",
-                "kafka_scorer.bench.profile_forward",
+                "kafka_scorer_bench.profile_forward",
                 *device,
                 *profile,
                 "--model-dir",
@@ -117,7 +117,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "One layer's attention alone, every backend, 0.6B heads",
             [
                 "-m",
-                "kafka_scorer.bench.attention",
+                "kafka_scorer_bench.attention",
                 *device,
                 *attention,
                 "--json",
@@ -193,7 +193,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "What deterministic mode costs, 0.6B",
             [
                 "-m",
-                "kafka_scorer.bench.deterministic",
+                "kafka_scorer_bench.deterministic",
                 *device,
                 *determinism,
                 "--model-dir",
@@ -209,7 +209,7 @@ def plan_steps(work: Path, tiny: bool) -> list[Step]:
             "Deterministic mode's projections, per block, batched or one Triton launch, 0.6B",
             [
                 "-m",
-                "kafka_scorer.bench.fixed_matmul",
+                "kafka_scorer_bench.fixed_matmul",
                 *device,
                 *fixed,
                 "--json",

@@ -36,11 +36,11 @@ def step_markdown(outcome: Any) -> str:
     if outcome.name == "open-loop-best" and "skipped" in report:
         return "\n".join([*lines, f"not run: {report['skipped']}"])
     if outcome.name == "label-kernel":
-        from kafka_scorer.bench.label_kernel import format_report
+        from kafka_scorer_bench.label_kernel import format_report
 
         lines += _text(format_report(report))
     elif outcome.name in ("open-loop", "open-loop-best"):
-        from kafka_scorer.bench.open_loop_report import format_open_loop_report
+        from kafka_scorer_bench.open_loop_report import format_open_loop_report
 
         if "backend" in report:
             lines += [f"attention backend `{report['backend']}`: {report['why']}", ""]
@@ -48,7 +48,7 @@ def step_markdown(outcome: Any) -> str:
     elif outcome.name == "graphs":
         lines += _graph_table(report)
     elif outcome.name == "profile":
-        from kafka_scorer.bench.profile_forward import format_profile
+        from kafka_scorer_bench.profile_forward import format_profile
 
         lines.append(format_profile(report))
     elif outcome.name == "deterministic":
@@ -56,7 +56,7 @@ def step_markdown(outcome: Any) -> str:
     elif outcome.name == "attention":
         lines += _attention_table(report)
     elif outcome.name == "fixed-matmul":
-        from kafka_scorer.bench.fixed_matmul import format_table
+        from kafka_scorer_bench.fixed_matmul import format_table
 
         lines += format_table(report)
     else:
@@ -194,7 +194,7 @@ def _determinism_table(report: dict) -> list[str]:
 
 
 def _bench_tables(report: dict) -> list[str]:
-    from kafka_scorer.bench.report_text import format_report
+    from kafka_scorer_bench.report_text import format_report
 
     lines = [
         "| workload | contender | items/s | tok/s | floor | max diff vs (c) |",

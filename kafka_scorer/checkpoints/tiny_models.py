@@ -167,8 +167,9 @@ def decoder_config(
     """A transformers config of `arch` with the head `kind` asks for, from one set of shape names.
 
     The one place that maps a shape onto transformers' arguments: the tests' tiny models and the
-    benchmark's real shapes (`bench/models.py`) both come from here. `head_dim=None` leaves it to the
-    architecture (Qwen2 derives it); `fields` are further constructor arguments (rope_theta, ...).
+    benchmark's real shapes (`kafka_scorer_bench/models.py`) both come from here. `head_dim=None`
+    leaves it to the architecture (Qwen2 derives it); `fields` are further constructor arguments
+    (rope_theta, ...).
     """
     import transformers
 

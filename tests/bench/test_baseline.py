@@ -9,9 +9,9 @@ import random
 import pytest
 import torch
 
-from kafka_scorer.bench.baseline import BaselineScorer
-from kafka_scorer.bench.models import FIRST_REGULAR_ID
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.baseline import BaselineScorer
+from kafka_scorer_bench.models import FIRST_REGULAR_ID
 from tests.engine.reference import reference_scores
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kafka_scorer.bench.backlog import QUICK
 from kafka_scorer.cli import main
+from kafka_scorer_bench.backlog import QUICK
 
 
 def test_the_backlog_bench_runs_lanes_on_and_off_and_answers_everything(tmp_path: Path, capsys) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.bench.workloads import WORKLOADS
 from kafka_scorer.cli import main
+from kafka_scorer_bench.workloads import WORKLOADS
 
 METRICS = (
     "items_per_s",
@@ -117,7 +117,7 @@ def test_cross_check_against_the_baseline_is_small(quick_report, workload: str) 
 
 def test_cross_check_fails_the_run_when_scores_are_wrong(tmp_path: Path, monkeypatch) -> None:
     """A harness whose check never fires proves nothing: skew the baseline and the run must fail."""
-    from kafka_scorer.bench import baseline
+    from kafka_scorer_bench import baseline
 
     real = baseline.BaselineScorer.score_rows
 
@@ -189,7 +189,7 @@ def test_the_report_so_far_is_handed_on_after_each_workload(tmp_path: Path) -> N
     marked partial, whose tables the check prints as such; at the end, the whole report."""
     from devtools.gpu_check.run import Outcome
     from devtools.gpu_check.tables import step_markdown
-    from kafka_scorer.bench.harness import BenchConfig, run_bench
+    from kafka_scorer_bench.harness import BenchConfig, run_bench
 
     config = BenchConfig(
         workloads=("rerank", "short"),

@@ -67,9 +67,9 @@ def test_template_bench_passes_its_cross_check(run: Run) -> None:
 def test_template_tokens_show_the_shared_part_computed_once(run: Run) -> None:
     from transformers import AutoTokenizer
 
-    from kafka_scorer.bench.templated import templated_workload
-    from kafka_scorer.bench.workloads import workload_spec
     from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer_bench.templated import templated_workload
+    from kafka_scorer_bench.workloads import workload_spec
 
     report, models = run.report, run.models
     w = report["workloads"]["rerank"]
@@ -104,7 +104,7 @@ def test_template_tokens_show_the_shared_part_computed_once(run: Run) -> None:
 
 
 def test_template_line_in_the_printed_report(run: Run) -> None:
-    from kafka_scorer.bench.report_text import format_report
+    from kafka_scorer_bench.report_text import format_report
 
     report = run.report
     text = format_report(report)

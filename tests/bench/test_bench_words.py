@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from kafka_scorer.bench.targets import evaluate_targets
 from kafka_scorer.cli.main import build_parser
+from kafka_scorer_bench.targets import evaluate_targets
 
 
 def test_the_help_explains_the_contenders_and_columns() -> None:

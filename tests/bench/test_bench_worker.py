@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scorer.bench.steady import QUICK_MAX_JOBS, ROUNDS
 from kafka_scorer.cli import main
+from kafka_scorer_bench.steady import QUICK_MAX_JOBS, ROUNDS
 
 
 @pytest.mark.integration

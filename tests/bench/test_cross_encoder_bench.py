@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_scorer.bench.cross_encoder import (
+from kafka_scorer.checkpoints.real_models import MissingCheckpoint, minilm_source
+from kafka_scorer_bench.cross_encoder import (
     CrossEncoderShape,
     build_cross_encoder_jobs,
     run_cross_encoder_bench,
 )
-from kafka_scorer.checkpoints.real_models import MissingCheckpoint, minilm_source
 
 
 @pytest.fixture(scope="module")

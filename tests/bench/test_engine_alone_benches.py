@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 def test_quick_graphs_bench_reports_each_batch_and_renders_its_table(tmp_path: Path) -> None:
     from devtools.gpu_check.tables import step_markdown, step_summary
-    from kafka_scorer.bench.graphs import BATCHES, main
+    from kafka_scorer_bench.graphs import BATCHES, main
 
     out = tmp_path / "graphs.json"
     main(["--quick", "--device", "cpu", "--graph-tokens", "1024", "--repeats", "1", "--json", str(out)])
@@ -33,7 +33,7 @@ def test_quick_profile_splits_the_forward_into_categories(tmp_path: Path) -> Non
     """The profile of a served forward: every category's share sums to the whole, the matmuls and the
     attention are found by name, and the gpu-check section renders it."""
     from devtools.gpu_check.tables import step_markdown, step_summary
-    from kafka_scorer.bench.profile_forward import category, main
+    from kafka_scorer_bench.profile_forward import category, main
 
     assert category("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT") == "matmul"
     assert category("triton_tem_fused_flex_attention_0") == "attention"
@@ -49,7 +49,7 @@ def test_quick_profile_splits_the_forward_into_categories(tmp_path: Path) -> Non
 
 
 def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path: Path, capsys) -> None:
-    from kafka_scorer.bench.deterministic import main
+    from kafka_scorer_bench.deterministic import main
 
     report = tmp_path / "deterministic.json"
     main(
@@ -80,8 +80,8 @@ def test_quick_deterministic_bench_reports_both_modes_and_bit_identity(tmp_path:
 
 def test_quick_attention_bench_times_every_cpu_backend_against_dense(tmp_path: Path) -> None:
     from devtools.gpu_check.tables import step_markdown, step_summary
-    from kafka_scorer.bench.attention import CPU_SKIPS, main
     from kafka_scorer.engine.attention.registry import BACKENDS
+    from kafka_scorer_bench.attention import CPU_SKIPS, main
 
     out = tmp_path / "attention.json"
     main(["--quick", "--device", "cpu", "--repeats", "1", "--json", str(out)])
@@ -100,8 +100,8 @@ def test_a_backend_that_fails_is_named_and_the_others_are_still_timed(tmp_path: 
     import dataclasses
 
     from devtools.gpu_check.tables import step_markdown
-    from kafka_scorer.bench.attention import main
     from kafka_scorer.engine.attention import registry
+    from kafka_scorer_bench.attention import main
 
     def broken(*args, **kwargs):
         raise RuntimeError("no kernel image is available for execution on the device")
@@ -136,8 +136,8 @@ def test_a_backend_that_fails_is_named_and_the_others_are_still_timed(tmp_path: 
 
 def test_quick_fixed_matmul_bench_finds_the_cpus_batched_blocks_invariant(tmp_path: Path) -> None:
     from devtools.gpu_check.tables import step_markdown, step_summary
-    from kafka_scorer.bench.fixed_matmul import main, projections
-    from kafka_scorer.bench.models import SHAPES
+    from kafka_scorer_bench.fixed_matmul import main, projections
+    from kafka_scorer_bench.models import SHAPES
 
     out = tmp_path / "fixed-matmul.json"
     main(["--quick", "--device", "cpu", "--tokens", "1024", "--repeats", "1", "--json", str(out)])
@@ -158,8 +158,8 @@ def test_the_invariance_check_names_the_counts_that_change_a_block() -> None:
     """A matmul whose result follows the block count is caught at exactly those counts."""
     import torch
 
-    from kafka_scorer.bench.fixed_matmul import counts_that_differ
     from kafka_scorer.engine.layers.invariant import ROWS
+    from kafka_scorer_bench.fixed_matmul import counts_that_differ
 
     def drifts(x, weight, bias):  # the bits of block 0 move once there are more than three blocks
         return x @ weight.T + (1e-3 if x.shape[0] > 3 * ROWS else 0.0)

@@ -3,7 +3,7 @@ feature cache) agree with transformers pair by pair, MIS running fewer tokens.""
 
 from __future__ import annotations
 
-from kafka_scorer.bench.images import QUICK_SHAPE, build_image_jobs, run_images_bench
+from kafka_scorer_bench.images import QUICK_SHAPE, build_image_jobs, run_images_bench
 
 
 def test_jobs_are_seeded_photo_searches() -> None:

@@ -3,7 +3,7 @@ sentence-transformers' MultiVectorEncoder and whose cache halves are reported.""
 
 from __future__ import annotations
 
-from kafka_scorer.bench.late_interaction import (
+from kafka_scorer_bench.late_interaction import (
     LateShape,
     build_late_jobs,
     format_late_interaction_report,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_scorer.bench.long_docs import LongDocShape, build_long_doc_jobs, run_long_docs_bench
 from kafka_scorer.checkpoints.real_models import MissingCheckpoint, minilm_source
+from kafka_scorer_bench.long_docs import LongDocShape, build_long_doc_jobs, run_long_docs_bench
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kafka_scorer.bench.models import SHAPES, shape_config
+from kafka_scorer_bench.models import SHAPES, shape_config
 
 
 def _layer_matmul_weights(shape_name: str) -> tuple[int, list[str]]:

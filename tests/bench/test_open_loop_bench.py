@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from devtools.gpu_check.run import Outcome
 from devtools.gpu_check.tables import step_markdown
-from kafka_scorer.bench.open_loop import (
+from kafka_scorer.cli import main
+from kafka_scorer_bench.open_loop import (
     QUICK_RATES,
     QUICK_SECONDS,
     QUICK_SHAPE,
@@ -24,8 +25,7 @@ from kafka_scorer.bench.open_loop import (
     fold_into_vocab,
     poisson_arrivals,
 )
-from kafka_scorer.bench.open_loop_client import percentile
-from kafka_scorer.cli import main
+from kafka_scorer_bench.open_loop_client import percentile
 
 RATE_KEYS = {
     "rate_rps",
@@ -51,16 +51,16 @@ def test_quick_open_loop_answers_every_request_at_every_rate(tmp_path: Path, cap
     """Through the flex backend with CUDA graphs asked for: on the CPU the worker serves from the padded
     static buffers (engine/graphs/), which the report names. The report is written after each rate too
     (a run killed at its limit keeps the rates it measured), marked partial."""
-    from kafka_scorer.cli import bench_named
+    from kafka_scorer_bench import named
 
     written: list[dict] = []
-    real_write = bench_named.write_report
+    real_write = named.write_report
 
     def recording(path, report: dict) -> None:
         written.append(json.loads(json.dumps(report)))
         real_write(path, report)
 
-    monkeypatch.setattr(bench_named, "write_report", recording)
+    monkeypatch.setattr(named, "write_report", recording)
     out = tmp_path / "open-loop.json"
     flags = ["--backend", "flex", "--cuda-graph-tokens", "512", "--max-batch-tokens", "1024"]
     assert main(["bench", "--workload", "open-loop", "--quick", *flags, "--json", str(out)]) == 0
@@ -141,7 +141,7 @@ def test_label_ids_fold_into_the_regular_vocabulary(ids: list[int], vocab: int) 
 
 
 def test_the_sglang_labels_stay_distinct_on_every_bench_shape() -> None:
-    from kafka_scorer.bench.models import SHAPES
+    from kafka_scorer_bench.models import SHAPES
 
     for shape in SHAPES.values():
         assert len(set(fold_into_vocab([9454, 2753], shape.vocab_size))) == 2, shape.name

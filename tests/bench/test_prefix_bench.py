@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kafka_scorer.bench.prefix import format_prefix_report, run_prefix_bench
+from kafka_scorer_bench.prefix import format_prefix_report, run_prefix_bench
 
 
 def test_quick_prefix_bench(tmp_path) -> None:

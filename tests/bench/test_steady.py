@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from kafka_scorer.bench.models import SHAPES
-from kafka_scorer.bench.records import RunRecord
-from kafka_scorer.bench.steady import (
+from kafka_scorer_bench.models import SHAPES
+from kafka_scorer_bench.records import RunRecord
+from kafka_scorer_bench.steady import (
     MAX_JOBS,
     ROUND_TRIP_S,
     steadiest,
@@ -17,8 +17,8 @@ from kafka_scorer.bench.steady import (
     steady_stream,
     steady_window,
 )
-from kafka_scorer.bench.summary import summarise_steady
-from kafka_scorer.bench.workloads import Workload, build_workload, workload_spec
+from kafka_scorer_bench.summary import summarise_steady
+from kafka_scorer_bench.workloads import Workload, build_workload, workload_spec
 
 
 def _jobs(n: int = 3):

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES
-from kafka_scorer.bench.workloads import WORKLOADS, build_workload, with_multi_item, workload_spec
+from kafka_scorer_bench.models import FIRST_REGULAR_ID, SHAPES
+from kafka_scorer_bench.workloads import WORKLOADS, build_workload, with_multi_item, workload_spec
 
 ISSUE_SHAPES = {"rerank": (256, 32, 32), "many-items": (512, 200, 16), "short": (32, 1, 32)}
 

@@ -39,12 +39,12 @@ def test_dry_run_lists_every_gpu_step_within_the_budget(capsys) -> None:
     assert "--workload open-loop" in steps["open-loop"] and "qwen3-0.6b" in steps["open-loop"]
     assert "--workload rerank --workload many-items" in steps["bench-0.6b"]
     assert "--backend flex --backend cascade --backend spans --backend varlen" in steps["bench-0.6b"]
-    assert "kafka_scorer.bench.graphs --device cuda --model-shape qwen3-0.6b" in steps["graphs"]
+    assert "kafka_scorer_bench.graphs --device cuda --model-shape qwen3-0.6b" in steps["graphs"]
     assert "qwen3-8b" in steps["floor-8b"] and "--workload many-items" in steps["floor-8b"]
-    assert "kafka_scorer.bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]
+    assert "kafka_scorer_bench.attention --device cuda --model-shape qwen3-0.6b" in steps["attention"]
     assert "--attention-json" in steps["open-loop-best"] and "--workload open-loop" in steps["open-loop-best"]
-    assert "kafka_scorer.bench.deterministic --device cuda --model-shape qwen3-0.6b" in steps["deterministic"]
-    assert "kafka_scorer.bench.fixed_matmul --device cuda --model-shape qwen3-0.6b" in steps["fixed-matmul"]
+    assert "kafka_scorer_bench.deterministic --device cuda --model-shape qwen3-0.6b" in steps["deterministic"]
+    assert "kafka_scorer_bench.fixed_matmul --device cuda --model-shape qwen3-0.6b" in steps["fixed-matmul"]
     assert lines[-1] == "budget 480 s in all; tables to somewhere"
 
 

@@ -15,7 +15,7 @@ calls its miss makes. A ColBERT query's hidden expansion tokens
 (an "item" of a bidirectional sequence) see the query's other tokens only and are keys for nobody, as
 in the dense path.
 
-Measured on the CPU (`python -m kafka_scorer.bench.attention`: cpu-small's heads, one thread, float32),
+Measured on the CPU (`python -m kafka_scorer_bench.attention`: cpu-small's heads, one thread, float32),
 ms per call against the tiled backend (`tiled.py`) and the cascade (not batch-invariant): rerank 62
 vs 199 and 61, many-items 84 vs 316 and 63, SGLang's shape 82 vs 427 and 90, plain pairs 29 vs 138 and
 33. On CUDA a call per item would launch thousands of kernels per layer, so deterministic mode keeps
@@ -164,7 +164,7 @@ def attend_calls(
     """The calls' rows of q [H, T, d] attended, the other rows 0; `cached` resolves `Cached` keys (the
     prefix cache's hit path, `attention/cached.py`). `fused`: the CPU's flash kernel (the default on the
     CPU); elsewhere each call is one SDPA call with an explicit mask (deterministic mode runs the tiles
-    on CUDA, so this backend only runs there when named, as `bench/attention.py` does)."""
+    on CUDA, so this backend only runs there when named, as `kafka_scorer_bench/attention.py` does)."""
     out = torch.zeros_like(q)
     keys = _Keys(k, v, q.shape[0] // k.shape[0], cached)
     fused = q.device.type == "cpu" if fused is None else fused

@@ -13,7 +13,7 @@ only on its block's rows and the weight: the grid grows with the blocks, no prog
 float32 inputs multiply in IEEE float32 (no tf32), as `F.linear` does by default. Under triton's
 interpreter 16-bit tiles are widened to float32 before the product (its bfloat16 dot multiplies raw
 bits), so there the accumulation differs from the GPU's in rounding, not in order. Whether it is faster
-than the per-block calls is for the GPU: `python -m kafka_scorer.bench.fixed_matmul` times the three
+than the per-block calls is for the GPU: `python -m kafka_scorer_bench.fixed_matmul` times the three
 strategies and checks each one's bits at every block count.
 """
 

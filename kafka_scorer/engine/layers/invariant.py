@@ -8,7 +8,7 @@ sits in the stream (22 of 22). So in deterministic mode the token stream is padd
 `ROWS` and every projection runs as `ROWS`-row blocks: one batched matmul over a stride-0 view of the
 weight on the CPU (as fast as the plain matmul, measured), one fixed-shape matmul per block on CUDA.
 A third strategy, one Triton launch with a fixed tile per block (`linear_triton_blocks`), is measured
-beside them on the GPU (`bench/fixed_matmul.py`) before CUDA takes it.
+beside them on the GPU (`kafka_scorer_bench/fixed_matmul.py`) before CUDA takes it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def fixed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def linear_per_block(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """One `F.linear` per block: the same call, hence the same kernel, for every block on any device
     (off the CPU a batched call may pick its kernel by the batch count: unmeasured so far, see
-    `bench/fixed_matmul.py`), at the price of a launch per block."""
+    `kafka_scorer_bench/fixed_matmul.py`), at the price of a launch per block."""
     return torch.cat([F.linear(block, weight, bias) for block in x.split(ROWS)])
 
 
@@ -55,7 +55,7 @@ def linear_triton_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     """All blocks in one Triton launch whose tile configuration is fixed in the code, never chosen by
     the row count (`kernels/fixed_rows_matmul_triton.py`): the same arithmetic for every block by
     construction. CUDA (or triton's interpreter) only; whether it beats a launch per block is for the
-    GPU to say (`bench/fixed_matmul.py`), so `fixed_linear` does not take it yet."""
+    GPU to say (`kafka_scorer_bench/fixed_matmul.py`), so `fixed_linear` does not take it yet."""
     from kafka_scorer.engine.kernels.fixed_rows_matmul_triton import rows_matmul
 
     return rows_matmul(x, weight, bias, ROWS)

@@ -8,8 +8,8 @@ inner-dimension tiles and for a one-output projection (where the CPU's batched m
   call's second block: the promise `layers/invariant.py` makes for every strategy;
 - a row count that is not whole blocks is refused.
 All cases run in one subprocess (`_interpreted_fixed_rows_matmul.py`). Whether the compiled kernel
-keeps the promise on tensor cores is for the GPU (`bench/fixed_matmul.py` checks its bits there); that
-it compiles for an H100 without spills is test_kernels_compile_for_sm90.py's.
+keeps the promise on tensor cores is for the GPU (`kafka_scorer_bench/fixed_matmul.py` checks its bits
+there); that it compiles for an H100 without spills is test_kernels_compile_for_sm90.py's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ deterministic, so the benchmark's own memory claim is checked here against the s
 
 from __future__ import annotations
 
-from kafka_scorer.bench.label_kernel import format_report, run_label_kernel_bench
+from kafka_scorer_bench.label_kernel import format_report, run_label_kernel_bench
 
 
 def test_bench_reports_all_paths_and_streams_the_vocabulary() -> None:

@@ -177,7 +177,7 @@ def test_chunked_logsumexp_keeps_memory_to_one_chunk() -> None:
 
 
 def _peak_cpu_bytes(fn) -> int:
-    from kafka_scorer.bench.label_kernel import peak_cpu_bytes
+    from kafka_scorer_bench.label_kernel import peak_cpu_bytes
 
     return peak_cpu_bytes(fn)
 

@@ -1,4 +1,4 @@
-"""What the engine-alone benches (`bench/deterministic.py`, `bench/graphs.py`) share: the device, dtype
+"""What the engine-alone benches (`deterministic.py`, `graphs.py`) share: the device, dtype
 and model shape a run resolves to, and one timed `score_jobs` call."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from kafka_scorer.bench import report_file
-from kafka_scorer.bench.models import SHAPES, ModelShape, build_shaped_model
 from kafka_scorer.engine.api import Scorer
 from kafka_scorer.wire.protocol import Job, Result
+from kafka_scorer_bench import report_file
+from kafka_scorer_bench.models import SHAPES, ModelShape, build_shaped_model
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from typing import Any
 import msgspec
 import torch
 
-from kafka_scorer.bench.summary import max_abs_diff
 from kafka_scorer.engine.api import Scorer, slow_image_processor_class
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.summary import max_abs_diff
 
 
 @dataclass(frozen=True)

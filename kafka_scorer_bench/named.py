@@ -1,6 +1,6 @@
 """The `kafka-scorer bench` workloads that run only when named, each with a report of its own.
 
-Kept light at import (no torch), as cli/bench.py is: each runner imports its workload when it runs.
+Kept light at import (no torch), as command.py is: each runner imports its workload when it runs.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kafka_scorer.bench.report_file import write_report
+from kafka_scorer_bench.report_file import write_report
 
 DEFAULT_BUDGET = 8192
 """The engine workloads' token budget unless `--max-batch-tokens` names one (fixed, so runs compare)."""
@@ -19,7 +19,7 @@ def budget(args: argparse.Namespace) -> int:
 
 
 def _run_cross_encoder(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.cross_encoder import format_cross_encoder_report, run_cross_encoder_bench
+    from kafka_scorer_bench.cross_encoder import format_cross_encoder_report, run_cross_encoder_bench
 
     report = run_cross_encoder_bench(
         num_queries=args.jobs or (1 if args.quick else 2),
@@ -36,7 +36,7 @@ def _run_cross_encoder(args: argparse.Namespace) -> int:
 
 
 def _run_long_docs(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.long_docs import format_long_docs_report, run_long_docs_bench
+    from kafka_scorer_bench.long_docs import format_long_docs_report, run_long_docs_bench
 
     report = run_long_docs_bench(
         quick=args.quick,
@@ -51,8 +51,8 @@ def _run_long_docs(args: argparse.Namespace) -> int:
 
 
 def _run_backlog(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.backlog import format_backlog_report, run_backlog_bench
-    from kafka_scorer.engine.load.loaded_model import resolve_device
+    from kafka_scorer.engine.api import resolve_device
+    from kafka_scorer_bench.backlog import format_backlog_report, run_backlog_bench
 
     report = run_backlog_bench(
         device=str(resolve_device(args.device)),
@@ -66,8 +66,8 @@ def _run_backlog(args: argparse.Namespace) -> int:
 
 
 def _run_prefix(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.prefix import format_prefix_report, run_prefix_bench
-    from kafka_scorer.engine.load.loaded_model import resolve_device
+    from kafka_scorer.engine.api import resolve_device
+    from kafka_scorer_bench.prefix import format_prefix_report, run_prefix_bench
 
     report = run_prefix_bench(
         device=str(resolve_device(args.device)),
@@ -82,8 +82,8 @@ def _run_prefix(args: argparse.Namespace) -> int:
 
 
 def _run_open_loop(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.open_loop import OpenLoopConfig, run_open_loop_bench
-    from kafka_scorer.bench.open_loop_report import format_open_loop_report
+    from kafka_scorer_bench.open_loop import OpenLoopConfig, run_open_loop_bench
+    from kafka_scorer_bench.open_loop_report import format_open_loop_report
 
     backends = [b for b in (args.backend or []) if b != "all"]
     if len(backends) > 1:
@@ -113,7 +113,7 @@ def _run_open_loop(args: argparse.Namespace) -> int:
 
 
 def _run_late_interaction(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.late_interaction import format_late_interaction_report, run_late_interaction_bench
+    from kafka_scorer_bench.late_interaction import format_late_interaction_report, run_late_interaction_bench
 
     report = run_late_interaction_bench(
         quick=args.quick,
@@ -127,7 +127,7 @@ def _run_late_interaction(args: argparse.Namespace) -> int:
 
 
 def _run_images(args: argparse.Namespace) -> int:
-    from kafka_scorer.bench.images import format_images_report, run_images_bench
+    from kafka_scorer_bench.images import format_images_report, run_images_bench
 
     report = run_images_bench(
         quick=args.quick, seed=args.seed, repeats=max(1, args.repeats), max_batch_tokens=budget(args)

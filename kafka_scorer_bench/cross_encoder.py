@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from kafka_scorer.bench.contenders import Contender, EngineContender, drive, warmup_jobs
-from kafka_scorer.bench.probes import RunProbe, fastest_call
-from kafka_scorer.bench.records import RunRecord, repeated
-from kafka_scorer.bench.summary import max_abs_diff
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.contenders import Contender, EngineContender, drive, warmup_jobs
+from kafka_scorer_bench.probes import RunProbe, fastest_call
+from kafka_scorer_bench.records import RunRecord, repeated
+from kafka_scorer_bench.summary import max_abs_diff
 
 CROSS_ENCODER_BATCH = 32
 """`CrossEncoder.predict`'s default batch size, used by the padded contender too."""
@@ -143,9 +143,9 @@ def run_cross_encoder_bench(
     from sentence_transformers import CrossEncoder
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from kafka_scorer.bench.worker_contender import run_worker_contender
     from kafka_scorer.checkpoints.real_models import build_minilm_cross_encoder
     from kafka_scorer.engine.api import Scorer
+    from kafka_scorer_bench.worker_contender import run_worker_contender
 
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-ce-") as scratch:
         path = Path(model_dir or scratch) / "minilm-cross-encoder"

@@ -3,7 +3,7 @@
 Contenders:
 - (a) our engine with MIS off (`multi_item: false`): every item is its own `query + item` pair;
 - (b) our engine with MIS on, once per attention backend (`b:dense`, `b:cascade`, ...);
-- (c) the transformers baseline (`bench/baseline.py`): padded pairs, full logits, log_softmax;
+- (c) the transformers baseline (`baseline.py`): padded pairs, full logits, log_softmax;
 - (d) the full worker through a real Kafka-protocol broker (embedded tansu), same scorer in-process,
   timed in steady state against the engine on the same long stream (`b:steady`, `steady.py`).
 
@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
-from kafka_scorer.bench.contenders import (
+from kafka_scorer.engine.api import layer_choices
+from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.contenders import (
     BaselineContender,
     Contender,
     EngineContender,
@@ -40,13 +42,13 @@ from kafka_scorer.bench.contenders import (
     warmup_jobs,
     window_for,
 )
-from kafka_scorer.bench.environment import Environment
-from kafka_scorer.bench.matmul_peak import measure_matmul_peak
-from kafka_scorer.bench.models import SHAPES, ModelShape
-from kafka_scorer.bench.probes import RunProbe
-from kafka_scorer.bench.records import RunRecord, repeated
-from kafka_scorer.bench.steady import MAX_JOBS, QUICK_MAX_JOBS, ROUNDS, steadiest, steady_stream
-from kafka_scorer.bench.summary import (
+from kafka_scorer_bench.environment import Environment
+from kafka_scorer_bench.matmul_peak import measure_matmul_peak
+from kafka_scorer_bench.models import SHAPES, ModelShape
+from kafka_scorer_bench.probes import RunProbe
+from kafka_scorer_bench.records import RunRecord, repeated
+from kafka_scorer_bench.steady import MAX_JOBS, QUICK_MAX_JOBS, ROUNDS, steadiest, steady_stream
+from kafka_scorer_bench.summary import (
     EAGER,
     LAYERS,
     STEADY_ENGINE,
@@ -56,11 +58,9 @@ from kafka_scorer.bench.summary import (
     summarise,
     summarise_steady,
 )
-from kafka_scorer.bench.targets import evaluate_targets
-from kafka_scorer.bench.worker_contender import run_worker_contender
-from kafka_scorer.bench.workloads import WORKLOADS, Workload, build_workload, with_multi_item, workload_spec
-from kafka_scorer.engine.api import layer_choices
-from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.targets import evaluate_targets
+from kafka_scorer_bench.worker_contender import run_worker_contender
+from kafka_scorer_bench.workloads import WORKLOADS, Workload, build_workload, with_multi_item, workload_spec
 
 
 @dataclass
@@ -250,7 +250,7 @@ def _template_tokens(workload: Workload, scorer) -> dict | None:
     """Per job, the tokens MIS and no-MIS compute under the template (None: the jobs are not text)."""
     if workload.sent is None or scorer.template is None:
         return None
-    from kafka_scorer.bench.templated import template_tokens
+    from kafka_scorer_bench.templated import template_tokens
 
     counts = template_tokens(workload, scorer.template.name, scorer.template.digest)
     return {**asdict(counts), "mis_tokens": counts.mis_tokens, "no_mis_tokens": counts.no_mis_tokens}
@@ -298,7 +298,7 @@ def run_bench(config: BenchConfig, on_workload: Callable[[dict], None] | None = 
             spec = workload_spec(name, quick=config.quick, device_type=device.type, num_jobs=config.num_jobs)
             workload = build_workload(spec, shape.vocab_size, seed=config.seed)
             if config.template and name == "rerank":
-                from kafka_scorer.bench.templated import templated_workload
+                from kafka_scorer_bench.templated import templated_workload
 
                 workload = templated_workload(
                     spec, env.scorer("causal", config.max_batch_tokens), seed=config.seed
@@ -340,7 +340,7 @@ def _report(
 
 def _label_kernel(device: torch.device, quick: bool, log: Callable) -> dict | None:
     try:
-        from kafka_scorer.bench.label_kernel import run_label_kernel_bench
+        from kafka_scorer_bench.label_kernel import run_label_kernel_bench
     except ImportError:
         return None
     log("label kernel micro-benchmark ...")

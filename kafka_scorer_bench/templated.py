@@ -19,8 +19,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kafka_scorer.bench.workloads import Workload, WorkloadSpec
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.workloads import Workload, WorkloadSpec
 
 # Words the tiny chat tokenizer was trained on: the texts read as words and tokenize to whole words.
 WORDS = (

@@ -29,11 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES
-from kafka_scorer.bench.open_loop_client import RateRun, Replies, send_poisson
-from kafka_scorer.bench.probes import others_cpu
-from kafka_scorer.bench.worker_process import WorkerProcess
 from kafka_scorer.wire.protocol import Job, encode_job
+from kafka_scorer_bench.models import FIRST_REGULAR_ID, SHAPES
+from kafka_scorer_bench.open_loop_client import RateRun, Replies, send_poisson
+from kafka_scorer_bench.probes import others_cpu
+from kafka_scorer_bench.worker_process import WorkerProcess
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def fold_into_vocab(ids: Sequence[int], vocab: int) -> list[int]:
 
 class JobMaker:
     """Fresh jobs: every request its own random query and items (no prefix or cache can serve it).
-    Also the engine-alone GPU benches' jobs (`bench/graphs.py`, `bench/profile_forward.py`)."""
+    Also the engine-alone GPU benches' jobs (`graphs.py`, `profile_forward.py`)."""
 
     def __init__(self, shape: JobShape, seed: int, vocab: int) -> None:
         self.shape = shape
@@ -168,7 +168,7 @@ def run_open_loop_bench(
 ) -> dict:
     """The table. `on_rate` gets the report so far (`partial: true`) after each rate: a run killed at
     its time limit (a step of `./dev gpu-check`) still leaves the rates it measured."""
-    from kafka_scorer.bench.models import build_shaped_model
+    from kafka_scorer_bench.models import build_shaped_model
 
     plan = plan_for(config)
     shape = SHAPES[plan.model_shape]
@@ -227,7 +227,7 @@ def _device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(device)
-    from kafka_scorer.bench.harness import _cpu_model
+    from kafka_scorer_bench.harness import _cpu_model
 
     return _cpu_model()
 

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 import msgspec
 
-from kafka_scorer.bench.baseline import BaselineScorer
-from kafka_scorer.bench.probes import RunProbe
-from kafka_scorer.bench.records import RunLog, RunRecord, Scores, error_text
-from kafka_scorer.bench.workloads import Workload
 from kafka_scorer.wire.protocol import Job, Result
+from kafka_scorer_bench.baseline import BaselineScorer
+from kafka_scorer_bench.probes import RunProbe
+from kafka_scorer_bench.records import RunLog, RunRecord, Scores, error_text
+from kafka_scorer_bench.workloads import Workload
 
 Answer = tuple[int, Scores | None, str | None]
 """(job index, scores or None, error or None)."""

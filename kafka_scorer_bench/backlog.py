@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
-from kafka_scorer.bench.worker_contender import QUICK_GROUP
 from kafka_scorer.wire.engine_stats import EngineStats
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
+from kafka_scorer_bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
+from kafka_scorer_bench.worker_contender import QUICK_GROUP
 
 
 @dataclass(frozen=True)

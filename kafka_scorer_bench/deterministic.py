@@ -1,6 +1,6 @@
-"""`python -m kafka_scorer.bench.deterministic`: what deterministic mode costs, the engine alone.
+"""`python -m kafka_scorer_bench.deterministic`: what deterministic mode costs, the engine alone.
 
-The bench's decoder workloads (`bench/workloads.py`, its CPU job counts off CUDA) on the bench's model
+The bench's decoder workloads (`workloads.py`, its CPU job counts off CUDA) on the bench's model
 shape; when named, `templated` (the rerank shape under the Qwen3-Reranker template, fresh queries
 every pass, the prefix cache on in both modes) and the encoder kinds' (`cross-encoder`: the
 cross-encoder bench's jobs on real MiniLM weights; `late-interaction`: the ColBERT bench's; both need
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_scorer.bench.engine_alone import EngineRun, engine_parser, resolve_run, timed, write_report
-from kafka_scorer.bench.workloads import build_workload, workload_spec
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.engine_alone import EngineRun, engine_parser, resolve_run, timed, write_report
+from kafka_scorer_bench.workloads import build_workload, workload_spec
 
 DECODER_WORKLOADS = ("rerank", "many-items", "short", "mixed")
 TEMPLATED_WORKLOADS = ("templated",)
@@ -53,8 +53,8 @@ def _case(name: str, run_: EngineRun, quick: bool) -> _Case:
         return _templated(run_, quick)
     from transformers import AutoTokenizer
 
-    from kafka_scorer.bench import cross_encoder, late_interaction
     from kafka_scorer.checkpoints.real_models import build_minilm_colbert, build_minilm_cross_encoder
+    from kafka_scorer_bench import cross_encoder, late_interaction
 
     path = run_.root / name
     if name == "cross-encoder":
@@ -77,7 +77,7 @@ def _templated(run_: EngineRun, quick: bool) -> _Case:
     the cache serves after the first pass, as it would a running worker's."""
     from transformers import AutoTokenizer
 
-    from kafka_scorer.bench.templated import _text
+    from kafka_scorer_bench.templated import _text
 
     path = run_.checkpoint("causal", chat=True)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -163,7 +163,7 @@ def _measure(pair: dict[bool, Scorer], case: _Case, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = engine_parser("python -m kafka_scorer.bench.deterministic", __doc__)
+    parser = engine_parser("python -m kafka_scorer_bench.deterministic", __doc__)
     workloads = DECODER_WORKLOADS + TEMPLATED_WORKLOADS + ENCODER_WORKLOADS
     parser.add_argument("--workload", action="append", choices=workloads)
     parser.add_argument("--repeats", type=int, default=3)

@@ -1,6 +1,6 @@
-"""`python -m kafka_scorer.bench.graphs`: what CUDA graphs gain per forward, the engine alone.
+"""`python -m kafka_scorer_bench.graphs`: what CUDA graphs gain per forward, the engine alone.
 
-Requests of SGLang's shape (`bench/open_loop.py`: a 120-token query, 10 items of 180, fresh ids per
+Requests of SGLang's shape (`open_loop.py`: a 120-token query, 10 items of 180, fresh ids per
 request, so no prefix is cached) scored in batches of 1, 2 and 4 requests (and one lone item) by two
 Scorers of one checkpoint: graphs off (`cuda_graph_tokens=0`) and on (the setting's value). Runs
 alternate between the two; the median of `--repeats` is kept per batch size. The report gives
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, timed, write_report
-from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
+from kafka_scorer_bench.engine_alone import engine_parser, resolve_run, timed, write_report
+from kafka_scorer_bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
 
 BATCHES = ((1, 1), (1, None), (2, None), (4, None))
 """(requests, items per request: None = the shape's) per measured batch; the first is one lone item."""
@@ -89,7 +89,7 @@ def _measure(scorers: dict[int, Scorer], maker: JobMaker, batch, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = engine_parser("python -m kafka_scorer.bench.graphs", __doc__)
+    parser = engine_parser("python -m kafka_scorer_bench.graphs", __doc__)
     parser.add_argument("--graph-tokens", type=int, default=8192, help="cuda_graph_tokens of the 'on' Scorer")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args(argv)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from kafka_scorer.bench.baseline import BaselineScorer
-from kafka_scorer.bench.models import ModelShape, build_shaped_model
-from kafka_scorer.bench.probes import RunProbe
 from kafka_scorer.heap import freeze_loaded_heap
+from kafka_scorer_bench.baseline import BaselineScorer
+from kafka_scorer_bench.models import ModelShape, build_shaped_model
+from kafka_scorer_bench.probes import RunProbe
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Environment:
                 max_batch_tokens=max_batch_tokens,
                 template=self.template if kind == "causal" else "",
                 # the contenders' timed runs repeat the same jobs: a prefix cache would serve the repeats
-                # from memory; it is measured on its own (`--workload judge`, bench/prefix.py)
+                # from memory; it is measured on its own (`--workload judge`, prefix.py)
                 prefix_cache_mb=0,
                 decoder_forward=self.decoder_forward,
             )

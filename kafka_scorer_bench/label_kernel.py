@@ -12,7 +12,7 @@ memory-profiled side by side on the same inputs:
 Peak memory is what the path allocates beyond its inputs: `torch.cuda.max_memory_allocated` on CUDA;
 on CPU the torch profiler's allocation events, replayed in time order (timed runs are not profiled).
 
-`python -m kafka_scorer.bench.label_kernel [--device cuda] [--json out.json]`; the `kafka-scorer bench`
+`python -m kafka_scorer_bench.label_kernel [--device cuda] [--json out.json]`; the `kafka-scorer bench`
 harness calls `run_label_kernel_bench`.
 """
 
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from kafka_scorer.bench.report_file import write_report
 from kafka_scorer.engine.kernels.label_scores import label_logits, label_logprobs
+from kafka_scorer_bench.report_file import write_report
 
 # The issue's shape (4,096 rows x 151,936 vocab) with Qwen3-0.6B's hidden size on both devices; the CPU
 # takes fewer repeats (about two minutes on two cores, most of it the baseline's 4.7 GB of logits).

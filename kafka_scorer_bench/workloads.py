@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 
 import msgspec
 
-from kafka_scorer.bench.models import FIRST_REGULAR_ID
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.models import FIRST_REGULAR_ID
 
 WORKLOADS = ("rerank", "many-items", "short", "mixed")
 

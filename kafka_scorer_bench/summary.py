@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kafka_scorer.bench.models import ModelShape
-from kafka_scorer.bench.records import RunRecord, Scores
-from kafka_scorer.bench.steady import steady_state
-from kafka_scorer.bench.workloads import Workload, packed_tokens, pair_tokens
+from kafka_scorer_bench.models import ModelShape
+from kafka_scorer_bench.records import RunRecord, Scores
+from kafka_scorer_bench.steady import steady_state
+from kafka_scorer_bench.workloads import Workload, packed_tokens, pair_tokens
 
 
 @dataclass

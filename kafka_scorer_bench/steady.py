@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from kafka_scorer.bench.records import RunRecord
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.records import RunRecord
 
 ROUND_TRIP_S = 0.5
 """Time a closed-loop client's window must also cover: produce, the worker's fetch wait, batch close, the

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_scorer.bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
-from kafka_scorer.bench.templated import _text
 from kafka_scorer.wire.protocol import Job, Result
+from kafka_scorer_bench.models import FIRST_REGULAR_ID, SHAPES, build_shaped_model
+from kafka_scorer_bench.templated import _text
 
 GOAL_JUDGE = 0.9
 """judge: speedup at least this fraction of the token ratio."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kafka_scorer.bench.report_file import write_report
-from kafka_scorer.bench.report_text import format_report
-from kafka_scorer.cli.bench_named import DEFAULT_BUDGET, NAMED_ONLY, budget
 from kafka_scorer.cli.help_style import add_device_arguments
+from kafka_scorer_bench.named import DEFAULT_BUDGET, NAMED_ONLY, budget
+from kafka_scorer_bench.report_file import write_report
+from kafka_scorer_bench.report_text import format_report
 
 WORKLOAD_CHOICES = (
     "rerank",
@@ -28,14 +28,14 @@ WORKLOAD_CHOICES = (
     "all",
 )
 """`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
-against sentence-transformers on the CPU, `bench/cross_encoder.py`), `backlog` (interactive jobs behind a
-bulk backlog, priority lanes on and off, `bench/backlog.py`), `long-docs` (documents longer than a pair,
-scored with `chunking`, `bench/long_docs.py`) and `judge` (the prefix cache on and off: a judge's rubric,
-the rerank template, no shared prefix; `bench/prefix.py`), `open-loop` (Poisson arrivals at a list of
-rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `bench/open_loop.py`) and
+against sentence-transformers on the CPU, `cross_encoder.py`), `backlog` (interactive jobs behind a
+bulk backlog, priority lanes on and off, `backlog.py`), `long-docs` (documents longer than a pair,
+scored with `chunking`, `long_docs.py`) and `judge` (the prefix cache on and off: a judge's rubric,
+the rerank template, no shared prefix; `prefix.py`), `open-loop` (Poisson arrivals at a list of
+rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `open_loop.py`) and
 `late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
-cache on and off; `bench/late_interaction.py`) and `images` (a Qwen3-VL reranker over photo documents:
-MIS, pairs and transformers pair by pair; `bench/images.py`)."""
+cache on and off; `late_interaction.py`) and `images` (a Qwen3-VL reranker over photo documents:
+MIS, pairs and transformers pair by pair; `images.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b", "qwen3.5-tiny", "qwen3.5-cpu-small")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "varlen", "all")
 
@@ -188,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
     from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
 
     keep_triton_out_on_cpu(args.device)  # before any model module: no triton leak report at exit on a CPU
-    from kafka_scorer.bench.harness import BenchConfig, run_bench
-    from kafka_scorer.bench.workloads import WORKLOADS
+    from kafka_scorer_bench.harness import BenchConfig, run_bench
+    from kafka_scorer_bench.workloads import WORKLOADS
 
     workloads = tuple(args.workload or ["all"])
     for name, runner in NAMED_ONLY.items():  # each its own report; the decoder workloads after them

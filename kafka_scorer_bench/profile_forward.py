@@ -1,9 +1,9 @@
-"""`python -m kafka_scorer.bench.profile_forward`: where one served forward's device time goes.
+"""`python -m kafka_scorer_bench.profile_forward`: where one served forward's device time goes.
 
 Issue 24 was filed from such a profile (matmuls 22 %, unfused elementwise two thirds); this is the same
 measurement as a command, so each GPU day starts from the current split instead of an old one. The
 engine as served (the fused decoder, the chosen backend, the label heads) scores `--requests` fresh
-requests of SGLang's shape (`bench/open_loop.py`; with the default 8 about 15,000 tokens, one forward
+requests of SGLang's shape (`open_loop.py`; with the default 8 about 15,000 tokens, one forward
 within the CUDA budget, larger than the CUDA graphs' buckets so every kernel shows) under
 `torch.profiler`, after a warm-up and an untimed pass. The report sums self time per kernel (CUDA) or per
 operator (CPU) and groups it: matmuls, attention, elementwise (inductor's fused kernels and ATen's
@@ -16,10 +16,10 @@ import re
 
 import torch
 
-from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
-from kafka_scorer.bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
-from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.api import Scorer
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.engine_alone import engine_parser, resolve_run, write_report
+from kafka_scorer_bench.open_loop import QUICK_SHAPE, SGLANG_SHAPE, JobMaker
 
 CATEGORIES = (
     ("attention", re.compile(r"flex|attention|sdpa|flash|triton_tem")),
@@ -116,7 +116,7 @@ def format_profile(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = engine_parser("python -m kafka_scorer.bench.profile_forward", __doc__)
+    parser = engine_parser("python -m kafka_scorer_bench.profile_forward", __doc__)
     parser.add_argument("--requests", type=int, default=8, help="requests of SGLang's shape per forward")
     parser.add_argument("--forwards", type=int, default=3, help="forwards profiled")
     parser.add_argument("--top", type=int, default=20, help="kernels listed")

@@ -1,4 +1,4 @@
-"""`python -m kafka_scorer.bench.attention`: one layer's attention alone, every backend on the same input.
+"""`python -m kafka_scorer_bench.attention`: one layer's attention alone, every backend on the same input.
 
 The whole-engine benches time a forward, where the projections hide what attention costs. Here each
 backend (`engine/attention/registry.py`) attends the same random q/k/v of one layout, the model's head
@@ -16,11 +16,11 @@ import argparse
 
 import torch
 
-from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
-from kafka_scorer.bench.probes import fastest_call
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import BACKENDS, attend, prepare_attention
 from kafka_scorer.errors import first_line
+from kafka_scorer_bench.engine_alone import engine_parser, resolve_run, write_report
+from kafka_scorer_bench.probes import fastest_call
 
 LAYOUTS = {
     "rerank": ((256, (32,) * 32), 4),
@@ -87,7 +87,7 @@ def format_row(name: str, row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = engine_parser("python -m kafka_scorer.bench.attention", __doc__)
+    parser = engine_parser("python -m kafka_scorer_bench.attention", __doc__)
     parser.add_argument("--backend", action="append", choices=sorted(BACKENDS))
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)

@@ -16,10 +16,10 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from kafka_scorer.bench.contenders import warmup_jobs
-from kafka_scorer.bench.probes import Measured, RunProbe
-from kafka_scorer.bench.records import RunLog, RunRecord, error_text, repeated_async
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.contenders import warmup_jobs
+from kafka_scorer_bench.probes import Measured, RunProbe
+from kafka_scorer_bench.records import RunLog, RunRecord, error_text, repeated_async
 
 QUICK_GROUP = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 300}
 """Group timing with `--quick`: tansu settles a group join after about the session timeout, so the

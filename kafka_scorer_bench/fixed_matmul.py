@@ -1,4 +1,4 @@
-"""`python -m kafka_scorer.bench.fixed_matmul`: deterministic mode's projections, per block, batched or
+"""`python -m kafka_scorer_bench.fixed_matmul`: deterministic mode's projections, per block, batched or
 in one fixed-tile Triton launch.
 
 Deterministic mode computes every projection as fixed `ROWS`-row blocks (`engine/layers/invariant.py`),
@@ -24,9 +24,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from kafka_scorer.bench.engine_alone import engine_parser, resolve_run, write_report
-from kafka_scorer.bench.models import ModelShape
-from kafka_scorer.bench.probes import fastest_call
 from kafka_scorer.engine.kernels.runs_on import triton_runs_on
 from kafka_scorer.engine.layers.invariant import (
     ROWS,
@@ -34,6 +31,9 @@ from kafka_scorer.engine.layers.invariant import (
     linear_per_block,
     linear_triton_blocks,
 )
+from kafka_scorer_bench.engine_alone import engine_parser, resolve_run, write_report
+from kafka_scorer_bench.models import ModelShape
+from kafka_scorer_bench.probes import fastest_call
 
 Linear = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
@@ -143,7 +143,7 @@ def _same_bits(differing: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = engine_parser("python -m kafka_scorer.bench.fixed_matmul", __doc__)
+    parser = engine_parser("python -m kafka_scorer_bench.fixed_matmul", __doc__)
     parser.add_argument("--tokens", type=int, default=None, help="rows per projection (a multiple of 128)")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args(argv)

@@ -126,7 +126,7 @@ def format_report(report: dict) -> str:
             lines.append(f"  {t['target']}: {value} (goal >= {t['goal']:g}): {verdict}{note}")
     kernel = report.get("label_kernel")
     if kernel:
-        from kafka_scorer.bench.label_kernel import format_report as format_kernel
+        from kafka_scorer_bench.label_kernel import format_report as format_kernel
 
         lines += ["", format_kernel(kernel)]
     return "\n".join(lines)

@@ -10,8 +10,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from kafka_scorer.bench.probes import Measured
 from kafka_scorer.wire.protocol import Result
+from kafka_scorer_bench.probes import Measured
 
 Scores = list[list[float]]
 

@@ -26,14 +26,14 @@ from pathlib import Path
 import msgspec
 import torch
 
-from kafka_scorer.bench.contenders import Contender, EngineContender, drive, warmup_jobs
-from kafka_scorer.bench.cross_encoder import CROSS_ENCODER_BATCH, _vocabulary_words
-from kafka_scorer.bench.models import FIRST_REGULAR_ID
-from kafka_scorer.bench.probes import RunProbe
-from kafka_scorer.bench.records import RunRecord, fastest
-from kafka_scorer.bench.summary import max_abs_diff
 from kafka_scorer.engine.api import window_ranges
 from kafka_scorer.wire.protocol import Chunking, Job
+from kafka_scorer_bench.contenders import Contender, EngineContender, drive, warmup_jobs
+from kafka_scorer_bench.cross_encoder import CROSS_ENCODER_BATCH, _vocabulary_words
+from kafka_scorer_bench.models import FIRST_REGULAR_ID
+from kafka_scorer_bench.probes import RunProbe
+from kafka_scorer_bench.records import RunRecord, fastest
+from kafka_scorer_bench.summary import max_abs_diff
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,8 @@ def _cross_encoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log
 
 
 def _decoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log) -> dict:
-    from kafka_scorer.bench.models import SHAPES, build_shaped_model
     from kafka_scorer.engine.api import Scorer
+    from kafka_scorer_bench.models import SHAPES, build_shaped_model
 
     path = root / f"decoder-{shape.decoder_shape}"
     if not (path / "config.json").exists():

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from kafka_scorer.bench.models import ModelShape
-from kafka_scorer.bench.probes import fastest_call
+from kafka_scorer_bench.models import ModelShape
+from kafka_scorer_bench.probes import fastest_call
 
 
 def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelShape, quick: bool) -> dict:
