@@ -17,6 +17,7 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kinds.kind import Group, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
+from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.listwise.checkpoint import ListwiseModel, load_listwise
 from kafka_scorer.engine.listwise.forward import ListwiseForward, build_listwise_forward, run_listwise_forward
 from kafka_scorer.engine.listwise.fusion import fused_scores, own_scores
@@ -46,7 +47,7 @@ def open_listwise(config: EngineConfig) -> ListwiseKind:
 class ListwiseKind:
     reads_images = False
     prefixes: PrefixPlanner | None = None
-    embeddings = None
+    embeddings: EmbeddingCache | None = None
 
     def __init__(self, served: Served) -> None:
         self.served = served
