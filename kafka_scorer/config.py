@@ -137,8 +137,9 @@ class EngineSettings(BaseSettings):
     )
     template: str = Field(
         "",
-        description="Prompt template for text jobs: a preset (qwen3-reranker, qwen3-vl-reranker) or a file "
-        "with {instruction}, {query} and {item}; empty: none (docs/message-schema.md, Templates).",
+        description="Prompt template for text jobs: a preset (qwen3-reranker, qwen3-vl-reranker, "
+        "mxbai-rerank-v2, bge-reranker-v2-gemma) or a file with {instruction}, {query} and {item}; "
+        "empty: none (docs/message-schema.md, Templates).",
     )
     model_revision: str = Field(
         "",

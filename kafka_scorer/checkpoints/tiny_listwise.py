@@ -4,6 +4,11 @@ A Qwen3 config naming `JinaForRanking`, one `model.safetensors` with the Qwen3 b
 the projector's two bias-free matrices under `projector.0.weight` / `projector.2.weight`, and the
 Qwen-style chat tokenizer of `tiny_models.py` with the two marker tokens added. The context defaults to
 the published model's 131072 positions, so the block policy's token budget behaves as it does there.
+
+`layer_types` and `sliding_window` give jina-reranker-v3.5's pattern: sliding-window layers beside
+global ones, written the way transformers' `Qwen3Config` reads them (`layer_types` naming
+`sliding_attention` / `full_attention` per layer, `sliding_window` its width, `use_sliding_window`
+true, without which transformers drops the width). `V35_LAYERS` is such a pattern for a tiny body.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from pathlib import Path
 from kafka_scorer.checkpoints.tiny_models import build_chat_tokenizer
 
 MARKERS = ("<|embed_token|>", "<|rerank_token|>")
+V35_LAYERS = ("sliding_attention", "sliding_attention", "full_attention", "sliding_attention")
+"""Windowed layers with a global one between them, so a windowed layer reads a global layer's output."""
 
 
 def build_tiny_listwise(
@@ -23,6 +30,8 @@ def build_tiny_listwise(
     num_layers: int = 2,
     projector_width: int = 32,
     max_positions: int = 131072,
+    layer_types: tuple[str, ...] | None = None,
+    sliding_window: int | None = None,
 ) -> Path:
     import torch
     from safetensors.torch import save_file
@@ -44,6 +53,7 @@ def build_tiny_listwise(
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
         architectures=["JinaForRanking"],
+        **_layer_pattern(num_layers, layer_types, sliding_window),
     )
     torch.manual_seed(seed)
     body = Qwen3Model(config).eval()
@@ -53,3 +63,12 @@ def build_tiny_listwise(
     config.save_pretrained(path)
     save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path
+
+
+def _layer_pattern(num_layers: int, layer_types: tuple[str, ...] | None, window: int | None) -> dict:
+    """The config fields of a windowed pattern (none for v3's all-global body)."""
+    if layer_types is None:
+        return {}
+    if len(layer_types) != num_layers or window is None:
+        raise ValueError(f"layer_types needs one entry per layer ({num_layers}) and a sliding_window")
+    return {"layer_types": list(layer_types), "sliding_window": window, "use_sliding_window": True}

@@ -360,7 +360,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--template",
         metavar="PRESET_OR_FILE",
-        help="serve one reranker with this prompt template (qwen3-reranker, qwen3-vl-reranker, or a "
+        help="serve one reranker with this prompt template (qwen3-reranker, qwen3-vl-reranker, "
+        "mxbai-rerank-v2, bge-reranker-v2-gemma, or a "
         "template file) and send text jobs with label_tokens, top_n and instructions; prints rankings "
         "(default: no template, both model kinds; without --model: a tiny RANDOM reranker with a "
         "Qwen-style chat tokenizer, one that also reads images for qwen3-vl-reranker, whose jobs then "

@@ -38,6 +38,15 @@ MODELS = {
         "colbert",
         "a tiny late-interaction (ColBERT) reranker in PyLate's layout: one MaxSim score per item",
     ),
+    "jina-reranker-v3": Choice(
+        "listwise",
+        "a tiny listwise reranker in jina-reranker-v3's layout (JinaForRanking): a job's items read in one "
+        "prompt, each scored by cosine with the query",
+    ),
+    "jina-reranker-v3.5": Choice(
+        "listwise-v3.5",
+        "as jina-reranker-v3, with v3.5's layer pattern: sliding-window layers beside global ones",
+    ),
     "qwen3-vl-reranker": Choice(
         "vl-reranker",
         "a tiny Qwen3-VL yes/no reranker that reads images (content parts) (--template qwen3-vl-reranker)",
@@ -99,12 +108,28 @@ def run(args: argparse.Namespace) -> int:
         serve += " --template qwen3-vl-reranker"
     elif kind == "colbert":
         build_tiny_colbert(directory, seed=args.seed)
+    elif kind.startswith("listwise"):
+        build_listwise(directory, kind, args.seed)
     else:
         build_tiny_model(directory, choice.arch, cast("Kind", kind), num_labels=3, seed=args.seed)
     print(f"wrote {directory}: {choice.text}")
     print("serve it:  " + serve)
     print("a job:     " + json.dumps(sample_job(directory, kind)))
     return 0
+
+
+def build_listwise(directory: Path, kind: str, seed: int) -> None:
+    """jina-reranker-v3's layout; v3.5's adds windowed layers (a 64-token window, so a demo prompt of a
+    few documents already reaches past it)."""
+    from kafka_scorer.checkpoints.tiny_listwise import V35_LAYERS, build_tiny_listwise
+
+    if kind == "listwise-v3.5":
+        layers = len(V35_LAYERS)
+        build_tiny_listwise(
+            directory, seed=seed, num_layers=layers, layer_types=V35_LAYERS, sliding_window=64
+        )
+    else:
+        build_tiny_listwise(directory, seed=seed)
 
 
 _RED_PNG = (
@@ -122,7 +147,7 @@ def sample_job(directory: Path, kind: str) -> dict[str, object]:
     if kind == "vl-reranker":  # a 2x2 red PNG as the second document, base64 as JSON carries it
         job["query"] = "Which one is red?"
         job["items"] = ["A blue sky.", {"content": [{"type": "image", "image": _RED_PNG}]}]
-    if kind in ("reranker", "colbert", "vl-reranker"):
+    if kind in ("reranker", "colbert", "vl-reranker") or kind.startswith("listwise"):
         job["top_n"] = 2  # labels and prompt come from the worker's template, or need none
     if kind == "causal":
         from transformers import AutoTokenizer

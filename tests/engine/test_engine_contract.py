@@ -252,3 +252,62 @@ def test_a_real_engines_stats_name_what_the_worker_exports(kind, scorer_for, col
     assert part is not None
     assert {name for name, _ in (*series.counters, *series.gauges)} <= set(part)
     assert all(isinstance(value, int) for value in part.values())
+
+
+class TestListwise(ScorerContract):
+    """jina-reranker-v3 (`JinaForRanking`, tests/engine/test_listwise.py). Where the kind legitimately
+    differs, the contract is adapted here, not weakened: its jobs are text (it refuses token ids: the
+    model's prompt is tokenized whole), so faults are keyed on a word only the poison job's query holds,
+    found in each prompt of the forward; a job's items are read together by design, so "the same
+    result whatever its batch-mates" is about other jobs, as the contract states it, never about the
+    job's own items. Deterministic mode is refused at start (skipped with its reason)."""
+
+    marker = " zqxv"
+
+    @pytest.fixture
+    def engine(self, listwise_scorer) -> Scorer:
+        return listwise_scorer()
+
+    @pytest.fixture
+    def deterministic_engine(self, listwise_scorer) -> Scorer:
+        return deterministic(lambda: listwise_scorer(deterministic=True))
+
+    def job(self, job_id: str, seed: int = 0, **fields: Any) -> Job:
+        words = ["first", "a second one", "the third item", "fourth"][: 2 + seed % 3]
+        return Job(id=job_id, **{"query": f"query {seed}", "items": words, **fields})
+
+    def poisoned(self) -> Job:
+        return self.job("poison", query=f"query{self.marker}")
+
+    def invalid(self, engine: Scorer) -> dict[str, tuple[Job, ErrorCode]]:
+        too_many = 1 + self.max_items(engine)
+        return {
+            "other-model": (
+                self.job("other-model", model="not-" + engine.served.name),
+                ErrorCode.MODEL_MISMATCH,
+            ),
+            "too-many": (self.job("too-many", items=["x"] * too_many), ErrorCode.TOO_LONG),
+        }
+
+    @contextmanager
+    def breaking(self, engine: Scorer, fault: Fault) -> Iterator[list[int]]:
+        marker = engine.loaded.tokenizer(self.marker, add_special_tokens=False)["input_ids"]
+        sizes: list[int] = []
+
+        def hook(module, args, kwargs) -> None:
+            rows = kwargs["input_ids"].tolist()
+            sizes.append(sum(len(row) for row in rows))
+            held = any(row[i : i + len(marker)] == marker for row in rows for i in range(len(row)))
+            fault([POISON] if held else [-1])
+
+        handle = engine.loaded.body.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            yield sizes
+        finally:
+            handle.remove()
+
+    def test_token_id_jobs_are_refused_typed(self, engine) -> None:
+        """The contract's default job shape (token ids) is the one this kind refuses: `unsupported`."""
+        job = Job(id="ids", query=[3, 4, 5], items=[[7], [8, 9]])
+        (result,) = run(engine, [job])
+        assert result.error is not None and result.error.code is ErrorCode.UNSUPPORTED

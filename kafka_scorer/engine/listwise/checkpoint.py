@@ -84,6 +84,18 @@ def read_projector(model_path: str) -> dict[str, torch.Tensor]:
     return weights
 
 
+def check_layer_pattern(config: Any, model_path: str) -> None:
+    """jina-reranker-v3.5's sliding-window layers need their width: transformers' `Qwen3Config` keeps
+    `sliding_window` only with `use_sliding_window` true, and a `sliding_attention` layer without one
+    cannot run, so such a config stops the worker here with its cause instead of failing in a forward."""
+    windowed = "sliding_attention" in (getattr(config, "layer_types", None) or [])
+    if windowed and getattr(config, "sliding_window", None) is None:
+        raise ModelLoadError(
+            f"model: {model_path!r} has sliding_attention layers in layer_types but no sliding_window "
+            "(transformers drops it unless use_sliding_window is true); set both in its config.json"
+        )
+
+
 def marker_id(tokenizer: Any, token: str, model_path: str) -> int:
     ids = tokenizer(token, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
@@ -105,8 +117,11 @@ def load_listwise(
     torch_dtype = resolve_dtype(dtype, torch_device)
     try:
         config = Qwen3Config.from_pretrained(model_path)
+        check_layer_pattern(config, model_path)
         body: Any = Qwen3Model.from_pretrained(model_path, config=config, dtype=torch_dtype)
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    except ModelLoadError:
+        raise
     except Exception as exc:
         raise ModelLoadError(
             f"model: cannot load the {ARCHITECTURE} checkpoint {model_path!r}: {exc}"
@@ -130,7 +145,7 @@ def load_listwise(
         output_vocab_size=int(weights[PROJECTOR_KEYS[1]].shape[0]),  # the projector's width
         max_positions=getattr(config, "max_position_embeddings", None),
         mis_block_reason="a listwise model reads a job's documents together, by design",
-        sliding_window=None,
+        sliding_window=getattr(config, "sliding_window", None),  # reported only: transformers' own masks
         revision=checkpoint_revision(model_path),
         document_marker_id=marker_id(tokenizer, DOCUMENT_MARKER, model_path),
         query_marker_id=marker_id(tokenizer, QUERY_MARKER, model_path),

@@ -114,7 +114,37 @@ QWEN3_VL_RERANKER = PromptTemplate(
     "block; the card's score, sigmoid(logit_yes - logit_no), is the label-normalised P(yes)",
 )
 
-PRESETS: dict[str, PromptTemplate] = {t.name: t for t in (QWEN3_RERANKER, QWEN3_VL_RERANKER)}
+MXBAI_RERANK_V2 = PromptTemplate(
+    name="mxbai-rerank-v2",
+    text=(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nquery: {query}\ndocument: {item}\nYou are a search relevance expert who "
+        "evaluates how well documents match search queries. For each query-document pair, carefully "
+        "analyze the semantic relationship between them, then provide your binary relevance judgment "
+        "(0 for not relevant, 1 for relevant).\nRelevance:<|im_end|>\n<|im_start|>assistant\n"
+    ),
+    label_tokens=("1", "0"),
+    source="mixedbread-ai/mxbai-rerank (mxbai_rerank/mxbai_rerank_v2.py): Qwen's default system turn, "
+    "'query: ', newline, 'document: ', newline, the task prompt, the assistant turn; the score is "
+    "logit('1') - logit('0'), served by vLLM as the two-token softmax P('1') (from_2_way_softmax over "
+    "'0', '1'). The optional 'instruction: ...' line before the query is not part of this preset",
+)
+
+BGE_RERANKER_V2_GEMMA = PromptTemplate(
+    name="bge-reranker-v2-gemma",
+    text=(
+        "A: {query}\nB: {item}\nGiven a query A and a passage B, determine whether the passage contains "
+        "an answer to the query by providing a prediction of either 'Yes' or 'No'."
+    ),
+    label_tokens=("Yes",),
+    source="FlagOpen/FlagEmbedding's LLM reranker (BAAI/bge-reranker-v2-gemma): the tokenizer's BOS, "
+    "'A: ' query, newline, 'B: ' passage, newline, the task prompt; the card's score is the logit of "
+    "'Yes' at the last position (vLLM: classifier token 'Yes', no post-processing)",
+)
+
+PRESETS: dict[str, PromptTemplate] = {
+    t.name: t for t in (QWEN3_RERANKER, QWEN3_VL_RERANKER, MXBAI_RERANK_V2, BGE_RERANKER_V2_GEMMA)
+}
 
 
 def load_template(setting: str) -> PromptTemplate | None:
