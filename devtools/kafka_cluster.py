@@ -78,7 +78,7 @@ def _until_answered(ask: Callable[[], T], timeout_s: float = 60.0) -> T:
     while True:
         try:
             return ask()
-        except Exception:  # noqa: BLE001 - whatever the reason, asked again until the deadline
+        except Exception:  # whatever the reason, asked again until the deadline
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
