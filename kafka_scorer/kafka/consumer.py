@@ -49,6 +49,7 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import Membership, commit_within, membership_of
+from kafka_scorer.kafka.lagging_end import end_reaches
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
@@ -401,6 +402,8 @@ class JobConsumer:
         while committed is None and time.monotonic() < deadline:
             await asyncio.sleep(_COMMITTED_RETRY_S)
             committed = await self._consumer.committed(tp)
+        if committed is not None and within is not None and committed > within:
+            within = committed if await end_reaches(self._consumer, tp, committed) else within
         if committed is not None and (within is None or committed <= within):
             self._consumer.seek(tp, committed)
         else:
