@@ -1,0 +1,86 @@
+"""The leader of busy partitions SIGKILLed under load on the three-node cluster (issue 45).
+
+Two workers in one group (at-least-once) answer a backlog held in flight when the node leading partition
+0 is killed; jobs keep coming while it is down, and it is started again with its log. Another replica
+leads meanwhile (replication 3, `min.insync.replicas=2`: producers with acks=all go on). Asserted, as the
+delivery contract says: every acknowledged job answered as the reference scores it; only jobs in flight
+at the kill (at or past the group's committed offset then) answered twice, so a lagging high-water
+mark after the failover re-reads no partition from its start (kafka/lagging_end.py); no worker exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from tests.integration.cluster import RUNS, all_up, cluster_topics
+from tests.integration.jobs import assert_answers, expected_id, mixed_jobs, to_record
+from tests.integration.kafka_helpers import (
+    InProcessWorker,
+    committed_offsets,
+    decode_replies,
+    hold_device,
+    produce,
+    read_topic,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka]
+
+PARTITIONS, BEFORE, DURING = 3, 90, 60
+
+
+async def _kill_a_busy_leader(cluster, run: int, model, scorer, reference, monkeypatch) -> None:
+    topics = await cluster_topics(cluster, PARTITIONS)
+    bootstrap = topics.broker.bootstrap
+    name = scorer.model_name
+    before = mixed_jobs(BEFORE, seed=4700 + run, model_name=name, prefix=f"fo-before{run}")
+    during = mixed_jobs(DURING, seed=4800 + run, model_name=name, prefix=f"fo-during{run}")
+    settings = topics.settings(model, max_batch_tokens=64, rebalance_grace_s=3.0)
+    device = hold_device(monkeypatch, scorer)
+    async with InProcessWorker(settings, scorer) as one, InProcessWorker(settings, scorer) as two:
+        await produce(
+            bootstrap, [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(before)]
+        )
+        await topics.read_answers(BEFORE // 4, timeout_s=60)
+        device.clear()  # the rest of the backlog stays in flight through the failover
+        await asyncio.sleep(1.0)  # answers already computed are acknowledged and committed meanwhile
+        at_kill = await committed_offsets(bootstrap, topics.group, topics.requests, PARTITIONS)
+        leader = await asyncio.to_thread(cluster.leader_of, topics.requests, 0)
+        await asyncio.to_thread(cluster.kill, leader)
+        device.set()
+        await produce(
+            bootstrap, [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(during)]
+        )
+        await asyncio.to_thread(cluster.restart, leader)
+        sent = [*before, *during]
+        want = {expected_id(s) for s in sent}
+        await read_topic(
+            bootstrap, topics.replies, lambda rs: want <= {r.id for r in decode_replies(rs)}, 120
+        )
+        await asyncio.sleep(1.0)  # late duplicates, if any, land meanwhile
+        records = await read_topic(bootstrap, topics.replies, lambda rs: False, timeout_s=1.0)
+        assert one.running and two.running, "a worker exited"
+        assert await one.stop() == 0 and await two.stop() == 0
+    answers = [r for r in decode_replies(records) if r.id in want]
+    assert_answers(answers, sent, reference, once=False)
+    offsets = {expected_id(s): (i % PARTITIONS, i // PARTITIONS) for i, s in enumerate(before)}
+    twice = [job for job, n in Counter(r.id for r in answers).items() if n > 1]
+    settled = sorted(
+        offsets[j] for j in twice if j in offsets and offsets[j][1] < (at_kill[offsets[j][0]] or 0)
+    )
+    assert not settled, (
+        f"jobs committed before the kill answered again: {settled[:12]} (committed then: {at_kill})"
+    )
+    print(f"run {run}: killed node {leader}; {len(twice)} jobs answered twice, all in flight at the kill")
+
+
+async def test_the_leader_of_busy_partitions_killed_under_load(
+    kafka_cluster, causal_model, causal_scorer, causal_reference, monkeypatch
+) -> None:
+    await all_up(kafka_cluster)
+    for run in range(RUNS):
+        await _kill_a_busy_leader(
+            kafka_cluster, run, causal_model, causal_scorer, causal_reference, monkeypatch
+        )
