@@ -76,6 +76,7 @@ async def _kill_a_busy_leader(cluster, run: int, model, scorer, reference, monke
     print(f"run {run}: killed node {leader}; {len(twice)} jobs answered twice, all in flight at the kill")
 
 
+@pytest.mark.timeout(240 * RUNS)
 async def test_the_leader_of_busy_partitions_killed_under_load(
     kafka_cluster, causal_model, causal_scorer, causal_reference, monkeypatch
 ) -> None:

@@ -83,6 +83,7 @@ async def _start_together(kafka_cluster, count: int, run: int, causal_model, cau
     return settle_s
 
 
+@pytest.mark.timeout(120 * RUNS)
 @pytest.mark.parametrize("count", [2, 4, 8])
 async def test_workers_started_together_settle(kafka_cluster, count, causal_model, causal_scorer) -> None:
     await all_up(kafka_cluster)
