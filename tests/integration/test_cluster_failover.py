@@ -1,11 +1,15 @@
-"""The leader of busy partitions SIGKILLed under load on the three-node cluster (issue 45).
+"""Nodes of the three-node cluster killed or restarted under load (issue 45).
 
-Two workers in one group (at-least-once) answer a backlog held in flight when the node leading partition
-0 is killed; jobs keep coming while it is down, and it is started again with its log. Another replica
-leads meanwhile (replication 3, `min.insync.replicas=2`: producers with acks=all go on). Asserted, as the
-delivery contract says: every acknowledged job answered as the reference scores it; only jobs in flight
-at the kill (at or past the group's committed offset then) answered twice, so a lagging high-water
-mark after the failover re-reads no partition from its start (kafka/lagging_end.py); no worker exits.
+Two workers in one group (at-least-once) answer a backlog held in flight when the fault strikes:
+- `leader`: the node leading partition 0 is SIGKILLed, jobs keep coming while it is down, and it is
+  started again with its log;
+- `group-coordinator`: the same for the node coordinating the workers' group;
+- `rolling`: every node in turn stopped cleanly and started again (the routine upgrade).
+Another replica leads meanwhile (replication 3, `min.insync.replicas=2`: producers with acks=all go
+on). Asserted, as the delivery contract says: every acknowledged job answered as the reference scores
+it; only jobs in flight at the fault (at or past the group's committed offset then) answered twice,
+so a lagging high-water mark after a failover re-reads no partition from its start
+(kafka/lagging_end.py); no worker exits.
 """
 
 from __future__ import annotations
@@ -31,7 +35,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka]
 PARTITIONS, BEFORE, DURING = 3, 90, 60
 
 
-async def _kill_a_busy_leader(cluster, run: int, model, scorer, reference, monkeypatch) -> None:
+async def _fault(cluster, fault: str, topics) -> str:
+    """Strike `fault` (see the module docstring); returns what it did, for the report line."""
+    if fault == "rolling":
+        for node in sorted(cluster.nodes):
+            await asyncio.to_thread(cluster.restart, node)
+        return "restarted every node in turn"
+    if fault == "leader":
+        node = await asyncio.to_thread(cluster.leader_of, topics.requests, 0)
+    else:
+        node = await asyncio.to_thread(cluster.group_coordinator, topics.group)
+    await asyncio.to_thread(cluster.kill, node)
+    return f"killed node {node}"
+
+
+async def _under_load(cluster, fault: str, run: int, model, scorer, reference, monkeypatch) -> None:
     topics = await cluster_topics(cluster, PARTITIONS)
     bootstrap = topics.broker.bootstrap
     name = scorer.model_name
@@ -47,13 +65,15 @@ async def _kill_a_busy_leader(cluster, run: int, model, scorer, reference, monke
         device.clear()  # the rest of the backlog stays in flight through the failover
         await asyncio.sleep(1.0)  # answers already computed are acknowledged and committed meanwhile
         at_kill = await committed_offsets(bootstrap, topics.group, topics.requests, PARTITIONS)
-        leader = await asyncio.to_thread(cluster.leader_of, topics.requests, 0)
-        await asyncio.to_thread(cluster.kill, leader)
+        fault_task = asyncio.create_task(_fault(cluster, fault, topics))
+        if fault != "rolling":
+            await fault_task
         device.set()
         await produce(
             bootstrap, [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(during)]
         )
-        await asyncio.to_thread(cluster.restart, leader)
+        done = await fault_task
+        await all_up(cluster)
         sent = [*before, *during]
         want = {expected_id(s) for s in sent}
         await read_topic(
@@ -73,15 +93,16 @@ async def _kill_a_busy_leader(cluster, run: int, model, scorer, reference, monke
     assert not settled, (
         f"jobs committed before the kill answered again: {settled[:12]} (committed then: {at_kill})"
     )
-    print(f"run {run}: killed node {leader}; {len(twice)} jobs answered twice, all in flight at the kill")
+    print(f"{fault} run {run}: {done}; {len(twice)} jobs answered twice, all in flight at the fault")
 
 
 @pytest.mark.timeout(240 * RUNS)
-async def test_the_leader_of_busy_partitions_killed_under_load(
-    kafka_cluster, causal_model, causal_scorer, causal_reference, monkeypatch
+@pytest.mark.parametrize("fault", ["leader", "group-coordinator", "rolling"])
+async def test_nodes_fail_under_load(
+    kafka_cluster, fault, causal_model, causal_scorer, causal_reference, monkeypatch
 ) -> None:
     await all_up(kafka_cluster)
     for run in range(RUNS):
-        await _kill_a_busy_leader(
-            kafka_cluster, run, causal_model, causal_scorer, causal_reference, monkeypatch
+        await _under_load(
+            kafka_cluster, fault, run, causal_model, causal_scorer, causal_reference, monkeypatch
         )
