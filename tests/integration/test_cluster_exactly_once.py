@@ -30,7 +30,7 @@ from tests.integration.independent_readers import read_committed_confluent, read
 from tests.integration.jobs import assert_answers, expected_id, mixed_jobs, to_record
 from tests.integration.kafka_helpers import InProcessWorker, committed_offsets, produce, unique
 
-pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka, pytest.mark.kafka_cluster]
 
 PARTITIONS, BEFORE, DURING = 3, 120, 120
 STALE_S = 5.0  # a coordinator failover's stale offset fetches end well within this (about 1 s here)

@@ -30,7 +30,7 @@ from tests.integration.kafka_helpers import (
     read_topic,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka, pytest.mark.kafka_cluster]
 
 PARTITIONS, BEFORE, DURING = 3, 90, 60
 

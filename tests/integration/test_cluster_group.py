@@ -24,7 +24,7 @@ from tests.integration.cluster import RUNS, all_up, cluster_topics
 from tests.integration.jobs import expected_id, mixed_jobs, to_record
 from tests.integration.kafka_helpers import InProcessWorker, produce
 
-pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.apache_kafka, pytest.mark.kafka_cluster]
 
 PARTITIONS = 8
 SETTLE_S = 30.0  # the bound a group of up to eight workers started at once must settle within
