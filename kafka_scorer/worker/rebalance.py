@@ -45,6 +45,8 @@ class Partitions(Protocol):
 
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
 
+    def resume(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
+
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None: ...
 
     async def seek_when_visible(
@@ -85,8 +87,15 @@ class Rebalance:
             return
         await delivery.settle_in_flight()
         floors = delivery.floors(sorted(partitions))
-        if floors:
+        if not floors:
+            return
+        # paused meanwhile: aiokafka fetches a new assignment from the group's (maybe stale) offset while
+        # this waits, and records handed out from there would be answered a second time
+        self.consumer.pause(floors)
+        try:
             await self.consumer.seek_when_visible(floors, VISIBLE_WAIT_S)
+        finally:
+            self.consumer.resume(set(floors) - self.ledger.held(set(floors)))
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         if not revoked:

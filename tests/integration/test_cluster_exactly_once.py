@@ -111,7 +111,10 @@ async def _kill_the_transaction_coordinator(cluster, run: int, model, scorer, re
         want = {expected_id(s) for s in sent}
         lost = want - set(counts)
         twice = sorted(job for job, n in counts.items() if n > 1)
-        assert not lost, f"{reader}: {len(lost)} of {len(want)} jobs never answered: {sorted(lost)[:8]}"
+        seen = f"kafka-python {len(answers)}, confluent-kafka {len(librdkafka)} results, committed {final}"
+        assert not lost, (
+            f"{reader}: {len(lost)} of {len(want)} jobs never answered: {sorted(lost)[:8]} ({seen})"
+        )
         assert not twice, f"{reader}: {len(twice)} jobs answered twice under read_committed: {twice[:8]}"
     assert not moved_back, f"committed offsets moved back: {moved_back}"
     per_partition = (BEFORE + DURING) // PARTITIONS
