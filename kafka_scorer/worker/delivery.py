@@ -340,13 +340,17 @@ class ExactlyOnceDelivery(Delivery):
             except FatalProducerError:
                 raise
             except StaleTransaction:
+                # Its other partitions' watermarks still count these answers as given: rewound like any
+                # aborted transaction, or the next one would commit past records never answered.
                 log.warning(
-                    "transaction of %d results aborted before its commit: the group membership or the "
-                    "partitions its offsets were taken under are gone; their records are the next reader's",
+                    "transaction of %d results aborted before its commit: the group membership or a "
+                    "partition its offsets were taken under is gone; rewinding to committed offsets",
                     len(ready),
                 )
-                for ticket in ready:
+                await self._rewinder.rewind()
+                for ticket in [*ready, *self._held]:
                     ticket.settle(None)
+                self._held = []
                 return
             except Exception as exc:  # catch-all, on purpose: whatever failed the transaction aborted it,
                 # so the work is redone from the committed offsets; refusals in a row stop the worker

@@ -254,6 +254,7 @@ async def test_a_transaction_whose_claim_is_gone_aborts_before_its_commit(lost) 
     assert h.producer.aborted == 1
     assert h.producer.transactions == []
     assert h.settled == {0: None, 1: None}, "left to the partition's next reader"
+    assert h.rewinds == 1, "rewound: the watermarks of its other partitions counted these answers as given"
     assert h.delivery.floors([TP]) == {}
 
 
