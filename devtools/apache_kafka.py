@@ -13,7 +13,10 @@ Started here in ~5-10 s with ~350 MB RSS (`-Xmx512m`, serial GC: a test broker, 
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -29,7 +32,8 @@ from devtools.kafka_security import ScramUser
 from devtools.processes import alive, die_with_parent, terminate
 from kafka_scorer.embedded.broker import free_port
 
-JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+HEAP = "512m"
+JVM_OPTIONS = ("-XX:+UseSerialGC", "-Djava.awt.headless=true")
 LOG4J_CONFIG = """\
 status = warn
 shutdownHook = disable
@@ -78,6 +82,10 @@ class ApacheKafka:
         stop_timeout_s: float = 30.0,
         die_with_parent: bool = True,
         scram_users: tuple[ScramUser, ...] = (),
+        node_id: int = 1,
+        voters: str = "",
+        cluster: str | None = None,
+        heap: str = HEAP,
     ) -> None:
         self.distribution = distribution or KafkaDistribution.default()
         self._own_dir = run_dir is None
@@ -88,12 +96,17 @@ class ApacheKafka:
             controller_port=controller_port or free_port(),
             listeners=listeners,
             extra=dict(extra or {}),
+            node_id=node_id,
+            voters=voters,
         )
+        self.cluster_id = cluster  # a cluster's nodes share one, given; one node makes its own at each format
+        self.heap = heap
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.die_with_parent = die_with_parent
         self.scram_users = scram_users  # written at each format: a wiped log gets them again
         self._proc: subprocess.Popen[bytes] | None = None
+        self._spawned_at = 0.0
         self.startup_s: float | None = None  # the last start's seconds, from spawn to answering
 
     @property
@@ -123,6 +136,7 @@ class ApacheKafka:
     def _java(self, main: str, *args: str) -> list[str]:
         return [
             java_command(),
+            f"-Xmx{self.heap}",
             *JVM_OPTIONS,
             f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.run_dir}",
@@ -143,7 +157,9 @@ class ApacheKafka:
         """An empty KRaft log under a new cluster id (`kafka-storage.sh format --standalone`), with the
         SCRAM users in it: KRaft has no other way to have them before the first client connects."""
         scram = [part for user in self.scram_users for part in ("--add-scram", user.format_argument())]
-        format_args = ("format", "--standalone", "-t", cluster_id(), "-c", str(config), *scram)
+        # a node of a static quorum formats with the cluster's id and no quorum of its own
+        quorum = () if self.properties.voters else ("--standalone",)
+        format_args = ("format", *quorum, "-t", self.cluster_id or cluster_id(), "-c", str(config), *scram)
         done = subprocess.run(
             self._java("kafka.tools.StorageTool", *format_args),
             capture_output=True,
@@ -158,6 +174,11 @@ class ApacheKafka:
         """Start (resolving the jars and formatting the log the first time) and wait until it answers."""
         if self.running:
             return self
+        return self.spawn().wait_ready()
+
+    def spawn(self) -> ApacheKafka:
+        """Start the JVM without waiting: a cluster's nodes answer only once a quorum of them runs, so
+        they are all spawned first, then waited for (`wait_ready`)."""
         self.distribution.resolve()
         config = self._write_config()
         if not (self.properties.log_dir / "meta.properties").is_file():
@@ -172,18 +193,21 @@ class ApacheKafka:
                 start_new_session=True,  # Ctrl-C in a terminal reaches us; we stop the broker in order
                 preexec_fn=die_with_parent if self.die_with_parent else None,
             )
-        self._wait_ready(began)
-        self.startup_s = time.monotonic() - began
+        self._spawned_at = began
         return self
 
-    def _wait_ready(self, began: float) -> None:
+    def wait_ready(self) -> ApacheKafka:
+        """Wait until this node answers metadata listing itself (a node of a cluster can answer with the
+        others before it has registered); raises `ApacheKafkaError` with its log after `start_timeout_s`."""
+        began = self._spawned_at
         assert self._proc is not None
         while time.monotonic() - began < self.start_timeout_s:
             if self._proc.poll() is not None:
                 rc, self._proc = self._proc.returncode, None
                 raise ApacheKafkaError(f"Apache Kafka exited at start (rc={rc}):\n{self.log_tail()}")
-            if kafka_probe.answers(self.bootstrap_servers):
-                return
+            if kafka_probe.answers(self.bootstrap_servers, node_id=self.properties.node_id):
+                self.startup_s = time.monotonic() - began
+                return self
             time.sleep(0.2)
         self.stop()
         raise ApacheKafkaError(
@@ -196,6 +220,14 @@ class ApacheKafka:
         proc, self._proc = self._proc, None
         if proc is not None:
             terminate(proc.pid, self.stop_timeout_s)
+            proc.wait(self.stop_timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL, as a machine that loses power: no controlled shutdown, the log stays as it was."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
             proc.wait(self.stop_timeout_s)
 
     def wipe(self) -> None:

@@ -21,14 +21,15 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-async def _cluster_answers(bootstrap: str, timeout_s: float) -> bool:
+async def _cluster_answers(bootstrap: str, timeout_s: float, node_id: int | None) -> bool:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await admin.start()
         cluster = await admin.describe_cluster()
-        return bool(cluster.get("brokers"))
+        brokers = cluster.get("brokers") or []
+        return bool(brokers) and (node_id is None or any(b["node_id"] == node_id for b in brokers))
     except Exception:  # any failure means "not yet": the caller retries until its deadline
         return False
     finally:
@@ -43,9 +44,10 @@ def _in_thread(run: Callable[[], bool]) -> bool:
     return bool(result and result[0])
 
 
-def answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """True when the broker at `bootstrap` (host:port) answers metadata with itself in it."""
+def answers(bootstrap: str, timeout_s: float = 3.0, node_id: int | None = None) -> bool:
+    """True when the broker at `bootstrap` (host:port) answers metadata with a broker in it (with
+    `node_id` in it, where given: a cluster's node answers with the others before it registered)."""
     host, _, port = bootstrap.rpartition(":")
     if not _port_open(host, int(port)):
         return False
-    return _in_thread(lambda: asyncio.run(_cluster_answers(bootstrap, timeout_s)))
+    return _in_thread(lambda: asyncio.run(_cluster_answers(bootstrap, timeout_s, node_id)))

@@ -58,6 +58,7 @@ class BrokerProperties:
     listeners: tuple[Listener, ...] = ()
     extra: Mapping[str, str] = field(default_factory=dict)
     node_id: int = 1
+    voters: str = ""  # a cluster's static quorum, `id@host:port,...` (kafka_cluster.py); "" for one node
 
     @property
     def bootstrap_servers(self) -> str:
@@ -70,7 +71,7 @@ class BrokerProperties:
         base = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
-            "controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}",
+            **self._quorum(),
             "listeners": ",".join(lst.url for lst in (*clients, controller)),
             "advertised.listeners": ",".join(lst.url for lst in clients),
             "controller.listener.names": "CONTROLLER",
@@ -82,6 +83,13 @@ class BrokerProperties:
             **TEST_DEFAULTS,
         }
         return {**base, **self.extra}
+
+    def _quorum(self) -> dict[str, str]:
+        """One node bootstraps a dynamic quorum of itself; a cluster's nodes name every voter (a static
+        quorum: a node back on an empty disk rejoins it formatted alike, with no quorum change to make)."""
+        if self.voters:
+            return {"controller.quorum.voters": self.voters}
+        return {"controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}"}
 
     def render(self) -> str:
         return "".join(f"{key}={value}\n" for key, value in self.as_dict().items())

@@ -48,11 +48,13 @@ from aiokafka.errors import (
 from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
-from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
+from kafka_scorer.kafka.fenced_commit import Membership, commit_within, membership_of
+from kafka_scorer.kafka.lagging_end import end_reaches
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 from kafka_scorer.kafka.subscription import fetch_states, report_received
+from kafka_scorer.kafka.visible_commit import seek_when_visible
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +276,17 @@ class JobConsumer:
         """True while this member has no generation in the group (lost it, or not joined yet)."""
         return getattr(self._consumer._coordinator, "generation", -1) < 0
 
+    def membership(self) -> Membership | None:
+        """This member's place in its group now (fenced_commit.py); None while it has none."""
+        return membership_of(self._consumer)
+
+    async def seek_when_visible(
+        self, floors: dict[TopicPartition, int], timeout_s: float
+    ) -> dict[TopicPartition, int]:
+        """Position these partitions from the group's committed offset once it reaches each floor
+        (visible_commit.py: a transaction's offsets show in the group a moment after its commit)."""
+        return await seek_when_visible(self._consumer, floors, timeout_s)
+
     def committable(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The offsets that may be committed now: partitions still assigned (a revoked one is the new
         owner's), only while a member of the group, never beyond the last fetched high watermark."""
@@ -389,6 +402,8 @@ class JobConsumer:
         while committed is None and time.monotonic() < deadline:
             await asyncio.sleep(_COMMITTED_RETRY_S)
             committed = await self._consumer.committed(tp)
+        if committed is not None and within is not None and committed > within:
+            within = committed if await end_reaches(self._consumer, tp, committed) else within
         if committed is not None and (within is None or committed <= within):
             self._consumer.seek(tp, committed)
         else:

@@ -16,9 +16,15 @@ the next rebalance gives it partitions, and it says so). The members that keep t
 WARNING naming what was kept out, so the first worker's log tells the story as well.
 
 Members that state nothing (another version of this worker, another client under the same protocol)
-count as serving any model. A group whose members still run a version without this assignor falls back
-to aiokafka's round-robin protocol, which every member supports (the broker picks a protocol all
-members offer), and is not checked until they are replaced.
+count as serving any model.
+
+This is the only protocol a worker offers. aiokafka 0.14 sends one JoinGroup per offered assignor, each
+naming one more protocol than the last (aio-libs/aiokafka#1168): with a plain round-robin fallback
+offered second, every join was followed by another with other metadata, which the broker answers by
+starting the rebalance again (`Updating metadata for member … during CompletingRebalance`). Two workers
+started together on a three-node cluster never settled (issue 45; tests/integration/test_cluster_group.py).
+The price: a member offering only round-robin (no version of this worker does) cannot join the group,
+and is told so (`InconsistentGroupProtocolError`, kafka/consumer.py names the setting).
 """
 
 from __future__ import annotations
@@ -151,9 +157,9 @@ class OneModelAssignor(AbstractPartitionAssignor):
         return cls(group_id, ServedModel.from_description(description))
 
     def offered(self) -> tuple[object, ...]:
-        """What the consumer offers the group, preferred first: this check, then plain round-robin, so
-        that a group still holding members of an older version forms (unchecked) during an upgrade."""
-        return (self, RoundRobinPartitionAssignor)
+        """What the consumer offers the group: this check alone, one protocol, so aiokafka sends one
+        JoinGroup per join (see the module docstring for why a second protocol kept groups from settling)."""
+        return (self,)
 
     @property
     def ready(self) -> bool:

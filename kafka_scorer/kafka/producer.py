@@ -24,7 +24,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -63,6 +63,14 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's rule for topic na
 
 class FatalProducerError(FatalError):
     """The producer cannot go on (fenced by a newer instance with the same transactional id)."""
+
+
+class StaleTransaction(KafkaError):
+    """The transaction was aborted before its commit: the group membership (or a partition) its offsets
+    were taken under is gone, and the broker cannot refuse its offsets for us (aiokafka's
+    `send_offsets_to_transaction` carries no generation). Its records are the partitions' next reader's."""
+
+    retriable = True
 
 
 class Refused(KafkaError):
@@ -284,11 +292,13 @@ class ResultProducer:
         records: Sequence[OutRecord],
         offsets: dict[TopicPartition, int],
         group_id: str,
+        still_ours: Callable[[], bool] = lambda: True,
     ) -> None:
         """Produce `records` and commit the consumer `offsets`, atomically.
 
         Any failure aborts the transaction and is raised: the caller must rewind to the last
-        committed offsets.
+        committed offsets. `still_ours` is asked last, right before the commit: False aborts it as
+        `StaleTransaction` (a membership lost while the transaction waited on a moving coordinator).
         """
         producer = self._client
         values = [await self._value(r) for r in records]  # registry look-ups before the transaction opens
@@ -306,6 +316,8 @@ class ResultProducer:
                 await asyncio.wait_for(
                     producer.send_offsets_to_transaction(offsets, group_id), self.transaction_step_s
                 )
+            if not still_ours():
+                raise StaleTransaction("the group membership its offsets were taken under is gone")
             await producer.commit_transaction()
         except ProducerFenced as exc:
             raise FatalProducerError(str(exc)) from exc

@@ -27,8 +27,9 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from kafka_scorer.kafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
+from kafka_scorer.kafka.fenced_commit import Membership
 from kafka_scorer.kafka.offsets import OffsetTracker
-from kafka_scorer.kafka.producer import FatalProducerError, Refused, ResultProducer
+from kafka_scorer.kafka.producer import FatalProducerError, Refused, ResultProducer, StaleTransaction
 from kafka_scorer.kafka.records import OutRecord, TopicPartition
 from kafka_scorer.kafka.retry import Backoff, is_retriable
 from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
@@ -37,6 +38,7 @@ from kafka_scorer.worker.envelope import Origin, result_record
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.ticket import Ticket
+from kafka_scorer.worker.transaction_fence import Floors, claim
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class Committer(Protocol):
     def commit(self, offsets: dict[TopicPartition, int]) -> Awaitable[dict[TopicPartition, int]]: ...
 
     def committable(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]: ...
+
+    def membership(self) -> Membership | None: ...
 
 
 class Rewinder(Protocol):
@@ -187,6 +191,14 @@ class Delivery:
     def discard_closed(self) -> None:
         """Settle, as dropped, tickets still held for partitions that were just revoked."""
 
+    async def settle_in_flight(self) -> None:
+        """Return once no transaction is in flight (exactly-once); at-least-once commits are fenced by
+        membership already (kafka/fenced_commit.py)."""
+
+    def floors(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """What this worker's transactions committed of `partitions` (worker/transaction_fence.py)."""
+        return {}
+
     async def run(self) -> None:
         """Background work (the committer); returns only when cancelled."""
         await asyncio.Event().wait()
@@ -290,6 +302,7 @@ class ExactlyOnceDelivery(Delivery):
         self._backoff = Backoff()
         self._held: list[Ticket[Any]] = []  # answered, waiting for an older record of the same partition
         self._refusals = 0  # transactions refused (not merely failed) in a row
+        self._floors = Floors()
 
     async def deliver(self, tickets: Sequence[Ticket[Any]]) -> None:
         """Commit, in one transaction, every ticket its partition's watermark has now passed.
@@ -318,12 +331,27 @@ class ExactlyOnceDelivery(Delivery):
             ready, offsets = self._within_guards(ready, offsets)
             if not ready:
                 return
+            taken = claim(self._consumer.membership(), ready)  # with the offsets, before any await
             built = [await self._producible(a) for a in ready]
             records = [r for _, recs in built for r in recs]
             try:
-                await self.producer.send_transaction(records, offsets, self._group_id)
+                still_ours = taken.holds(self._consumer.membership)
+                await self.producer.send_transaction(records, offsets, self._group_id, still_ours)
             except FatalProducerError:
                 raise
+            except StaleTransaction:
+                # Its other partitions' watermarks still count these answers as given: rewound like any
+                # aborted transaction, or the next one would commit past records never answered.
+                log.warning(
+                    "transaction of %d results aborted before its commit: the group membership or a "
+                    "partition its offsets were taken under is gone; rewinding to committed offsets",
+                    len(ready),
+                )
+                await self._rewinder.rewind()
+                for ticket in [*ready, *self._held]:
+                    ticket.settle(None)
+                self._held = []
+                return
             except Exception as exc:  # catch-all, on purpose: whatever failed the transaction aborted it,
                 # so the work is redone from the committed offsets; refusals in a row stop the worker
                 self._refusals = self._refusals + 1 if not is_retriable(exc) else 0
@@ -346,6 +374,7 @@ class ExactlyOnceDelivery(Delivery):
             self._backoff.reset()
             self._refusals = 0
             self.tracker.committed(offsets)
+            self._floors.committed(offsets)
             for ticket, (result, records) in zip(ready, built, strict=True):
                 if ticket.dead_letter is not None and ticket.dead_letter in records:
                     self._dead_lettered(ticket, ticket.dead_letter)
@@ -390,6 +419,15 @@ class ExactlyOnceDelivery(Delivery):
     async def commit(self, partitions: Sequence[TopicPartition] | None = None) -> None:
         async with self._txn_lock:  # wait for a transaction in flight: its offsets are the commit
             return
+
+    async def settle_in_flight(self) -> None:
+        """Wait for the transaction in flight: its claim no longer holds once the caller has closed its
+        partitions or lost the membership, so it aborts, unless its commit was already under way."""
+        async with self._txn_lock:
+            return
+
+    def floors(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._floors.of(partitions)
 
     def discard_closed(self) -> None:
         keep = []

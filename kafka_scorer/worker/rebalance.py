@@ -5,7 +5,10 @@
   nobody answers a job twice after the handover; queued jobs of those partitions are taken out of the
   batcher uncomputed.
 - **Lost** with the group membership (the broker restarted, the session expired): dropped at once,
-  uncommitted (kafka/consumer.py explains why no commit may follow).
+  uncommitted (kafka/consumer.py explains why no commit may follow); an exactly-once transaction in
+  flight is waited for (it aborts: its membership is gone) before the member rejoins.
+- **Assigned** (exactly-once): a partition this worker committed transactions for is positioned once the
+  group's committed offset shows them (worker/transaction_fence.py), never below.
 - **Reset** (the partition's log was reset under the worker) and **rewound** (exactly-once: an
   aborted transaction): the watermark restarts, so late answers to earlier records move no commit.
 
@@ -27,6 +30,7 @@ from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.outbox import Outbox
+from kafka_scorer.worker.transaction_fence import VISIBLE_WAIT_S
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,13 @@ class Partitions(Protocol):
 
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
 
+    def resume(self, partitions: Iterable[TopicPartition] | None = None) -> None: ...
+
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+    async def seek_when_visible(
+        self, floors: dict[TopicPartition, int], timeout_s: float
+    ) -> dict[TopicPartition, int]: ...
 
 
 class Rebalance:
@@ -66,7 +76,26 @@ class Rebalance:
         held = self.ledger.held(assigned)
         if held:
             self.consumer.pause(held)
+        await self.after_own_commits(assigned)
         log.info("partitions assigned: %s", names(assigned))
+
+    async def after_own_commits(self, partitions: set[TopicPartition]) -> None:
+        """Exactly-once: position `partitions` at or past what this worker's transactions committed
+        there, once the group shows it (a transaction in flight ends first). Nothing at at-least-once."""
+        delivery = self.outbox.delivery
+        if delivery is None or not partitions:
+            return
+        await delivery.settle_in_flight()
+        floors = delivery.floors(sorted(partitions))
+        if not floors:
+            return
+        # paused meanwhile: aiokafka fetches a new assignment from the group's (maybe stale) offset while
+        # this waits, and records handed out from there would be answered a second time
+        self.consumer.pause(floors)
+        try:
+            await self.consumer.seek_when_visible(floors, VISIBLE_WAIT_S)
+        finally:
+            self.consumer.resume(set(floors) - self.ledger.held(set(floors)))
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         if not revoked:
@@ -80,6 +109,8 @@ class Rebalance:
                 tracker.unanswered(revoked),
             )
             self.restart(revoked, reassign=False)
+            if self.outbox.delivery is not None:
+                await self.outbox.delivery.settle_in_flight()  # before the rejoin reads committed offsets
             return
         if not self.outbox.closing:
             await self._settle(revoked)

@@ -201,6 +201,7 @@ class Worker:
             verdicts = await self.consumer.reposition_reset_logs()
             self._count_resets(verdicts)
             self.rebalance.restart(set(verdicts.reset))
+            await self.rebalance.after_own_commits(set(verdicts.reset))  # exactly-once: never below them
 
     def _count_resets(self, verdicts: Verdicts[Any]) -> None:
         for outcome, found in (

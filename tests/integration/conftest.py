@@ -167,3 +167,15 @@ def causal_scorer(causal_model: Path):
 def causal_reference(causal_model: Path) -> Reference:
     """One reference for the session, so a job two tests both send is run through transformers once."""
     return Reference(causal_model)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(apache_kafka_distribution) -> Iterator[object]:
+    """Three Apache Kafka nodes (devtools/kafka_cluster.py) for the cluster tests of this process, started
+    by the first that needs one (~25 s). The tests kill and restart its nodes; each leaves all three
+    running (tests/integration/cluster.py `all_up`)."""
+    from devtools.kafka_cluster import KafkaCluster
+
+    with KafkaCluster(apache_kafka_distribution) as cluster:
+        log.info("Kafka cluster on %s", cluster.bootstrap_servers)
+        yield cluster

@@ -39,8 +39,8 @@ class SpyingProducer(ResultProducer):
         await super().send(record)
         self.topics.append(record.topic)
 
-    async def send_transaction(self, records, offsets, group_id) -> None:
-        await super().send_transaction(records, offsets, group_id)
+    async def send_transaction(self, records, offsets, group_id, still_ours=lambda: True) -> None:
+        await super().send_transaction(records, offsets, group_id, still_ours)
         self.topics += [r.topic for r in records]
 
 

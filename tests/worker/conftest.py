@@ -170,6 +170,7 @@ class FakeProducer:
     def __init__(self, refused: dict[str, BaseException] | None = None, transactional: bool = False) -> None:
         self.refused = refused or {}
         self.transactional = transactional
+        self.aborted = 0  # transactions aborted at the membership check before their commit
         self.sent: list[OutRecord] = []
         self.transactions: list[dict[TopicPartition, int]] = []
 
@@ -185,9 +186,14 @@ class FakeProducer:
         await self.ensure_topic(record.topic)
         self.sent.append(record)
 
-    async def send_transaction(self, records, offsets, group_id) -> None:
+    async def send_transaction(self, records, offsets, group_id, still_ours=lambda: True) -> None:
+        from kafka_scorer.kafka.producer import StaleTransaction
+
         for record in records:
             await self.send(record)
+        if not still_ours():  # asked right before the commit, as the real producer does
+            self.aborted += 1
+            raise StaleTransaction("membership gone")
         self.transactions.append(dict(offsets))
 
 
@@ -199,8 +205,10 @@ class FakeConsumer:
         self.partitions = set(partitions)
         self.paused_set: set[TopicPartition] = set()
         self.membership_lost = False
+        self.generation = 1  # a new value is a new membership (kafka/fenced_commit.py Membership)
         self.commits: list[dict[TopicPartition, int]] = []
         self.rewound: list[set[TopicPartition]] = []
+        self.sought: list[dict[TopicPartition, int]] = []
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.partitions)
@@ -216,6 +224,13 @@ class FakeConsumer:
 
     def committable(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         return {} if self.membership_lost else dict(offsets)
+
+    def membership(self) -> object:
+        return None if self.membership_lost else ("member", self.generation)
+
+    async def seek_when_visible(self, floors: dict[TopicPartition, int], timeout_s: float) -> dict:
+        self.sought.append(dict(floors))
+        return dict(floors)
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         mine = self.committable(offsets)

@@ -171,7 +171,7 @@ class TestExactlyOnce(DeliveryContract):
     async def test_a_fenced_transactional_producer_stops_delivery_and_commits_nothing(self) -> None:
         h = await self.harness()
 
-        async def fenced(records, offsets, group_id) -> None:
+        async def fenced(records, offsets, group_id, still_ours=None) -> None:
             raise FatalProducerError(str(ProducerFenced()))
 
         h.producer.send_transaction = fenced  # type: ignore[method-assign]
@@ -222,3 +222,45 @@ async def test_an_answer_no_topic_takes_is_never_committed_and_never_passed(
     await h.delivery.commit()
     assert 1 not in h.settled, "the stuck record must stay unanswered, neither answered nor dropped"
     assert h.consumer.commits == [{TP: 1}], "the commit may reach the stuck record but never pass it"
+
+
+# ---- exactly-once: a transaction of a lost membership never commits (worker/transaction_fence.py) ------
+
+
+def _during_transaction(h: Harness, change) -> None:
+    """Run `change` while the transaction's records are being sent (after its claim was taken)."""
+    send = h.producer.send
+
+    async def changing_send(record):
+        change()
+        await send(record)
+
+    h.producer.send = changing_send  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("lost", ["membership", "rejoined", "partition"])
+async def test_a_transaction_whose_claim_is_gone_aborts_before_its_commit(lost) -> None:
+    """The group membership lost, replaced by another generation, or the partition closed (revoked, reset)
+    while the transaction waited: it aborts, its offsets stay uncommitted, its tickets are dropped."""
+    h = Harness(exactly_once=True)
+    tickets = [h.answer(0), h.answer(1)]
+    changes = {
+        "membership": lambda: setattr(h.consumer, "membership_lost", True),
+        "rejoined": lambda: setattr(h.consumer, "generation", h.consumer.generation + 1),
+        "partition": lambda: h.tracker.revoke([TP]),
+    }
+    _during_transaction(h, changes[lost])
+    await h.delivery.deliver(tickets)
+    assert h.producer.aborted == 1
+    assert h.producer.transactions == []
+    assert h.settled == {0: None, 1: None}, "left to the partition's next reader"
+    assert h.rewinds == 1, "rewound: the watermarks of its other partitions counted these answers as given"
+    assert h.delivery.floors([TP]) == {}
+
+
+async def test_what_a_transaction_committed_is_the_floor_of_a_later_read() -> None:
+    h = Harness(exactly_once=True)
+    await h.delivery.deliver([h.answer(0), h.answer(1)])
+    assert h.producer.transactions == [{TP: 2}]
+    assert h.delivery.floors([TP]) == {TP: 2}
+    await h.delivery.settle_in_flight()  # nothing in flight: returns at once
