@@ -38,7 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 from pydantic import ValidationError
@@ -285,7 +285,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Flags given on the command line win over KAFKA_SCORER_* variables and .env."""
     from kafka_scorer.config import Settings
 
-    overrides: dict[str, object] = {
+    # argparse's values (Any, as `Namespace` holds them), checked by pydantic when `Settings` validates
+    overrides: dict[str, Any] = {
         field: getattr(args, field) for field in CONNECTION_FLAGS if getattr(args, field, None) is not None
     }
     if getattr(args, "request_topic", None):

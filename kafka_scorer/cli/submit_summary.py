@@ -29,10 +29,10 @@ def summarize(submissions: Sequence[Submission], timeout_s: float, stream: IO[st
         file=stream,
     )
     for submission in failed[:MAX_LISTED]:
-        if submission.send_error is not None:
+        error = submission.result.error if submission.result is not None else None
+        if submission.send_error is not None or error is None:  # a failure with no answer: not sent
             reason = f"not sent: {submission.send_error}"
         else:
-            error = submission.result.error  # type: ignore[union-attr]  # only answered submissions reach the summary
             reason = f"{error.code.value}: {error.message}"
         print(f"  failed: {submission.job_id} (line {submission.line}): {reason}", file=stream)
     if timed_out:

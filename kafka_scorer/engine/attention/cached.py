@@ -24,7 +24,7 @@ computes heads in forwards of their own, before the forward that hits them.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
@@ -103,7 +103,7 @@ class PrefixedMetadata:
     front: Any
     """The backend's metadata for the first `front_tokens` tokens; None when every sequence hits."""
     front_tokens: int
-    entries: list[StoredPrefix]
+    entries: Sequence[StoredPrefix]
     """The prefixes this forward attends to, cached or filled now."""
     fills: list[tuple[int, int]]
     """(entry index, stream start of the front sequence that begins with it): stored per layer."""
@@ -125,7 +125,7 @@ class PrefixedMetadata:
         layout: AttentionLayout,
         front: Any,
         front_tokens: int,
-        entries: list[StoredPrefix],
+        entries: Sequence[StoredPrefix],
         fills: list[tuple[int, int]],
         sequences: list[HitSequence],
         pin: bool,
@@ -143,7 +143,7 @@ class PrefixedMetadata:
                 )
             ]  # fmt: skip
             return cls(layout, front, front_tokens, entries, fills, [], extends, calls, sources)
-        groups = []
+        groups: list[HitGroup] = []
         for source in sorted({seq.source for seq in sequences}):
             # causal blocks: plain pairs whole, packed sequences' cut queries; bucketed by length
             blocks = [(seq.start, seq.prefix) for seq in sequences if seq.source == source and seq.prefix]

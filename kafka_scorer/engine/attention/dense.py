@@ -94,15 +94,15 @@ def dense_attention(
     for start, length, items in zip(layout.seq_starts, layout.seq_lens, layout.item_lens):
         end = start + length
         windowed = window is not None and (not items or not layout.causal) and length > window
-        mask = None
-        if items or windowed or softcap is not None:
-            mask = sequence_mask(metadata.segments[start:end], window if windowed else None, layout.causal)
-        if softcap is not None:
+        segments, seq_window = metadata.segments[start:end], window if windowed else None
+        if softcap is not None:  # explicit scores, always masked
+            allowed = sequence_mask(segments, seq_window, layout.causal)
             out = capped_attention(
-                q[None, :, start:end], k[None, :, start:end], v[None, :, start:end], mask, scale, softcap
+                q[None, :, start:end], k[None, :, start:end], v[None, :, start:end], allowed, scale, softcap
             )
             outputs.append(out[0].to(q.dtype))
             continue
+        mask = sequence_mask(segments, seq_window, layout.causal) if items or windowed else None
         outputs.append(
             F.scaled_dot_product_attention(
                 q[:, start:end],

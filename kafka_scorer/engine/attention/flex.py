@@ -87,10 +87,13 @@ def kv_blocks(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:
     blocks = -(-layout.total_tokens // BLOCK)
     needed: list[set[int]] = [set() for _ in range(blocks)]
 
-    def add(q_start: int, q_end: int, kv_ranges: Callable[[int], list[tuple[int, int]]]) -> None:
+    def add(q_start: int, q_end: int, seen: tuple[tuple[int, int], ...], causal_from: int | None) -> None:
+        """Queries [q_start, q_end) see the key ranges `seen`, and the keys from `causal_from` up to the
+        query block's last token (None: none such)."""
         for qb in range(q_start // BLOCK, (q_end - 1) // BLOCK + 1):
             last_q = min(q_end, (qb + 1) * BLOCK)  # one past this block's last token of the segment
-            for lo, hi in kv_ranges(last_q):
+            ranges = seen if causal_from is None else (*seen, (causal_from, last_q))
+            for lo, hi in ranges:
                 if hi > lo:
                     needed[qb].update(range(lo // BLOCK, (hi - 1) // BLOCK + 1))
 
@@ -100,18 +103,14 @@ def kv_blocks(layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor]:
         if length == 0:
             continue
         if not layout.causal:
-            add(start, start + length, lambda _, s=start, n=length: [(s, s + n)])
+            add(start, start + length, ((start, start + length),), None)
             continue
         if prefix:
-            add(start, start + prefix, lambda last, s=start: [(s, last)])
+            add(start, start + prefix, (), start)
         item_start = start + prefix
         for n in items:
             if n:
-                add(
-                    item_start,
-                    item_start + n,
-                    lambda last, s=start, p=prefix, i=item_start: [(s, s + p), (i, last)],
-                )
+                add(item_start, item_start + n, ((start, start + prefix),), item_start)
             item_start += n
     counts = torch.tensor([len(b) for b in needed], dtype=torch.int32)
     indices = torch.zeros((blocks, blocks), dtype=torch.int32)
@@ -126,7 +125,9 @@ def _flex_kernel() -> Callable:
     """Compiled once per process on CUDA (the fused kernel); eager elsewhere, for correctness checks."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=True) if torch.cuda.is_available() else flex_attention
+    if torch.cuda.is_available():
+        return torch.compile(flex_attention, dynamic=True)
+    return flex_attention
 
 
 @functools.cache

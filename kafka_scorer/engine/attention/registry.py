@@ -119,10 +119,22 @@ def scorer_attention(
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     # A layer that names its window (Gemma 2, Qwen 2/3: None on full-attention layers) is believed over
     # the model-wide one, which only serves layers that say nothing.
-    window = kwargs.get("sliding_window", metadata.layout.sliding_window)
+    window = _setting(kwargs, "sliding_window", metadata.layout.sliding_window)
+    softcap = _setting(kwargs, "softcap", None)
     layer = int(getattr(module, "layer_idx", 0))
-    out = attend_layer(query[0], key[0], value[0], metadata, layer, scale, kwargs.get("softcap"), window)
+    out = attend_layer(
+        query[0], key[0], value[0], metadata, layer, scale, softcap, None if window is None else int(window)
+    )
     return out.transpose(0, 1).unsqueeze(0), None
+
+
+def _setting(kwargs: dict[str, object], name: str, default: int | None) -> float | None:
+    """A layer's numeric attention kwarg (transformers passes `softcap` and `sliding_window` as numbers
+    or None), `default` where the layer passes none."""
+    value = kwargs.get(name, default)
+    if value is None or isinstance(value, int | float):
+        return value
+    raise TypeError(f"attention kwarg {name!r}: expected a number or None, got {type(value).__name__}")
 
 
 def attend_layer(

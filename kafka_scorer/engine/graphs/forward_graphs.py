@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +26,9 @@ from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.graphs.static import StaticInputs
 from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.pack.buckets import AUTO_GRAPH_TOKENS, GraphBuckets
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # torch's name for a graph's memory-pool token (`CUDAGraph.pool`)
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,7 @@ class ForwardGraphs:
     def prepare(self) -> None:
         """Capture every bucket, largest first. A failure leaves no graph at all (one warning line): the
         forwards then run as before, unpadded."""
-        pool = None
+        pool: _POOL_HANDLE | None = None
         try:
             for tokens in sorted(self.buckets.sizes, reverse=True):
                 inputs = StaticInputs.allocate(tokens, self.device)
@@ -118,7 +122,7 @@ class ForwardGraphs:
         kwargs = {METADATA_KWARG: inputs.metadata}
         return self.body(input_ids=inputs.input_ids, position_ids=inputs.positions, **kwargs)[0][0]
 
-    def _capture(self, inputs: StaticInputs, pool: object) -> _Captured:
+    def _capture(self, inputs: StaticInputs, pool: _POOL_HANDLE | None) -> _Captured:
         if not self.capture:
             return _Captured(inputs, self._run(inputs).clone(), None)
         side = torch.cuda.Stream(self.device)

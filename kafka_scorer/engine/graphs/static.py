@@ -61,15 +61,21 @@ def _metadata_pairs(static: FlexMetadata, fresh: object) -> list[tuple[torch.Ten
     structure: another backend, a missing tensor, another shape."""
     if not isinstance(fresh, FlexMetadata) or fresh.layout.causal != static.layout.causal:
         return None
-    pairs = [(static.dense.segments, fresh.dense.segments), (static.documents, fresh.documents)]
+    candidates: list[tuple[torch.Tensor, object]] = [
+        (static.dense.segments, fresh.dense.segments),
+        (static.documents, fresh.documents),
+    ]
     fresh_mask = vars(fresh.block_mask)
     for name, value in vars(static.block_mask).items():
         if isinstance(value, torch.Tensor):
-            pairs.append((value, fresh_mask.get(name)))
+            candidates.append((value, fresh_mask.get(name)))
         elif fresh_mask.get(name) is not None and name not in _PLAIN_ATTRIBUTES:
             return None  # the batch's mask has a tensor the buffers lack: not the bucket's structure
-    if any(not isinstance(new, torch.Tensor) or new.shape != old.shape for old, new in pairs):
-        return None
+    pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for old, new in candidates:
+        if not isinstance(new, torch.Tensor) or new.shape != old.shape:
+            return None
+        pairs.append((old, new))
     return pairs
 
 

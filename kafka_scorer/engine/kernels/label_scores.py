@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from typing import Literal
+from typing import Literal, TypeGuard, get_args
 
 import torch
+from torch import nn
 
 Backend = Literal["auto", "triton", "torch", "reference"]
 
@@ -203,17 +204,31 @@ def reference_label_logprobs(
     return torch.log_softmax(logits, dim=-1).gather(1, label_ids)
 
 
-def _resolve(backend: str, hidden: torch.Tensor) -> str:
+def _resolve(backend: str, hidden: torch.Tensor) -> Backend:
     return resolve_backend(backend, hidden.device)
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
+def resolve_backend(backend: str, device: torch.device) -> Backend:
     """The backend `backend` means for tensors on `device` ("auto": Triton on CUDA where installed)."""
     if backend == "auto":
         return "triton" if device.type == "cuda" and triton_available() else "torch"
-    if backend not in ("triton", "torch", "reference"):
+    if not _is_backend(backend):
         raise ValueError(f"backend: expected auto, triton, torch or reference, got {backend!r}")
     return backend
+
+
+def _is_backend(name: str) -> TypeGuard[Backend]:
+    return name in get_args(Backend)
+
+
+def head_weights(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An LM head's `weight` and its `bias` (None where it has none), what the label kernels read: an
+    `nn.Linear`, or any module holding those two as tensors."""
+    weight = head.weight
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"the LM head's weight is a {type(weight).__name__}, not a tensor")
+    bias = getattr(head, "bias", None)
+    return weight, bias if isinstance(bias, torch.Tensor) else None
 
 
 @functools.cache

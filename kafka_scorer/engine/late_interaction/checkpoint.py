@@ -92,7 +92,10 @@ class Projection(nn.Module):
 
     @property
     def dim(self) -> int:
-        return int(self.layers[-1].out_features)
+        last = self.layers[-1]
+        if not isinstance(last, nn.Linear):  # never: the list is built from Linear layers only
+            raise TypeError(f"a projection layer is a {type(last).__name__}, not a Linear")
+        return last.out_features
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:

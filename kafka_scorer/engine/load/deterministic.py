@@ -84,7 +84,7 @@ def make_deterministic(loaded: LoadedModel, attention_backend: str) -> str:
     backend = mode_backend(loaded.device, encoder) if attention_backend == "auto" else attention_backend
     if encoder:
         _fix_encoder(loaded)
-    else:
+    elif isinstance(body, FusedDecoder):  # always, past the check above: a decoder here is fused
         body.shape = dataclasses.replace(body.shape, fixed_rows=True)
         body.regions = Regions.eager(body.shape)
     return backend

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -27,6 +28,9 @@ from kafka_scorer.engine.models.encoder_family import (
 )
 from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
 from kafka_scorer.engine.recurrent.detection import RecurrentSpec, StatefulLayerError, prepare_recurrent
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +118,7 @@ def _final_logit_softcap(config, kind: ModelKind) -> float | None:
 
 
 @torch.no_grad()
-def _sees_later_tokens(model: nn.Module, vocab_size: int) -> bool:
+def _sees_later_tokens(model: PreTrainedModel, vocab_size: int) -> bool:
     """Whether the first token's final state depends on a later token: bidirectional attention.
 
     Behaviour, not names: a classifier of a family `engine/models/encoder_family.py` does not know
@@ -212,7 +216,7 @@ def load_model(
         )
     except Exception as exc:
         raise ModelLoadError(f"model: cannot load weights of {model_path!r}: {exc}") from exc
-    model.to(torch_device).eval()
+    model.to(torch_device).eval()  # type: ignore[arg-type]  # transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to); typeshed's _Wrapped keeps the unbound signature, taking the device for `self`
     model.requires_grad_(False)
 
     try:
@@ -272,7 +276,7 @@ def load_model(
         tokenizer=tokenizer,
         device=torch_device,
         dtype=torch_dtype,
-        input_vocab_size=int(model.get_input_embeddings().num_embeddings),
+        input_vocab_size=int(model.get_input_embeddings().num_embeddings),  # type: ignore[arg-type]  # an input embedding (nn.Embedding's shape) has an int num_embeddings; nn.Module types every attribute Tensor | Module
         output_vocab_size=output_vocab,
         max_positions=encoder.max_positions if encoder else getattr(config, "max_position_embeddings", None),
         mis_block_reason=_ENCODER_MIS_REASON if encoder else _mis_block_reason(config, recurrent),

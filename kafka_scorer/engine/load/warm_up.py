@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 import msgspec
 import torch
 
+from kafka_scorer.engine.kernels.label_scores import head_weights
 from kafka_scorer.engine.load.warm_up_fallbacks import recover, torch_label_scores
 from kafka_scorer.engine.pack.batch import build_forward_batch
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.errors import first_line
-from kafka_scorer.wire.protocol import Job
+from kafka_scorer.wire.protocol import Input, Job
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.load.scorer_view import ScorerView
@@ -56,9 +57,10 @@ def _ready_label_kernels(scorer: ScorerView) -> None:
     model = scorer.runner.model
     started = time.perf_counter()
     try:
+        weight, bias = head_weights(model.head)
         buckets, tiles = warm_label_kernels(
-            model.head.weight,
-            getattr(model.head, "bias", None),
+            weight,
+            bias,
             model.final_logit_softcap,
             max_rows=scorer.max_batch_tokens,
             max_labels=scorer.limits.max_labels_per_job,
@@ -178,7 +180,7 @@ def _sized_job(scorer: ScorerView, tokens: int) -> Job:
     item = max(1, min(120, scorer.limits.max_pair_tokens - 40))
     count = max(1, min((tokens - 24) // item, scorer.limits.max_items_per_job))
     ids = [(3 + 29 * i) % vocab for i in range(24 + item * count)]
-    items = [ids[24 + item * k : 24 + item * (k + 1)] for k in range(count)]
+    items: list[Input] = [ids[24 + item * k : 24 + item * (k + 1)] for k in range(count)]
     return Job(id="warm-up-graphs", query=ids[:24], items=items, label_token_ids=labels)
 
 

@@ -26,6 +26,7 @@ from kafka_scorer.engine.layers.activation import ACTIVATIONS
 from kafka_scorer.engine.layers.invariant import pad_rows, padded_length
 from kafka_scorer.engine.layers.merged import merge
 from kafka_scorer.engine.layers.norm import add_rms_norm
+from kafka_scorer.engine.layers.parts import linear, model_config, module_list, number, submodule, tensor
 from kafka_scorer.engine.layers.rotary import half_tables
 from kafka_scorer.engine.models.decoder_layer import (
     LayerShape,
@@ -55,10 +56,10 @@ class FusedDecoder(nn.Module):
         embed_scale: float | None = None,
     ):
         super().__init__()
-        self.embed = body.embed_tokens
+        self.embed = submodule(body, "embed_tokens")
         self.embed_scale = embed_scale
-        self.rotary = body.rotary_emb
-        self.final_norm = body.norm.weight
+        self.rotary = submodule(body, "rotary_emb")
+        self.final_norm = tensor(submodule(body, "norm"), "weight")
         self.shape = shape
         self.layers = layers
         self.regions = regions
@@ -85,7 +86,7 @@ class FusedDecoder(nn.Module):
 
 def fused_decoder(body: nn.Module, compiled: bool) -> FusedDecoder | None:
     """The engine's body over `body`'s weights, or None (with the reason logged) where it does not apply."""
-    config = body.config
+    config = model_config(body)
     family = getattr(config, "model_type", None)
     activation = ACTIVATIONS.get(
         str(getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", ""))
@@ -94,17 +95,18 @@ def fused_decoder(body: nn.Module, compiled: bool) -> FusedDecoder | None:
         log.info("model_type %r: transformers' decoder layers (no fused forward for it)", family)
         return None
     try:
-        layers = [_layer_weights(layer, index) for index, layer in enumerate(body.layers)]
-        norm = body.layers[0].input_layernorm
+        decoder_layers = module_list(body, "layers")
+        layers = [_layer_weights(layer, index) for index, layer in enumerate(decoder_layers)]
+        norm = submodule(decoder_layers[0], "input_layernorm")
     except AttributeError as exc:
         log.info("model_type %r: transformers' decoder layers (%s)", family, exc)
         return None
     sandwich = family == "gemma2"
-    attention = body.layers[0].self_attn
+    attention = submodule(decoder_layers[0], "self_attn")
     shape = LayerShape(
         heads=int(config.num_attention_heads),
         kv_heads=int(config.num_key_value_heads),
-        head_dim=int(attention.head_dim),
+        head_dim=int(number(attention, "head_dim")),
         eps=float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))),
         offset_norm=sandwich,
         sandwich=sandwich,
@@ -121,7 +123,7 @@ def _embed_scale(body: nn.Module, gemma: bool) -> float | None:
     (`embed_scale`), older ones (5.1) in the model's forward, which the fused body then does itself."""
     if not gemma or hasattr(body.embed_tokens, "embed_scale"):
         return None
-    return float(body.config.hidden_size) ** 0.5
+    return float(model_config(body).hidden_size) ** 0.5
 
 
 def compile_regions(regions: Regions) -> Regions:
@@ -134,10 +136,11 @@ def compile_regions(regions: Regions) -> Regions:
 
 
 def _layer_weights(layer: nn.Module, index: int) -> LayerWeights:
-    attn, mlp = layer.self_attn, layer.mlp
-    qkv, qkv_bias = merge([attn.q_proj, attn.k_proj, attn.v_proj])
-    gate_up, _ = merge([mlp.gate_proj, mlp.up_proj])
-    if attn.o_proj.bias is not None or mlp.down_proj.bias is not None or mlp.gate_proj.bias is not None:
+    attn, mlp = submodule(layer, "self_attn"), submodule(layer, "mlp")
+    qkv, qkv_bias = merge([linear(attn, "q_proj"), linear(attn, "k_proj"), linear(attn, "v_proj")])
+    gate_up, _ = merge([linear(mlp, "gate_proj"), linear(mlp, "up_proj")])
+    o_proj, down_proj = linear(attn, "o_proj"), linear(mlp, "down_proj")
+    if o_proj.bias is not None or down_proj.bias is not None or linear(mlp, "gate_proj").bias is not None:
         raise AttributeError("output projections with a bias")
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     pre_ff, post_ff = (
@@ -147,18 +150,18 @@ def _layer_weights(layer: nn.Module, index: int) -> LayerWeights:
     softcap = getattr(attn, "attn_logit_softcapping", None)
     return LayerWeights(
         index=int(getattr(attn, "layer_idx", index)),
-        input_norm=layer.input_layernorm.weight,
+        input_norm=tensor(submodule(layer, "input_layernorm"), "weight"),
         qkv=qkv,
         qkv_bias=qkv_bias,
         q_norm=q_norm.weight if q_norm is not None else None,
         k_norm=k_norm.weight if k_norm is not None else None,
-        o_proj=attn.o_proj.weight,
-        post_attention_norm=layer.post_attention_layernorm.weight,
+        o_proj=o_proj.weight,
+        post_attention_norm=tensor(submodule(layer, "post_attention_layernorm"), "weight"),
         gate_up=gate_up,
-        down=mlp.down_proj.weight,
+        down=down_proj.weight,
         pre_ff_norm=pre_ff.weight if pre_ff is not None else None,
         post_ff_norm=post_ff.weight if post_ff is not None else None,
-        scale=float(attn.scaling),
+        scale=float(number(attn, "scaling")),
         softcap=float(softcap) if softcap else None,
         window=getattr(attn, "sliding_window", None),
         names_window=hasattr(attn, "sliding_window"),

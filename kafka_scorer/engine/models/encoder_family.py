@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
+
+from kafka_scorer.engine.layers.parts import optional_submodule, submodule
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 PositionRule = Literal["from_zero", "after_padding"]
 HeadShape = Literal["pooler", "features", "pre_classifier", "prediction_head"]
@@ -164,7 +169,7 @@ class EncoderSpec:
         return positions
 
 
-def encoder_spec(family: str, config, model: nn.Module, tokenizer) -> EncoderSpec:
+def encoder_spec(family: str, config, model: PreTrainedModel, tokenizer) -> EncoderSpec:
     rule = ENCODER_FAMILIES[family].positions
     padding_idx = int(getattr(config, "pad_token_id", None) or 0)
     max_positions = int(config.max_position_embeddings)
@@ -197,25 +202,27 @@ class EncoderHead(nn.Module):
     Dropout is left out: the model is in eval mode, where it is the identity.
     """
 
-    def __init__(self, family: str, model: nn.Module) -> None:
+    def __init__(self, family: str, model: PreTrainedModel) -> None:
         super().__init__()
         self.shape = ENCODER_FAMILIES[family].head
-        self.classifier = model.classifier
-        self.pooler = model.base_model.pooler if self.shape == "pooler" else None
+        self.classifier = submodule(model, "classifier")
+        self.pooler = optional_submodule(model.base_model, "pooler") if self.shape == "pooler" else None
         self.pre_classifier = (
-            getattr(model, "pre_classifier", None) if self.shape == "pre_classifier" else None
+            optional_submodule(model, "pre_classifier") if self.shape == "pre_classifier" else None
         )
-        self.prediction_head = getattr(model, "head", None) if self.shape == "prediction_head" else None
+        self.prediction_head = optional_submodule(model, "head") if self.shape == "prediction_head" else None
         if self.shape == "pooler" and self.pooler is None:
             raise EncoderSetupError(
                 f"{type(model).__name__} has no pooler; its classifier would read nothing"
             )
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        if self.shape == "pooler":
+        if self.shape == "pooler" and self.pooler is not None:  # not None: checked at construction
             return self.classifier(self.pooler(rows[:, None]))
         if self.shape == "features":
             return self.classifier(rows[:, None])
-        if self.shape == "pre_classifier":
+        if self.shape == "pre_classifier" and self.pre_classifier is not None:
             return self.classifier(torch.relu(self.pre_classifier(rows)))
-        return self.classifier(self.prediction_head(rows))
+        if self.prediction_head is not None:
+            return self.classifier(self.prediction_head(rows))
+        raise EncoderSetupError(f"the {self.shape!r} head has no module before its classifier")

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from kafka_scorer.engine.models.encoder_family import EncoderSpec
 from kafka_scorer.engine.recurrent.detection import RecurrentSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class ModelKind(str, enum.Enum):
@@ -36,7 +39,8 @@ class ModelLoadError(RuntimeError):
 class LoadedModel:
     name: str
     kind: ModelKind
-    model: nn.Module
+    model: PreTrainedModel
+    """The checkpoint as transformers loaded it."""
     body: nn.Module
     """The decoder stack whose output is the final-norm hidden state (SPEC §6)."""
     head: nn.Module

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
 from kafka_scorer.engine.models.encoder_family import EncoderSpec
@@ -33,9 +34,10 @@ class ForwardBatch:
     """[T] token ids of the whole stream (CPU; pinned when the model runs on CUDA)."""
     positions: torch.Tensor
     """[T] position ids; item tokens restart at len(query) (SPEC §5)."""
-    attention: AttentionMetadata
+    attention: AttentionMetadata | PrefixedMetadata
     """The attention backend's metadata (CPU; pinned on CUDA), built here on the packing thread and moved
-    to the device once, by the runner."""
+    to the device once, by the runner; a batch that reads cached prefixes has the prefix cache's
+    (`engine/pack/prefix_batch.py`)."""
     score_index: torch.Tensor
     """[R] flat index of each scoring row, rows in job order then item order."""
     job_rows: list[tuple[int, int]]
@@ -102,7 +104,7 @@ def _group_sequences(jobs: Sequence[PreparedJob]) -> list[_Sequence]:
                 sequences.append(seq)
             seq.members.append((index, job.items))
         else:
-            types = job.token_types or [None] * len(job.items)
+            types: Sequence[list[int] | None] = job.token_types or [None] * len(job.items)
             sequences.extend(
                 _Sequence(prefix=pair, members=[(index, [])], types=pair_types, cuts=_cuts(job, len(pair)))
                 for pair, pair_types in zip(job.items, types)
@@ -191,13 +193,13 @@ def build_forward_batch(
 
     pin = device.type == "cuda"
 
-    def host(values: list, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+    def host(values: Sequence[object], dtype: torch.dtype, *shape: int) -> torch.Tensor:
         tensor = torch.tensor(values, dtype=dtype)
         if shape:
             tensor = tensor.reshape(*shape)
         return tensor.pin_memory() if pin else tensor
 
-    rows = len(flat_scoring)
+    row_count = len(flat_scoring)
     layout = AttentionLayout(
         seq_starts=seq_starts,
         seq_lens=seq_lens,
@@ -214,8 +216,8 @@ def build_forward_batch(
         attention=prepare_attention(layout, attention_backend, pin),
         score_index=host(flat_scoring, torch.long),
         job_rows=job_rows,
-        label_ids=host(label_ids, torch.long, rows, max_labels),
-        label_mask=host(label_mask, torch.bool, rows, max_labels),
+        label_ids=host(label_ids, torch.long, row_count, max_labels),
+        label_mask=host(label_mask, torch.bool, row_count, max_labels),
         softmax_rows=host(softmax_rows, torch.bool),
         sigmoid_rows=host(sigmoid_rows, torch.bool),
         hidden_rows=host(hidden_rows, torch.long),
@@ -224,7 +226,7 @@ def build_forward_batch(
     )
 
 
-def _token_rows(seq_lens: list[int], host) -> torch.Tensor:
+def _token_rows(seq_lens: list[int], host: Callable[..., torch.Tensor]) -> torch.Tensor:
     """Encoder batches hold one pair per sequence, in row order, so sequence i is row i."""
     rows = torch.repeat_interleave(torch.arange(len(seq_lens)), torch.tensor(seq_lens, dtype=torch.long))
     return host(rows.tolist(), torch.long)

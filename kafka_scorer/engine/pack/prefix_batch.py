@@ -166,15 +166,17 @@ class PrefixPlanner:
         must be the stream's tail, and a prefixed batch has no graph."""
         heads: dict[PrefixKey, _Head] = {}
         forwards: list[Forward] = []
-        options = {"device": device, "attention_backend": attention_backend, "sliding_window": sliding_window}
+        options = _BatchOptions(device, attention_backend, sliding_window)
         for group in groups:
             stages, pieces = self._plan(group, heads)
-            forwards.extend(
-                ([], _stage_batch(stage, pin=device.type == "cuda", **options)) for stage in stages
-            )
+            forwards.extend(([], _stage_batch(stage, options)) for stage in stages)
             ordered = pieces.front + pieces.hits
             batch = build_forward_batch(
-                [piece for _, piece in ordered], pad_to=None if pieces.hits else pad_to, **options
+                [piece for _, piece in ordered],
+                device=device,
+                attention_backend=attention_backend,
+                sliding_window=sliding_window,
+                pad_to=None if pieces.hits else pad_to,
             )
             if pieces.hits:
                 batch = _with_prefixes(batch, pieces, attention_backend, device.type == "cuda")
@@ -185,6 +187,8 @@ class PrefixPlanner:
         """After a forward succeeded: the prefixes it filled join the cache (`PrefixCache.insert`)."""
         if isinstance(batch.attention, PrefixedMetadata):
             for entry in batch.attention.filled:
+                if not isinstance(entry, PrefixEntry):  # the attention stage knows entries by protocol only
+                    raise TypeError(f"a prefix entry no planner made: {type(entry).__name__}")
                 self.cache.insert(entry)
 
     def _keys(self, piece: PreparedJob) -> list[PrefixKey]:
@@ -274,10 +278,24 @@ def _cut(piece: PreparedJob, length: int, source: int, computed: int = 0) -> Cac
     return CachedPiece(**values, cached=length, source=source, computed=computed)
 
 
-def _stage_batch(stage: _Stage, *, pin: bool, **options) -> ForwardBatch:
+@dataclass(frozen=True)
+class _BatchOptions:
+    """What every forward of one batch is built with (`build_forward_batch`'s settings)."""
+
+    device: torch.device
+    attention_backend: str
+    sliding_window: int | None
+
+
+def _stage_batch(stage: _Stage, options: _BatchOptions) -> ForwardBatch:
     """The forward that computes one stage's heads (fills in front, extensions as hits)."""
-    batch = build_forward_batch([piece for _, piece in stage.front + stage.hits], **options)
-    return _with_prefixes(batch, stage, options["attention_backend"], pin)
+    batch = build_forward_batch(
+        [piece for _, piece in stage.front + stage.hits],
+        device=options.device,
+        attention_backend=options.attention_backend,
+        sliding_window=options.sliding_window,
+    )
+    return _with_prefixes(batch, stage, options.attention_backend, options.device.type == "cuda")
 
 
 def _sequence_owners(pieces: list[PreparedJob]) -> tuple[list[int], list[int]]:

@@ -14,11 +14,16 @@ other stateful layer raises `StatefulLayerError` (the loader turns it into a `Mo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import nn
 
-from kafka_scorer.engine.recurrent.gated_delta import PackedGatedDeltaNet, delta_rule_of
+from kafka_scorer.engine.layers.parts import number
+from kafka_scorer.engine.recurrent.gated_delta import PackedGatedDeltaNet, conv1d, delta_rule_of
 from kafka_scorer.engine.recurrent.projections import projections_for
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 GATED_DELTA_FAMILIES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
 """`model_type`s whose Gated DeltaNet layers `gated_delta.py` computes (checked against transformers'
@@ -97,7 +102,7 @@ def _check_transformers(family: object) -> None:
         )
 
 
-def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
+def prepare_recurrent(model: PreTrainedModel, config: object) -> RecurrentSpec | None:
     """Wrap `model`'s stateful layers in place, or raise `StatefulLayerError`; None: it has none."""
     decoder = _decoder(model)
     family = getattr(config, "model_type", None)
@@ -119,7 +124,7 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
             "their batch-mates: not served"
         )
     _check_transformers(family)
-    windows = {int(module.conv_kernel_size) - 1 for _, module in layers}
+    windows = {int(number(module, "conv_kernel_size")) - 1 for _, module in layers}
     if len(windows) != 1:
         raise StatefulLayerError(f"model_type {family!r}: its layers' convolution kernels differ ({windows})")
     window = windows.pop()
@@ -129,7 +134,10 @@ def prepare_recurrent(model: nn.Module, config: object) -> RecurrentSpec | None:
         rule = delta_rule_of(module)
         if rule is None:
             raise StatefulLayerError(f"model_type {family!r}: its modeling module has no gated delta rule")
-        wrapped = PackedGatedDeltaNet(module, projections_for(module), rule, slot)
+        projections = projections_for(module)
+        if projections is None:  # never: `_supported` refused layers without them above
+            raise StatefulLayerError(f"model_type {family!r}: {type(module).__name__} lacks the projections")
+        wrapped = PackedGatedDeltaNet(module, projections, rule, slot)
         setattr(decoder.get_submodule(parent), attribute, wrapped)
         state_bytes += _state_bytes(module, window)
     return RecurrentSpec(layers=len(layers), window=window, state_bytes=state_bytes)
@@ -139,11 +147,11 @@ def _state_bytes(module: nn.Module, window: int) -> int:
     """What a prefix keeps of one Gated DeltaNet layer: its float32 recurrent state [value heads, key
     dim, value dim] and its last `window` convolution inputs."""
     heads, key_dim, value_dim = (int(getattr(module, n)) for n in ("num_v_heads", "head_k_dim", "head_v_dim"))
-    weight = module.conv1d.weight
-    return 4 * heads * key_dim * value_dim + window * int(module.conv_dim) * weight.element_size()
+    weight = conv1d(module).weight
+    return 4 * heads * key_dim * value_dim + window * int(number(module, "conv_dim")) * weight.element_size()
 
 
-def _decoder(model: nn.Module) -> nn.Module:
+def _decoder(model: PreTrainedModel) -> nn.Module:
     """The text decoder (a multimodal checkpoint's language model, not its vision or audio towers,
     whose convolutions are not along the text); transformers' `get_decoder` raises for a few exotic
     layouts, which are then searched whole."""

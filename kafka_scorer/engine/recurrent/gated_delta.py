@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
+from kafka_scorer.engine.layers.parts import number, submodule, tensor
 from kafka_scorer.engine.recurrent.projections import GatedDeltaInputs, Projections
 from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RecurrentRuns, RunGroup
 
@@ -47,7 +48,7 @@ class PackedGatedDeltaNet(nn.Module):
         """Its place among the model's Gated DeltaNet layers: its state in a prefix cache entry."""
         self.projections = projections
         self.delta_rule = delta_rule
-        self.window = int(inner.conv_kernel_size) - 1
+        self.window = int(number(inner, "conv_kernel_size")) - 1
         from transformers.activations import ACT2FN
 
         self.activation = ACT2FN[inner.activation]
@@ -80,7 +81,8 @@ class PackedGatedDeltaNet(nn.Module):
         inner = self.inner
         inputs = self.projections(inner, hidden)
         beta = inputs.b.sigmoid()
-        decay = -inner.A_log.float().exp() * F.softplus(inputs.a.float() + inner.dt_bias)
+        a_log, dt_bias = tensor(inner, "A_log"), tensor(inner, "dt_bias")
+        decay = -a_log.float().exp() * F.softplus(inputs.a.float() + dt_bias)
         # One zero row past the stream: what padding slots and missing window tokens read; then the
         # cached heads' last inputs, which the sequences cut after them convolve after.
         cached = [runs.entries[entry].state(self.slot) for entry in runs.sources]
@@ -88,13 +90,13 @@ class PackedGatedDeltaNet(nn.Module):
         if cached:
             mixed = torch.cat([mixed, *(window.to(mixed.dtype) for _, window in cached)])
         heads = torch.stack([state for state, _ in cached]) if cached else None
-        core = hidden.new_zeros(hidden.shape[0], inputs.z.shape[1], inner.head_v_dim)
+        core = hidden.new_zeros(hidden.shape[0], inputs.z.shape[1], int(number(inner, "head_v_dim")))
         states: torch.Tensor | None = None
         for group in runs.groups:
             initial = _initial(group, states, heads)
             out, final = self._run_group(group, mixed, beta, decay, initial)
             core.index_copy_(0, group.tokens, out.flatten(0, 1).index_select(0, group.slots))
-            if group.keep_rows is not None and final is not None:
+            if group.keep_rows is not None and group.keep_slots is not None and final is not None:
                 if states is None:
                     states = final.new_zeros((runs.kept_states, *final.shape[1:]))
                 states.index_copy_(0, group.keep_slots, final.index_select(0, group.keep_rows))
@@ -122,11 +124,13 @@ class PackedGatedDeltaNet(nn.Module):
         convolved = self._convolve(mixed[torch.cat([group.window, group.index], dim=1)])
         convolved = convolved * group.valid[..., None].to(convolved.dtype)
         rows, length = group.index.shape
-        query, key, value = torch.split(convolved, [inner.key_dim, inner.key_dim, inner.value_dim], dim=-1)
+        key_dim, value_dim = int(number(inner, "key_dim")), int(number(inner, "value_dim"))
+        head_k_dim, head_v_dim = int(number(inner, "head_k_dim")), int(number(inner, "head_v_dim"))
+        query, key, value = torch.split(convolved, [key_dim, key_dim, value_dim], dim=-1)
         return self.delta_rule(
-            query.reshape(rows, length, -1, inner.head_k_dim),
-            key.reshape(rows, length, -1, inner.head_k_dim),
-            value.reshape(rows, length, -1, inner.head_v_dim),
+            query.reshape(rows, length, -1, head_k_dim),
+            key.reshape(rows, length, -1, head_k_dim),
+            value.reshape(rows, length, -1, head_v_dim),
             g=decay[group.index],
             beta=beta[group.index],
             initial_state=initial,
@@ -138,7 +142,7 @@ class PackedGatedDeltaNet(nn.Module):
     def _convolve(self, windowed: torch.Tensor) -> torch.Tensor:
         """[B, W + L, C] (each run after its window) -> [B, L, C]: the causal depthwise convolution
         and its activation, every output from its own K inputs, with no padding."""
-        conv = self.inner.conv1d
+        conv = conv1d(self.inner)
         out = F.conv1d(
             windowed.transpose(1, 2).to(conv.weight.dtype), conv.weight, conv.bias, groups=windowed.shape[-1]
         )
@@ -147,9 +151,17 @@ class PackedGatedDeltaNet(nn.Module):
     def _output(self, core: torch.Tensor, inputs: GatedDeltaInputs) -> torch.Tensor:
         """The gated norm and output projection, per token as the layer computes them."""
         inner = self.inner
-        heads_dim = inner.head_v_dim
-        normed = inner.norm(core.reshape(-1, heads_dim), inputs.z.reshape(-1, heads_dim))
-        return inner.out_proj(normed.reshape(core.shape[0], -1))
+        heads_dim = int(number(inner, "head_v_dim"))
+        normed = submodule(inner, "norm")(core.reshape(-1, heads_dim), inputs.z.reshape(-1, heads_dim))
+        return submodule(inner, "out_proj")(normed.reshape(core.shape[0], -1))
+
+
+def conv1d(layer: nn.Module) -> nn.Conv1d:
+    """The layer's short causal convolution (`conv1d`, depthwise)."""
+    conv = layer.conv1d
+    if not isinstance(conv, nn.Conv1d):
+        raise AttributeError(f"{type(layer).__name__}.conv1d is a {type(conv).__name__}, not a Conv1d")
+    return conv
 
 
 def _initial(group: RunGroup, states: torch.Tensor | None, heads: torch.Tensor | None) -> torch.Tensor | None:

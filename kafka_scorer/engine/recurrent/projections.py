@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from kafka_scorer.engine.layers.parts import number, submodule
+
 
 @dataclass(frozen=True)
 class GatedDeltaInputs:
@@ -36,25 +38,34 @@ def separate_projections(layer: nn.Module, hidden: torch.Tensor) -> GatedDeltaIn
     """Qwen3.5 (dense and MoE): `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
     tokens = hidden.shape[0]
     return GatedDeltaInputs(
-        mixed=layer.in_proj_qkv(hidden),
-        z=layer.in_proj_z(hidden).reshape(tokens, -1, layer.head_v_dim),
-        b=layer.in_proj_b(hidden),
-        a=layer.in_proj_a(hidden),
+        mixed=submodule(layer, "in_proj_qkv")(hidden),
+        z=submodule(layer, "in_proj_z")(hidden).reshape(tokens, -1, int(number(layer, "head_v_dim"))),
+        b=submodule(layer, "in_proj_b")(hidden),
+        a=submodule(layer, "in_proj_a")(hidden),
     )
 
 
 def grouped_projections(layer: nn.Module, hidden: torch.Tensor) -> GatedDeltaInputs:
     """Qwen3-Next: `in_proj_qkvz` and `in_proj_ba`, unpacked by the layer's own method."""
     tokens = hidden.shape[0]
-    query, key, value, z, b, a = layer.fix_query_key_value_ordering(
-        layer.in_proj_qkvz(hidden)[None], layer.in_proj_ba(hidden)[None]
+    query, key, value, z, b, a = _qkvz_ordering(layer)(
+        submodule(layer, "in_proj_qkvz")(hidden)[None], submodule(layer, "in_proj_ba")(hidden)[None]
     )
     mixed = torch.cat([part.reshape(tokens, -1) for part in (query, key, value)], dim=-1)
     return GatedDeltaInputs(mixed=mixed, z=z[0], b=b[0], a=a[0])
 
 
-_SHARED = ("conv1d", "A_log", "dt_bias", "norm", "out_proj", "key_dim", "value_dim", "head_k_dim")
-_SHARED += ("head_v_dim", "conv_kernel_size", "activation")
+def _qkvz_ordering(layer: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """Qwen3-Next's own method (`fix_query_key_value_ordering`) that unpacks its grouped projections
+    [1, T, ·] into query, key, value, z, b and a."""
+    method = getattr(layer, "fix_query_key_value_ordering", None)
+    if not callable(method):
+        raise AttributeError(f"{type(layer).__name__} has no fix_query_key_value_ordering method")
+    return method
+
+
+_SHARED: tuple[str, ...] = ("conv1d", "A_log", "dt_bias", "norm", "out_proj", "key_dim", "value_dim")
+_SHARED += ("head_k_dim", "head_v_dim", "conv_kernel_size", "activation")
 _LAYOUTS: tuple[tuple[tuple[str, ...], Projections], ...] = (
     (("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), separate_projections),
     (("in_proj_qkvz", "in_proj_ba", "fix_query_key_value_ordering"), grouped_projections),

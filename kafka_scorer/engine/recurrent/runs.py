@@ -175,7 +175,7 @@ def _stack(runs: list[_Run], max_rows: int) -> list[list[_Run]]:
     """Runs of similar length together (padding each group to its longest costs little), at most
     `max_rows` a group."""
     by_start = {run.start: run for run in runs}
-    groups = []
+    groups: list[list[_Run]] = []
     for bucket in bucket_by_length([(run.start, run.length) for run in runs]):
         rows = [by_start[start] for start, _ in bucket]
         groups.extend(rows[i : i + max_rows] for i in range(0, len(rows), max_rows))

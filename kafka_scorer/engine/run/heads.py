@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kafka_scorer.engine.kernels.label_scores import label_logits, label_logprobs
+from kafka_scorer.engine.kernels.label_scores import Backend, head_weights, label_logits, label_logprobs
 
 
 def causal_label_scores(
@@ -25,12 +25,11 @@ def causal_label_scores(
     need_softmax: bool,
     need_logprob: bool,
     softcap: float | None = None,
-    backend: str = "auto",
+    backend: Backend = "auto",
 ) -> torch.Tensor:
     """[R, hidden] -> [R, L] float32: probabilities per label, padded columns are 0. `backend`: the
     label kernels' (`kernels/label_scores.py`)."""
-    weight = lm_head.weight
-    bias = getattr(lm_head, "bias", None)
+    weight, bias = head_weights(lm_head)
     scores = torch.zeros(label_ids.shape, dtype=torch.float32, device=rows.device)
     if need_softmax:
         logits = label_logits(rows, weight, bias, label_ids, softcap=softcap, backend=backend)

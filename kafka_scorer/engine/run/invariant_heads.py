@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kafka_scorer.engine.kernels.label_scores import logsumexp_chunked, soft_cap_
+from kafka_scorer.engine.kernels.label_scores import head_weights, logsumexp_chunked, soft_cap_
 from kafka_scorer.engine.layers.invariant import pad_rows, padded_length
 
 HEAD_ROWS = 64
@@ -34,12 +34,18 @@ def invariant_label_scores(
     """`heads.causal_label_scores` by fixed-shape row blocks: [R, hidden] -> [R, L] float32."""
     count = rows.shape[0]
     total = padded_length(count, HEAD_ROWS)
-    padded = [pad_rows(x, total) for x in (rows, label_ids, label_mask, softmax_rows)]
+    padded_rows, padded_ids, padded_mask, padded_softmax = (
+        pad_rows(x, total) for x in (rows, label_ids, label_mask, softmax_rows)
+    )
+    weight, bias = head_weights(lm_head)
     blocks = [
         _label_block(
-            *(x[start : start + HEAD_ROWS] for x in padded),
-            lm_head.weight,
-            getattr(lm_head, "bias", None),
+            padded_rows[start : start + HEAD_ROWS],
+            padded_ids[start : start + HEAD_ROWS],
+            padded_mask[start : start + HEAD_ROWS],
+            padded_softmax[start : start + HEAD_ROWS],
+            weight,
+            bias,
             need_softmax,
             need_logprob,
             softcap,

@@ -21,7 +21,7 @@ import torch
 from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kernels.label_scores import resolve_backend
+from kafka_scorer.engine.kernels.label_scores import Backend, resolve_backend
 from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, StateEntry, build_runs
@@ -54,7 +54,7 @@ class ModelRunner:
         """Heads by fixed-shape row blocks (`engine/run/invariant_heads.py`)."""
         self.graphs = graphs
         """The body's CUDA graphs (`engine/graphs/`), used once captured; None where they do not apply."""
-        self.label_backend: str = "auto"
+        self.label_backend: Backend = "auto"
         """The label kernels' backend (`kernels/label_scores.py`): Triton on CUDA, unless the warm-up
         found it broken here (`engine/load/warm_up_fallbacks.py`); deterministic mode has its own."""
 
