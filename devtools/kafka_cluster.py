@@ -163,6 +163,10 @@ class KafkaCluster:
 
         _run(lambda: create_topics(self.bootstrap_servers, names, partitions, replication=len(self.nodes)))
 
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow `topic` to `total` partitions, live (what an operator does for more parallelism)."""
+        _run(lambda: _add_partitions(self.bootstrap_servers, topic, total))
+
     def leader_of(self, topic: str, partition: int) -> int:
         """The node that leads `topic[partition]` now (fresh metadata)."""
         return _until_answered(lambda: _run(lambda: _leader(self.bootstrap_servers, topic, partition)))
@@ -208,6 +212,17 @@ async def _leader(bootstrap: str, topic: str, partition: int) -> int:
         return int(leader)
     finally:
         await client.close()
+
+
+async def _add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_partitions({topic: NewPartitions(total_count=total)})
+    finally:
+        await admin.close()
 
 
 async def _coordinator(bootstrap: str, kind: str, key: str) -> int:

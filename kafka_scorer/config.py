@@ -322,6 +322,13 @@ class Settings(EngineSettings):
     session_timeout_ms: int = Field(10000, gt=0, description="Consumer group session timeout.")
     heartbeat_interval_ms: int = Field(3000, gt=0, description="Consumer group heartbeat interval.")
     max_poll_interval_ms: int = Field(300000, gt=0, description="Longest gap between polls before eviction.")
+    metadata_max_age_ms: int = Field(
+        30000,
+        gt=0,
+        description="Longest a Kafka client goes without refreshing cluster metadata: partitions added to "
+        "a request topic (or topics matching the pattern) are consumed within about this long. aiokafka's "
+        "own default is 5 minutes.",
+    )
     max_poll_records: int = Field(500, gt=0, description="Most records taken from one poll (bounds a fetch).")
     rebalance_grace_s: float = Field(
         10.0, ge=0, description="Time to answer and commit the work of revoked partitions before they go."

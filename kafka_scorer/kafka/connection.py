@@ -22,6 +22,9 @@ def client_options(settings: Settings) -> dict[str, Any]:
         "bootstrap_servers": settings.bootstrap_servers,
         "client_id": settings.client_id,
         "security_protocol": settings.security_protocol,
+        # New partitions of a subscribed topic are seen only at a metadata refresh (then the group's
+        # leader rejoins and shares them out): aiokafka's 5-minute default left them unread that long.
+        "metadata_max_age_ms": settings.metadata_max_age_ms,
     }
     if settings.security_protocol in ("SSL", "SASL_SSL"):
         options["ssl_context"] = ssl_context(settings)
