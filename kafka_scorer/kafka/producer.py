@@ -46,6 +46,7 @@ from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.framing import ResultFraming
 from kafka_scorer.kafka.records import OutRecord
 from kafka_scorer.kafka.retry import Backoff, is_retriable
+from kafka_scorer.kafka.send_stall import ReplicaRefusals, SendStall
 from kafka_scorer.wire.registry import RegistryError
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class ResultProducer:
         self._producer: AIOKafkaProducer | None = None
         self._framing = ResultFraming.from_settings(settings)
         self.mode = "stopped"  # "transactional" | "idempotent" | "plain"
+        self.stall = SendStall()  # sends waiting for an acknowledgement: /readyz and a gauge (send_stall.py)
+        self._refusals = ReplicaRefusals(self.stall)
 
     @property
     def transactional(self) -> bool:
@@ -123,6 +126,7 @@ class ResultProducer:
 
     async def start(self) -> None:
         """Start the strongest producer the broker grants; retry while the broker is unreachable."""
+        self._refusals.install()
         wants_txn = self._transactional_id is not None
         attempts = (
             [(True, True), (True, False), (False, False)] if wants_txn else [(True, False), (False, False)]
@@ -205,6 +209,7 @@ class ResultProducer:
     async def stop(self) -> None:
         producer, self._producer = self._producer, None
         self.mode = "stopped"
+        self._refusals.remove()
         if producer is not None:
             await _quiet_stop(producer)
 
@@ -224,6 +229,10 @@ class ResultProducer:
         A refusal (see the module docstring) is raised as `Refused` after bounded tries: retrying it for
         ever would block the partition's commits for good.
         """
+        with self.stall.sending():
+            await self._send(record)
+
+    async def _send(self, record: OutRecord) -> None:
         backoff = Backoff()
         refusals = 0
         while True:
@@ -253,6 +262,7 @@ class ResultProducer:
                     refusals += 1
                     if refusals >= _REFUSAL_ATTEMPTS:
                         raise Refused(record.topic, exc) from exc
+                self.stall.failed(exc)
                 log.warning(
                     "producer: send to %s failed (%r); retrying in %.1fs", record.topic, exc, backoff.next_s
                 )
@@ -300,6 +310,16 @@ class ResultProducer:
         committed offsets. `still_ours` is asked last, right before the commit: False aborts it as
         `StaleTransaction` (a membership lost while the transaction waited on a moving coordinator).
         """
+        with self.stall.sending():
+            await self._transaction(records, offsets, group_id, still_ours)
+
+    async def _transaction(
+        self,
+        records: Sequence[OutRecord],
+        offsets: dict[TopicPartition, int],
+        group_id: str,
+        still_ours: Callable[[], bool],
+    ) -> None:
         producer = self._client
         values = [await self._value(r) for r in records]  # registry look-ups before the transaction opens
         try:
@@ -321,7 +341,8 @@ class ResultProducer:
             await producer.commit_transaction()
         except ProducerFenced as exc:
             raise FatalProducerError(str(exc)) from exc
-        except BaseException:  # anything (a cancel included) leaves the transaction open: abort it, re-raise
+        except BaseException as exc:  # anything (a cancel too) leaves the transaction open: abort, re-raise
+            self.stall.failed(exc)
             try:
                 await asyncio.wait_for(producer.abort_transaction(), self.transaction_step_s)
             except Exception as abort_exc:  # a failed or hung abort is cleared by restarting the producer

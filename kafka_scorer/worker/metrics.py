@@ -107,6 +107,16 @@ class WorkerMetrics:
         for (topic, partition), lag in lags.items():
             self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
 
+    def watch_sends(self, stalled_s: Callable[[], float]) -> None:
+        """Export how long the oldest unacknowledged result has waited, read at each scrape: seconds
+        on end mean the cluster is not acknowledging results (kafka/send_stall.py)."""
+        gauge = Gauge(
+            "kafka_scorer_send_stalled_seconds",
+            "Seconds the oldest unacknowledged result send has waited (0: none waits)",
+            registry=self.registry,
+        )
+        gauge.set_function(stalled_s)
+
     def watch_caches(self, engine: Counted) -> None:
         """Export the engine's cache counters (prefix cache, document embeddings) and CUDA graph replays,
         read at each scrape."""

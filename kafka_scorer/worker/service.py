@@ -85,6 +85,7 @@ class Worker:
         self.broker_watch = BrokerWatch(settings.bootstrap_servers, self.consumer.cluster_partitions)
         txn_id = default_transactional_id(settings) if settings.delivery == "exactly_once" else None
         self.producer = ResultProducer(settings, transactional_id=txn_id)
+        self.metrics.watch_sends(self.producer.stall.seconds)
         self.ledger = Ledger(settings, self.metrics, self.consumer)
         self.outbox = Outbox()
         self.batcher: Batcher[Any, Any] = Batcher(
@@ -139,6 +140,9 @@ class Worker:
             return f"connecting to the Kafka broker {self.settings.bootstrap_servers}"
         if not self.broker_watch.ready:
             return f"Kafka broker {self.settings.bootstrap_servers} unreachable"
+        stalled = self.producer.stall.reason()
+        if stalled is not None:
+            return stalled
         if not self.group_model.ready:
             return (
                 f"consumer group {self.settings.group_id!r} (group_id) serves another model "

@@ -1,0 +1,71 @@
+"""The stall of unacknowledged results (kafka/send_stall.py): its age, its reason, its log line."""
+
+from __future__ import annotations
+
+import logging
+
+from kafka_scorer.kafka.send_stall import STALL_S, ReplicaRefusals, SendStall
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_oldest_waiting_send_is_the_stall() -> None:
+    clock = Clock()
+    stall = SendStall(clock)
+    with stall.sending():
+        clock.now += 4
+        with stall.sending():
+            clock.now += STALL_S
+            assert stall.seconds() == STALL_S + 4
+            assert "not acknowledged" in (stall.reason() or "")
+        assert stall.reason() is not None  # the first send still waits
+    assert stall.seconds() == 0 and stall.reason() is None
+
+
+def test_a_short_wait_is_no_stall() -> None:
+    clock = Clock()
+    stall = SendStall(clock)
+    with stall.sending():
+        clock.now += STALL_S - 1
+        assert stall.reason() is None
+
+
+def _sender_line(partition: int) -> logging.LogRecord:
+    return logging.LogRecord(
+        "aiokafka.producer.sender",
+        logging.WARNING,
+        __file__,
+        1,
+        "Got error produce response on topic-partition %s, retrying. Error: %s",
+        (f"TopicPartition(topic='replies', partition={partition})", "NotEnoughReplicasError"),
+        None,
+    )
+
+
+def test_not_enough_replicas_names_the_setting_once_a_minute() -> None:
+    clock = Clock()
+    stall = SendStall(clock)
+    refusals = ReplicaRefusals(stall, clock)
+    first = _sender_line(0)
+    assert refusals.filter(first)
+    line = first.getMessage()
+    assert "min.insync.replicas" in line and "'replies'" in line and "kafka-configs" in line
+    assert not any(refusals.filter(_sender_line(p)) for p in range(1, 5))  # held back
+    clock.now += 61
+    again = _sender_line(0)
+    assert refusals.filter(again) and "4 such lines held back" in again.getMessage()
+    with stall.sending():
+        clock.now += STALL_S
+        assert "NotEnoughReplicas on replies" in (stall.reason() or "")
+
+
+def test_other_sender_lines_pass_untouched() -> None:
+    refusals = ReplicaRefusals(SendStall())
+    record = logging.LogRecord("aiokafka.producer.sender", logging.WARNING, __file__, 1, "other", None, None)
+    assert refusals.filter(record) and record.getMessage() == "other"
