@@ -13,7 +13,8 @@ fails only after the whole request timeout.
 The reason itself: aiokafka retries a `NotEnoughReplicas` answer inside its sender, every 100 ms until
 the request timeout, with one WARNING each (400 lines in 40 s) that names the error class and not the
 setting. `ReplicaRefusals` holds them back to one a minute that names `min.insync.replicas`, the topic
-and the fix (a value above the topic's replication factor is the mistake that never heals by itself).
+and the fix (a value equal to the replication factor is the mistake: any broker down stops writes;
+Kafka 4.1 caps a value above it at the replication factor, measured).
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ def isr_advice(topic: str) -> str:
     return (
         f"topic {topic!r} has fewer in-sync replicas than its min.insync.replicas, so no result sent with "
         "acks=all is acknowledged: bring its replicas' brokers back, and check that min.insync.replicas "
-        "is at most the replication factor (kafka-topics --describe --topic TOPIC; a value above it never "
-        "heals: kafka-configs --alter --entity-type topics --entity-name TOPIC --add-config "
-        "min.insync.replicas=2). The worker retries, commits nothing meanwhile, and resumes by itself"
+        "is below the replication factor (kafka-topics --describe --topic TOPIC; equal to it, one broker "
+        "down stops every write: kafka-configs --alter --entity-type topics --entity-name TOPIC "
+        "--add-config min.insync.replicas=2). The worker retries, commits nothing meanwhile, and resumes "
+        "by itself"
     )
 
 

@@ -118,7 +118,8 @@ async def _reply_topic_with(bootstrap: str, name: str, configs: dict[str, str]) 
 
 
 async def _set_topic_config(bootstrap: str, name: str, configs: dict[str, str]) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -128,30 +129,38 @@ async def _set_topic_config(bootstrap: str, name: str, configs: dict[str, str]) 
         await admin.close()
 
 
-@pytest.mark.timeout(150)
-async def test_min_insync_above_the_replicas_is_named(
+@pytest.mark.timeout(180)
+async def test_min_insync_at_the_replication_factor_is_named(
     kafka_cluster, causal_model, causal_scorer, caplog
 ) -> None:
-    """The operator's mistake: a reply topic with `min.insync.replicas` (4) above its replication factor
-    (3). Kafka accepts the topic and refuses every acks=all write to it, for ever. The worker must say
-    so in one line naming the setting and the fix, turn `/readyz` red, and answer once it is fixed."""
+    """The operator's mistake: a reply topic with `min.insync.replicas` equal to its replication factor
+    (3), so one node down stops every acks=all write to it. (Kafka 4.1 caps a value above the
+    replication factor at it: min.insync.replicas=4 on 3 replicas accepts writes, measured.) The worker
+    must say so in one line naming the setting and the fix, turn `/readyz` red, and answer once the
+    setting is fixed, the node still down."""
     await all_up(kafka_cluster)
     topics = await cluster_topics(kafka_cluster, PARTITIONS)
-    replies = topics.replies + "-misset"
-    await _reply_topic_with(topics.broker.bootstrap, replies, {"min.insync.replicas": "4"})
-    sent = mixed_jobs(3, seed=5200, model_name=causal_scorer.model_name, prefix="misset")
+    bootstrap = topics.broker.bootstrap
+    replies = topics.replies + "-strict"
+    await _reply_topic_with(bootstrap, replies, {"min.insync.replicas": "3"})
+    sent = mixed_jobs(3, seed=5200, model_name=causal_scorer.model_name, prefix="strict")
     settings = topics.settings(causal_model, reply_topic=replies)
     async with InProcessWorker(settings, causal_scorer) as worker:
-        await produce(topics.broker.bootstrap, [to_record(s, topics.requests, 0, True) for s in sent])
-        took, reason, _gauge = await _reported(worker, REPORTED_S)
+        busy = {
+            await asyncio.to_thread(kafka_cluster.leader_of, replies, 0),
+            await asyncio.to_thread(kafka_cluster.group_coordinator, topics.group),
+        }
+        await asyncio.to_thread(kafka_cluster.kill, min(set(kafka_cluster.nodes) - busy))
+        await produce(bootstrap, [to_record(s, topics.requests, 0, True) for s in sent])
+        took, reason, _gauge = await _reported(worker, REPORTED_S + 10)
         assert "min.insync.replicas" in reason, reason
+        await asyncio.sleep(2.0)  # the refusal line follows the first NotEnoughReplicas answer
         lines = [r.getMessage() for r in caplog.records if "results refused" in r.getMessage()]
         assert len(lines) == 1 and "kafka-configs" in lines[0] and replies in lines[0], lines
-        await _set_topic_config(topics.broker.bootstrap, replies, {"min.insync.replicas": "2"})
+        await _set_topic_config(bootstrap, replies, {"min.insync.replicas": "2"})
         want = {expected_id(s) for s in sent}
-        await read_topic(
-            topics.broker.bootstrap, replies, lambda rs: want <= {r.id for r in decode_replies(rs)}, 90
-        )
+        await read_topic(bootstrap, replies, lambda rs: want <= {r.id for r in decode_replies(rs)}, 90)
         await worker.wait_ready(30)
         assert await worker.stop() == 0
-    print(f"min.insync.replicas=4 on 3 replicas: /readyz red after {took:.1f}s; the line: {lines[0]}")
+    await all_up(kafka_cluster)
+    print(f"min.insync.replicas=3 on 3 replicas, one node down: /readyz red after {took:.1f}s; {lines[0]}")
