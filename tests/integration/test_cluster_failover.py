@@ -4,7 +4,9 @@ Two workers in one group (at-least-once) answer a backlog held in flight when th
 - `leader`: the node leading partition 0 is SIGKILLed, jobs keep coming while it is down, and it is
   started again with its log;
 - `group-coordinator`: the same for the node coordinating the workers' group;
-- `rolling`: every node in turn stopped cleanly and started again (the routine upgrade).
+- `rolling`: every node in turn stopped cleanly and started again (the routine upgrade);
+- `empty-disk`: the node leading partition 0 is SIGKILLed and started at once on an empty disk (a
+  replaced volume): it rejoins the quorum and re-replicates every partition while jobs keep coming.
 Another replica leads meanwhile (replication 3, `min.insync.replicas=2`: producers with acks=all go
 on). Asserted, as the delivery contract says: every acknowledged job answered as the reference scores
 it; only jobs in flight at the fault (at or past the group's committed offset then) answered twice,
@@ -41,6 +43,10 @@ async def _fault(cluster, fault: str, topics) -> str:
         for node in sorted(cluster.nodes):
             await asyncio.to_thread(cluster.restart, node)
         return "restarted every node in turn"
+    if fault == "empty-disk":
+        node = await asyncio.to_thread(cluster.leader_of, topics.requests, 0)
+        await asyncio.to_thread(cluster.restart, node, True, True)
+        return f"node {node} killed and back on an empty disk"
     if fault == "leader":
         node = await asyncio.to_thread(cluster.leader_of, topics.requests, 0)
     else:
@@ -66,7 +72,7 @@ async def _under_load(cluster, fault: str, run: int, model, scorer, reference, m
         await asyncio.sleep(1.0)  # answers already computed are acknowledged and committed meanwhile
         at_kill = await committed_offsets(bootstrap, topics.group, topics.requests, PARTITIONS)
         fault_task = asyncio.create_task(_fault(cluster, fault, topics))
-        if fault != "rolling":
+        if fault not in ("rolling", "empty-disk"):
             await fault_task
         device.set()
         await produce(
@@ -97,7 +103,7 @@ async def _under_load(cluster, fault: str, run: int, model, scorer, reference, m
 
 
 @pytest.mark.timeout(240 * RUNS)
-@pytest.mark.parametrize("fault", ["leader", "group-coordinator", "rolling"])
+@pytest.mark.parametrize("fault", ["leader", "group-coordinator", "rolling", "empty-disk"])
 async def test_nodes_fail_under_load(
     kafka_cluster, fault, causal_model, causal_scorer, causal_reference, monkeypatch
 ) -> None:
