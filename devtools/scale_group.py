@@ -50,10 +50,10 @@ class Plan:
     """The load ramp and the scaler's rules."""
 
     partitions: int = 8
-    peak_rate: float = 250.0  # jobs/s at the top of the ramp
+    peak_rate: float = 900.0  # jobs/s at the top of the ramp
     ramp_s: float = 40.0
     hold_s: float = 40.0
-    lag_threshold: int = 150  # KEDA's lagThreshold: wanted workers = ceil(lag / this)
+    lag_threshold: int = 40  # KEDA's lagThreshold: wanted workers = ceil(lag / this)
     max_workers: int = 4
     poll_s: float = 2.0  # KEDA's pollingInterval (30 s by default)
     up_cooldown_s: float = 10.0
@@ -397,8 +397,8 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", help="an existing cluster; without it the three-node cluster starts")
     parser.add_argument("--max-workers", type=int, default=4)
-    parser.add_argument("--peak-rate", type=float, default=250.0, help="jobs/s at the top of the ramp")
-    parser.add_argument("--lag-threshold", type=int, default=150, help="KEDA's lagThreshold")
+    parser.add_argument("--peak-rate", type=float, default=900.0, help="jobs/s at the top of the ramp")
+    parser.add_argument("--lag-threshold", type=int, default=40, help="KEDA's lagThreshold")
     parser.add_argument("--static", action="store_true", help="static membership (group_instance_id)")
     parser.add_argument(
         "--model", type=Path, default=Path(tempfile.gettempdir()) / "kafka-scorer-scale-model"
