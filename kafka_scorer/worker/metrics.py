@@ -95,6 +95,11 @@ class WorkerMetrics:
             ("topic", "partition"),
             registry=r,
         )
+        # Seconds on end mean the cluster is not acknowledging results: too few in-sync replicas, or no
+        # leader (kafka/send_stall.py); /readyz turns red past 10 s.
+        self.send_stalled = gauge(
+            "send_stalled_seconds", "Seconds the oldest unacknowledged result send has waited (0: none waits)"
+        )
         self.info = Info("kafka_scorer", "What this worker serves and how", registry=r)
 
     def describe(self, version: str, served: dict[str, str]) -> None:
@@ -108,14 +113,8 @@ class WorkerMetrics:
             self.consumer_lag.labels(topic=topic, partition=str(partition)).set(lag)
 
     def watch_sends(self, stalled_s: Callable[[], float]) -> None:
-        """Export how long the oldest unacknowledged result has waited, read at each scrape: seconds
-        on end mean the cluster is not acknowledging results (kafka/send_stall.py)."""
-        gauge = Gauge(
-            "kafka_scorer_send_stalled_seconds",
-            "Seconds the oldest unacknowledged result send has waited (0: none waits)",
-            registry=self.registry,
-        )
-        gauge.set_function(stalled_s)
+        """Read `send_stalled_seconds` from the producer at each scrape (kafka/send_stall.py)."""
+        self.send_stalled.set_function(stalled_s)
 
     def watch_caches(self, engine: Counted) -> None:
         """Export the engine's cache counters (prefix cache, document embeddings) and CUDA graph replays,
