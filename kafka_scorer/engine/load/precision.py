@@ -31,7 +31,7 @@ BF16_RANKINGS_HOLD: Mapping[str, bool] = MappingProxyType(
         "cross_encoder": True,
         "late_interaction": True,
         "label_scorer": True,
-        "hybrid": True,
+        "hybrid": False,
         "classifier": True,
         "vision": False,
         "listwise": False,
@@ -40,7 +40,9 @@ BF16_RANKINGS_HOLD: Mapping[str, bool] = MappingProxyType(
 """Per kind: whether bf16 rankings met the fidelity bar against float32 (tests/engine/fidelity.py:
 top-10 overlap, Kendall's tau, largest score difference over generated queries of 100 documents).
 tests/engine/test_precision_fidelity.py holds each entry to a fresh measurement. Vision and listwise
-are not measured yet (no real-weight checkpoint of theirs ships), so auto keeps them in float32."""
+are not measured yet (no real-weight checkpoint of theirs ships), so auto keeps them in float32; the
+hybrid kind ranked within the bar but its scores moved by 25 % of a query's spread (its recurrent state
+accumulates bf16 rounding), so it keeps float32 too."""
 
 
 @dataclass(frozen=True)
