@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -38,6 +37,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
+    IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
     KafkaError,
@@ -50,15 +50,15 @@ from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
+from kafka_scorer.kafka.positioning import Positioner, held
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
-from kafka_scorer.kafka.subscription import fetch_states, report_received
+from kafka_scorer.kafka.subscription import fetch_states, log_of, report_received
 
 log = logging.getLogger(__name__)
 
 _COMMITTED_WAIT_S = 5.0  # longest the poll loop waits for a reset partition's committed offset
 _NEW_LOG_SETTLE_S = 3.0  # after a broker restart: how long "nothing committed" is asked again
-_COMMITTED_RETRY_S = 0.25
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -202,15 +202,15 @@ class JobConsumer:
         out: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
         self._consumer.pause(*fetchable)
         try:
-            for tp in sorted(fetchable):
-                self._consumer.resume(tp)
+            for tp in sorted(fetchable):  # a rebalance may revoke any of them meanwhile: pause/resume
+                self.resume([tp])  # only what is still assigned
                 try:
                     got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
                     out.update(got)
                 except UnicodeDecodeError:
                     out[tp] = await self._read_up_to_unreadable(tp, timeout_ms, max_records)
                 finally:
-                    self._consumer.pause(tp)
+                    self.pause([tp])
         finally:
             live = fetchable & self.assignment()
             if live:
@@ -227,7 +227,13 @@ class JobConsumer:
             try:
                 got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=1)
             except UnicodeDecodeError as exc:
-                offset = await self._consumer.position(tp)
+                holding = held(self._consumer, tp)
+                try:
+                    offset = await self._consumer.position(tp)
+                except IllegalStateError:
+                    return records  # revoked: the record is its next owner's to read
+                if holding is None or not holding.still(self._consumer):
+                    return records  # revoked and assigned again meanwhile: positioned afresh
                 reason = f"its batch holds a header name that is not UTF-8 ({exc.reason})"
                 log.error("consumer: %s[%d] offset %d unreadable (%s); skipped", *tp, offset, reason)
                 self._consumer.seek(tp, offset + 1)
@@ -236,6 +242,10 @@ class JobConsumer:
                 break
             records.extend(got.get(tp, []))
         return records
+
+    @property
+    def _positions(self) -> Positioner:
+        return Positioner(self._consumer, self._settings.auto_offset_reset)
 
     def _coordination_dead(self) -> bool:
         """aiokafka's group coordination task ended: the member will never rejoin by itself."""
@@ -282,6 +292,8 @@ class JobConsumer:
         assigned = self.assignment()
         out = {}
         for tp, offset in offsets.items():
+            if not self._reads_current_log(tp):  # a log the worker has not read from takes no offset
+                continue
             log_end = self._consumer.highwater(tp) if tp in assigned else None
             if log_end is not None:  # where records proved the broker's number too small, theirs
                 log_end = self._resets.log_end(tp, log_end)
@@ -297,8 +309,14 @@ class JobConsumer:
             return {}
         mine = self.committable(offsets)
         if mine:
-            await commit_within(self._consumer, mine, membership)
+            await commit_within(
+                self._consumer, mine, membership, lambda: all(self._reads_current_log(tp) for tp in mine)
+            )
         return mine
+
+    def _reads_current_log(self, tp: TopicPartition) -> bool:
+        """The partition's fetches still read the log its offsets were read from (kafka/log_reset.py)."""
+        return self._resets.reads_from(tp, log_of(self._consumer, tp))
 
     async def reposition_reset_logs(self) -> Verdicts[TopicPartition]:
         """Partitions whose log was reset under the worker (log_reset.py: beyond the log end, or a log
@@ -322,13 +340,16 @@ class JobConsumer:
                 states[tp].position,
             )
         # together: after a broker restart every partition may wait out the settling at once, not in turn
-        await asyncio.gather(
-            *(self._reposition(tp, why, states[tp].log_end) for tp, why in verdicts.reset.items())
-        )
+        reasons = list(verdicts.reset.items())
+        done = await asyncio.gather(*(self._reposition(tp, why, states[tp].log_end) for tp, why in reasons))
+        for (tp, _), positioned in zip(reasons, done, strict=True):
+            if not positioned:  # revoked meanwhile: its watermark closed with it, its next owner reads it
+                del verdicts.reset[tp]
         return verdicts
 
-    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> None:
-        """One reset partition, positioned from the broker (said in one line); never hangs the loop."""
+    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> bool:
+        """One reset partition, positioned from the broker (said in one line); never hangs the loop.
+        False when a rebalance revoked it meanwhile: dropped, not reset (kafka/positioning.py)."""
         log.warning(
             "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
             "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
@@ -339,18 +360,16 @@ class JobConsumer:
             self._settings.auto_offset_reset,
         )
         settle_s = _NEW_LOG_SETTLE_S if reason.sign is Sign.NEW_LOG else 0.0
-        try:
-            await asyncio.wait_for(
-                self._seek_committed(tp, within=log_end, settle_s=settle_s), _COMMITTED_WAIT_S
-            )
-        except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
-            log.warning(
-                "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s offset",
+        positioned = await self._positions.from_broker(
+            tp, within=log_end, settle_s=settle_s, wait_s=_COMMITTED_WAIT_S
+        )
+        if not positioned:
+            log.info(
+                "%s[%d]: revoked by a rebalance while it was being repositioned: dropped, not reset (its "
+                "next assignment is positioned from the group's committed offset)",
                 *tp,
-                exc,
-                self._settings.auto_offset_reset,
             )
-            await self._seek_reset(tp)
+        return positioned
 
     def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
         """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the
@@ -362,34 +381,8 @@ class JobConsumer:
             out[(tp.topic, tp.partition)] = max(0, end - (state.position if done is None else done))
         return out
 
-    async def _seek_reset(self, tp: TopicPartition) -> None:
-        if self._settings.auto_offset_reset == "earliest":
-            await self._consumer.seek_to_beginning(tp)
-        else:
-            await self._consumer.seek_to_end(tp)
-
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
-        """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction)."""
+        """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction); a
+        partition revoked meanwhile is dropped, its next owner redoes it."""
         for tp in partitions:
-            await self._seek_committed(tp)
-
-    async def _seek_committed(
-        self, tp: TopicPartition, within: int | None = None, settle_s: float = 0.0
-    ) -> None:
-        """To the group's committed offset (what the broker holds), else as `auto_offset_reset` says;
-        a committed offset beyond `within` (the log end) belongs to an older log and is not trusted.
-
-        `settle_s`: how long "nothing committed" is asked again before it is believed. Right after a
-        restart Apache Kafka answers an offset fetch while it still loads the group's offsets with a
-        response-level error that aiokafka 0.14 does not read, so the partition reads as never committed
-        (seen here: one partition of three, committed at 30, answered -1), and the worker would read it
-        again from the start."""
-        committed = await self._consumer.committed(tp)
-        deadline = time.monotonic() + settle_s
-        while committed is None and time.monotonic() < deadline:
-            await asyncio.sleep(_COMMITTED_RETRY_S)
-            committed = await self._consumer.committed(tp)
-        if committed is not None and (within is None or committed <= within):
-            self._consumer.seek(tp, committed)
-        else:
-            await self._seek_reset(tp)
+            await self._positions.from_broker(tp)

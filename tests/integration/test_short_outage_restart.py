@@ -1,0 +1,152 @@
+"""Issue 45, the second fault: the embedded broker (memory only) killed under load and restarted empty,
+twice, the second time down `OUTAGE_S` while producers keep sending and the worker holds jobs fetched
+from the broker's previous life (their answers finish after the restart).
+
+Before the fix one run in five skipped hundreds of jobs: the answers of the old life's jobs were
+committed to the new, empty log — the commit waited for the group coordinator through the outage and
+went out, under the membership the worker still believed in, to the restarted broker, which accepted
+it — and the group, rejoined, read on from those offsets, past every new job below them
+(`the broker reports the log end 64 but delivered records up to offset 65; that log end is wrong, not a
+reset`).
+
+The delivery contract, checked here: every job the last broker acknowledged is answered (as the
+reference scores it); no committed offset ever stands ahead of a job not yet answered (sampled through
+the run); the worker never exits. `RUNS` runs per test run (`KAFKA_SCORER_FAULT_RUNS` sets more: 50 of
+50 while developing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from aiokafka.errors import KafkaError
+
+from kafka_scorer.embedded.broker import EmbeddedBroker
+from tests.integration.feeder import Feeder, endless_jobs
+from tests.integration.jobs import assert_answers, expected_id
+from tests.integration.kafka_helpers import (
+    BrokerInfo,
+    InProcessWorker,
+    committed_offsets,
+    decode_replies,
+    hold_device,
+    read_topic,
+    unique,
+    worker_settings,
+)
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4  # what the embedded broker gives the topics producers re-create after its restart
+OUTAGE_S = 3.0
+RUNS = int(os.environ.get("KAFKA_SCORER_FAULT_RUNS", "1"))
+
+
+@dataclass
+class CommitSamples:
+    """The group's committed offsets, read every `every_s` with the wall-clock time they were read at."""
+
+    bootstrap: str
+    group: str
+    topic: str
+    every_s: float = 0.25
+    seen: list[tuple[float, dict[int, int | None]]] = field(default_factory=list)
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                offsets = await asyncio.wait_for(
+                    committed_offsets(self.bootstrap, self.group, self.topic, PARTITIONS), 2.0
+                )
+                self.seen.append((time.time(), offsets))
+            await asyncio.sleep(self.every_s)
+
+
+def _restart(broker: EmbeddedBroker, down_s: float) -> None:
+    broker.stop(timeout_s=0.2)  # killed: its memory is gone
+    time.sleep(down_s)
+    broker.start()  # same port, empty
+
+
+async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, monkeypatch) -> str:
+    bootstrap = broker.bootstrap_servers
+    info = BrokerInfo(bootstrap, "tansu", transactions=False, min_session_timeout_ms=0)
+    requests, replies, group = unique("s4.requests"), unique("s4.replies"), unique("group")
+    settings = worker_settings(info, model, request_topics=[requests], reply_topic=replies, group_id=group)
+    jobs = endless_jobs(scorer.model_name, prefix=f"outage{run}", n=3_000)
+    by_key = {s.key: expected_id(s) for s in jobs}
+    device = hold_device(monkeypatch, scorer)
+    samples = CommitSamples(bootstrap, group, requests)
+    feeding = Feeder(bootstrap, requests, PARTITIONS, jobs, every_s=0.01)
+    async with feeding as feeder, InProcessWorker(settings, scorer) as worker:
+        sampler = asyncio.create_task(samples.run())
+        try:
+            await asyncio.sleep(2.0)
+            await asyncio.to_thread(_restart, broker, 0.3)  # the first restart: a blip
+            await asyncio.sleep(3.0)
+            device.clear()  # jobs of this life stay in flight, fetched and buffered, through the outage
+            await asyncio.sleep(0.5)
+            killed_at = time.monotonic()
+            await asyncio.to_thread(_restart, broker, OUTAGE_S)
+            await asyncio.sleep(0.3)
+            device.set()  # their answers finish on the new broker's watch
+            await asyncio.sleep(4.0)
+            await feeder.stop()
+            want = {expected_id(s) for s in feeder.acked_since(killed_at)}
+            assert want, "the restarted broker acknowledged nothing: the scenario did not happen"
+            records = await read_topic(
+                bootstrap, replies, lambda rs: want <= {r.id for r in decode_replies(rs)}, timeout_s=60
+            )
+            await asyncio.sleep(1.0)  # the last commits land
+        finally:
+            sampler.cancel()
+        assert worker.running, "the worker exited"
+        assert await worker.stop() == 0
+    answers = [r for r in decode_replies(records) if r.id in want]
+    lost = want - {r.id for r in answers}
+    assert not lost, f"{len(lost)} of {len(want)} acknowledged jobs never answered: {sorted(lost)[:8]}"
+    acked = [s for s in jobs if expected_id(s) in want]
+    sample = acked[:: max(1, len(acked) // 30)]
+    assert_answers(
+        [r for r in answers if r.id in {expected_id(s) for s in sample}], sample, reference, once=False
+    )
+    await _assert_no_commit_ahead_of_an_answer(bootstrap, requests, records, samples, by_key, killed_at)
+    return f"run {run}: {len(want)} jobs acknowledged by the restarted broker, all answered"
+
+
+async def _assert_no_commit_ahead_of_an_answer(
+    bootstrap, requests, replies, samples, by_key, killed_at
+) -> None:
+    """At each sample after the last restart, every request below a partition's committed offset was
+    answered by then (a reply's timestamp is when the worker made it)."""
+    answered_at: dict[str, int] = {}
+    for record in replies:
+        (result,) = decode_replies([record])
+        answered_at.setdefault(result.id, record.timestamp)
+    logged = await read_topic(bootstrap, requests, lambda rs: False, timeout_s=3.0)
+    ids = {(r.partition, r.offset): by_key.get(r.key) for r in logged}
+    restarted_wall = time.time() - (time.monotonic() - killed_at) + OUTAGE_S
+    for at, offsets in samples.seen:
+        if at < restarted_wall:
+            continue
+        for partition, committed in offsets.items():
+            for offset in range(committed or 0):
+                job = ids.get((partition, offset))
+                when = answered_at.get(job) if job is not None else None
+                assert when is not None and when <= at * 1000 + 50, (
+                    f"partition {partition} committed at {committed} while offset {offset} ({job}) was "
+                    f"{'never answered' if when is None else f'answered {when / 1000 - at:.2f}s later'}"
+                )
+
+
+async def test_a_short_outage_with_producers_running_skips_nothing(
+    causal_model, causal_scorer, causal_reference, monkeypatch
+) -> None:
+    with EmbeddedBroker() as broker:
+        for run in range(RUNS):
+            print(await _one_run(broker, run, causal_scorer, causal_model, causal_reference, monkeypatch))
