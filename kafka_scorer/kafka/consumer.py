@@ -23,7 +23,15 @@ reset, positions come from what the broker holds, never from the worker's memory
   broker's error, not a reset (issue 26: the loop that re-scored the same records forever). The end
   is the fetch response's high watermark, never ListOffsets: tansu answers ListOffsets with a number
   far too small once a partition holds multi-record batches (docs/worker.md, "The embedded brokers").
-- no commit goes past that watermark (or past the records fetched, where they proved it too small).
+- no commit goes past that watermark (or past the records fetched, where they proved it too small),
+  and none to a log the worker has not read from: a partition's offsets are committed only while its
+  fetches still run on the connection its records came from, asked again right before the request
+  (issue 45: a commit that waited out a broker's restart for the coordinator went, under the
+  membership the worker still believed in, to the restarted, empty broker, which accepted it; the
+  rejoined group read on from there and skipped every new record below).
+
+Every seek is safe against the rebalance that may revoke the partition meanwhile (positioning.py): a
+revoked partition is dropped, never reset.
 """
 
 from __future__ import annotations

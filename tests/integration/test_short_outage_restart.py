@@ -21,12 +21,14 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from kafka_scorer.embedded.broker import EmbeddedBroker
+from kafka_scorer.kafka.admin import create_topics
 from tests.integration.feeder import Feeder, endless_jobs
 from tests.integration.jobs import assert_answers, expected_id
 from tests.integration.kafka_helpers import (
@@ -42,7 +44,7 @@ from tests.integration.kafka_helpers import (
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 4  # what the embedded broker gives the topics producers re-create after its restart
+PARTITIONS = 4
 OUTAGE_S = 3.0
 RUNS = int(os.environ.get("KAFKA_SCORER_FAULT_RUNS", "1"))
 
@@ -67,16 +69,28 @@ class CommitSamples:
             await asyncio.sleep(self.every_s)
 
 
-def _restart(broker: EmbeddedBroker, down_s: float) -> None:
-    broker.stop(timeout_s=0.2)  # killed: its memory is gone
-    time.sleep(down_s)
-    broker.start()  # same port, empty
+async def _restart(broker: EmbeddedBroker, down_s: float, topics: list[str]) -> float:
+    """Killed (its memory gone), down `down_s`, started empty on the same port, its topics created again
+    at once while the producers retry into it: the race of issue 26 (seeded_broker.py), in which tansu
+    0.6 hands out two records under one offset and acknowledges some records no reader ever gets.
+
+    Returns a moment while it was down: an acknowledgement after it came from the restarted broker (one
+    read just after the kill can still be the old broker's)."""
+    await asyncio.to_thread(broker.stop, 0.2)
+    await asyncio.sleep(down_s / 2)
+    down_at = time.monotonic()
+    await asyncio.sleep(down_s / 2)
+    await asyncio.to_thread(broker.start)
+    with contextlib.suppress(TopicAlreadyExistsError):
+        await create_topics(broker.bootstrap_servers, topics, PARTITIONS)
+    return down_at
 
 
 async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, monkeypatch) -> str:
+    requests, replies, group = unique("s4.requests"), unique("s4.replies"), unique("group")
+    await create_topics(broker.bootstrap_servers, [requests, replies], PARTITIONS)
     bootstrap = broker.bootstrap_servers
     info = BrokerInfo(bootstrap, "tansu", transactions=False, min_session_timeout_ms=0)
-    requests, replies, group = unique("s4.requests"), unique("s4.replies"), unique("group")
     settings = worker_settings(info, model, request_topics=[requests], reply_topic=replies, group_id=group)
     jobs = endless_jobs(scorer.model_name, prefix=f"outage{run}", n=3_000)
     by_key = {s.key: expected_id(s) for s in jobs}
@@ -87,17 +101,19 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
         sampler = asyncio.create_task(samples.run())
         try:
             await asyncio.sleep(2.0)
-            await asyncio.to_thread(_restart, broker, 0.3)  # the first restart: a blip
+            await _restart(broker, 0.3, [requests, replies])  # the first restart: a blip
             await asyncio.sleep(3.0)
             device.clear()  # jobs of this life stay in flight, fetched and buffered, through the outage
             await asyncio.sleep(0.5)
-            killed_at = time.monotonic()
-            await asyncio.to_thread(_restart, broker, OUTAGE_S)
+            killed_at = await _restart(broker, OUTAGE_S, [requests, replies])
             await asyncio.sleep(0.3)
             device.set()  # their answers finish on the new broker's watch
             await asyncio.sleep(4.0)
             await feeder.stop()
-            want = {expected_id(s) for s in feeder.acked_since(killed_at)}
+            logged = await read_topic(bootstrap, requests, lambda rs: False, timeout_s=3.0)
+            readable = {by_key.get(r.key) for r in logged}
+            acked = {expected_id(s) for s in feeder.acked_since(killed_at)}
+            want = acked & readable  # tansu acknowledges some records no reader gets: nobody can answer those
             assert want, "the restarted broker acknowledged nothing: the scenario did not happen"
             records = await read_topic(
                 bootstrap, replies, lambda rs: want <= {r.id for r in decode_replies(rs)}, timeout_s=60
@@ -109,14 +125,27 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
         assert await worker.stop() == 0
     answers = [r for r in decode_replies(records) if r.id in want]
     lost = want - {r.id for r in answers}
-    assert not lost, f"{len(lost)} of {len(want)} acknowledged jobs never answered: {sorted(lost)[:8]}"
-    acked = [s for s in jobs if expected_id(s) in want]
-    sample = acked[:: max(1, len(acked) // 30)]
+    if lost:
+        where = sorted((r.partition, r.offset) for r in logged if by_key.get(r.key) in lost)
+        first = [
+            (round(at - time.time(), 1), offsets) for at, offsets in samples.seen if any(offsets.values())
+        ][:3]
+        shared = Counter((r.partition, r.offset) for r in logged)
+        raise AssertionError(
+            f"{len(lost)} of {len(want)} acknowledged jobs never answered, at (partition, offset) "
+            f"{where[:6]}...{where[-3:]}; the group's first commits (s ago, offsets): {first}; "
+            f"offsets the broker gave two records: {sorted(k for k, n in shared.items() if n > 1)[:12]}"
+        )
+    answerable = [s for s in jobs if expected_id(s) in want]
+    sample = answerable[:: max(1, len(answerable) // 30)]
     assert_answers(
         [r for r in answers if r.id in {expected_id(s) for s in sample}], sample, reference, once=False
     )
     await _assert_no_commit_ahead_of_an_answer(bootstrap, requests, records, samples, by_key, killed_at)
-    return f"run {run}: {len(want)} jobs acknowledged by the restarted broker, all answered"
+    return (
+        f"run {run}: {len(want)} jobs acknowledged by the restarted broker and readable, all answered "
+        f"({len(acked - readable)} acknowledged but never delivered to a reader)"
+    )
 
 
 async def _assert_no_commit_ahead_of_an_answer(
@@ -129,19 +158,21 @@ async def _assert_no_commit_ahead_of_an_answer(
         (result,) = decode_replies([record])
         answered_at.setdefault(result.id, record.timestamp)
     logged = await read_topic(bootstrap, requests, lambda rs: False, timeout_s=3.0)
-    ids = {(r.partition, r.offset): by_key.get(r.key) for r in logged}
-    restarted_wall = time.time() - (time.monotonic() - killed_at) + OUTAGE_S
+    ids: dict[tuple[int, int], list[str | None]] = {}  # tansu can give two records one offset
+    for r in logged:
+        ids.setdefault((r.partition, r.offset), []).append(by_key.get(r.key))
+    restarted_wall = time.time() - (time.monotonic() - killed_at) + OUTAGE_S / 2
     for at, offsets in samples.seen:
         if at < restarted_wall:
             continue
         for partition, committed in offsets.items():
             for offset in range(committed or 0):
-                job = ids.get((partition, offset))
-                when = answered_at.get(job) if job is not None else None
-                assert when is not None and when <= at * 1000 + 50, (
-                    f"partition {partition} committed at {committed} while offset {offset} ({job}) was "
-                    f"{'never answered' if when is None else f'answered {when / 1000 - at:.2f}s later'}"
-                )
+                for job in ids.get((partition, offset), [None]):
+                    when = answered_at.get(job) if job is not None else None
+                    assert when is not None and when <= at * 1000 + 50, (
+                        f"partition {partition} committed at {committed} while offset {offset} ({job}) was "
+                        f"{'never answered' if when is None else f'answered {when / 1000 - at:.2f}s later'}"
+                    )
 
 
 async def test_a_short_outage_with_producers_running_skips_nothing(
