@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -58,6 +59,7 @@ from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import commit_within, membership_of
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
+from kafka_scorer.kafka.missing_topics import TopicAbsence
 from kafka_scorer.kafka.positioning import Positioner, held
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
@@ -142,6 +144,7 @@ class JobConsumer:
             partition_assignment_strategy=assignors,
         )
         self._resets: LogResetWatch[TopicPartition] = LogResetWatch()
+        self._absence = TopicAbsence()  # request topics gone from the cluster, said once (missing_topics.py)
         self._listener: _Listener | None = None
 
     async def start(self, listener: PartitionListener) -> None:
@@ -152,6 +155,7 @@ class JobConsumer:
             self._consumer.subscribe(pattern=s.request_topic_pattern, listener=forward)
         else:
             self._consumer.subscribe(topics=s.request_topics, listener=forward)
+        self._absence.noise.install()
         backoff = Backoff()
         while True:
             try:
@@ -172,6 +176,8 @@ class JobConsumer:
             await self._consumer.stop()
         except KafkaError as exc:
             log.warning("consumer stop: %r", exc)
+        finally:
+            self._absence.noise.remove()
 
     async def fetch(
         self, timeout_ms: int, max_records: int
@@ -267,7 +273,29 @@ class JobConsumer:
         """Every topic of the cluster with its partition count (one Metadata request for all topics;
         creates none). For the readiness check of kafka/topic_watch.py."""
         cluster = await self._consumer._client.fetch_all_metadata()
-        return {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+        counts = {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+        subscription = self._consumer._subscription.subscription
+        if subscription is not None:
+            self._absence.observe(counts, subscription.topics)
+        await self._notice_returned_topics(counts)
+        return counts
+
+    async def _notice_returned_topics(self, cluster: dict[str, int]) -> None:
+        """A subscribed topic the cluster has (recreated after a broker lost it) with more partitions than
+        the client's own metadata knows: refresh that metadata now, so the group takes the partitions.
+        Once the group has no partition to fetch, aiokafka refreshes it only every
+        `metadata_max_age_ms` (5 minutes): the worker waited that long for topics recreated 20 s after
+        the broker came back (issue 45). The outage and topic watches call this every few seconds."""
+        subscription = self._consumer._subscription.subscription
+        if subscription is None:
+            return
+        known = self._consumer._client.cluster
+        pattern = self._settings.request_topic_pattern
+        wanted = set(subscription.topics) | (
+            {t for t in cluster if not t.startswith("__") and re.match(pattern, t)} if pattern else set()
+        )
+        if any(cluster.get(t, 0) > len(known.partitions_for_topic(t) or ()) for t in wanted):
+            await self._consumer._client.force_metadata_update()
 
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         tps = self.assignment() if partitions is None else set(partitions) & self.assignment()

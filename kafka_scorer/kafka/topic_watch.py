@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaError
 
 from kafka_scorer.config import Settings
-from kafka_scorer.kafka.missing_topics import MissingTopics, waits_for
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +78,6 @@ class TopicWatch:
     _warned_at: float | None = field(default=None, init=False)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Until `stop`; meanwhile the client's missing-topic lines are said once (missing_topics.py)."""
-        noise = MissingTopics(waits_for(self.settings))
-        noise.install()
-        try:
-            await self._watch(stop)
-        finally:
-            noise.remove()
-
-    async def _watch(self, stop: asyncio.Event) -> None:
         since = self.clock()  # the grace counts from the start, or from the last time topics matched
         while not stop.is_set():
             matched = await self._matched()

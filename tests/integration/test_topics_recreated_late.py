@@ -106,7 +106,7 @@ async def _one_run(broker, run: int, model, scorer, reference, caplog) -> str:
     assert not ahead, f"committed past the log (committed, end): {ahead}"
     messages = [r.getMessage() for r in caplog.records]
     flood = [m for m in messages if "not found in cluster metadata" in m]
-    waits = [m for m in messages if "waits for its request topics" in m]
+    waits = [m for m in messages if "the worker waits for them" in m]
     assert len(flood) <= FLOOD_LINES, f"{len(flood)} client lines about the missing topics: {flood[:3]}"
     assert 1 <= len(waits) <= 2, waits
     return f"run {run}: {len(want)} acknowledged by the new broker, all answered; {len(flood)} client lines"
