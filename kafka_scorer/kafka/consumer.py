@@ -26,9 +26,9 @@ reset, positions come from what the broker holds, never from the worker's memory
 - no commit goes past that watermark (or past the records fetched, where they proved it too small),
   and none to a log the worker has not read from: a partition's offsets are committed only while its
   fetches still run on the connection its records came from, asked again right before the request
-  (issue 45: a commit that waited out a broker's restart for the coordinator went, under the
-  membership the worker still believed in, to the restarted, empty broker, which accepted it; the
-  rejoined group read on from there and skipped every new record below).
+  (issue 45: nothing from before a broker's restart counts for the log after it; a commit can wait out
+  a whole restart for its coordinator, and a broker that accepted it from a member it no longer knows
+  would hand the old log's offsets to the group that rejoins the new one).
 
 Every seek is safe against the rebalance that may revoke the partition meanwhile (positioning.py): a
 revoked partition is dropped, never reset.
@@ -271,7 +271,9 @@ class JobConsumer:
 
     async def cluster_partitions(self) -> dict[str, int]:
         """Every topic of the cluster with its partition count (one Metadata request for all topics;
-        creates none). For the readiness check of kafka/topic_watch.py."""
+        creates none). For the readiness checks (kafka/topic_watch.py, outage.py), which call it every
+        few seconds: request topics gone from the cluster are said once, and once back, the client's
+        own metadata is refreshed so the group takes them (missing_topics.py)."""
         cluster = await self._consumer._client.fetch_all_metadata()
         counts = {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
         subscription = self._consumer._subscription.subscription
