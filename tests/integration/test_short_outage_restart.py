@@ -14,9 +14,9 @@ to a log the worker has not read from (kafka/consumer.py).
 The delivery contract, checked here: every job the last broker acknowledged and delivers to a reader is
 answered (as the reference scores it; tansu also acknowledges some records no reader ever gets, which
 nobody can answer, and a record that shares its offset with another is skipped by any client fetching
-from inside its batch, so those are counted, not required); no committed offset ever stands ahead of a job not yet answered (sampled through
-the run); the worker never exits. `RUNS` runs, one test each (`KAFKA_SCORER_FAULT_RUNS` sets more: 50 of
-50 while developing).
+from inside its batch, so those are counted, not required); no committed offset ever stands ahead of
+a job not yet answered (sampled through the run); the worker never exits. `RUNS` runs, one test each
+(`KAFKA_SCORER_FAULT_RUNS` sets more: 50 of 50 while developing).
 """
 
 from __future__ import annotations
@@ -155,8 +155,8 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
     )
     await _assert_no_commit_ahead_of_an_answer(bootstrap, requests, records, samples, by_key, killed_at)
     return (
-        f"run {run}: {len(want)} jobs acknowledged by the restarted broker and readable, all answered but "
-        f"{len(missed)} of the {len(want & doubled)} the broker gave an offset already taken "
+        f"run {run}: {len(want)} jobs acknowledged by the restarted broker and readable, all answered "
+        f"except {len(missed)} of the {len(want & doubled)} that share an offset with another record "
         f"({len(acked - readable)} acknowledged but never delivered to a reader)"
     )
 
