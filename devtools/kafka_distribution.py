@@ -1,7 +1,7 @@
 """Apache Kafka's jars, resolved from Maven Central once per machine into a cache outside the repository.
 
 There is no Apache Kafka package on the development and CI machines, and no Docker engine, but Java 17
-and Maven are installed (/work/shared/BROKERS.md): Maven resolves `org.apache.kafka:kafka_2.13` and its
+and Maven are installed: Maven resolves `org.apache.kafka:kafka_2.13` and its
 runtime dependencies (~45 jars, ~43 MB) in seconds, and `java -cp 'libs/*' kafka.Kafka` runs the broker
 from them. A log4j2 SLF4J binding is added so the broker writes a log a failing test can show (Kafka's
 own artifact brings only the SLF4J API, which would print nothing).

@@ -59,7 +59,12 @@ class EngineSettings(BaseSettings):
         None, description="Name reported in results and matched against a job's `model`; default: `model`."
     )
     dtype: DType = Field(
-        "auto", description="Weights and activations dtype; auto: bfloat16 on CUDA, float32 on CPU."
+        "auto",
+        description=(
+            "Weights and activations dtype; auto: bfloat16 on CUDA; on a CPU, bfloat16 where it computes "
+            "bf16 natively (AVX512-BF16, AMX) and the kind's rankings held in it (docs/performance.md), "
+            "else float32."
+        ),
     )
     device: str = Field(
         "auto", description="torch device: auto (cuda if available, else cpu), cpu, cuda, cuda:1 ..."

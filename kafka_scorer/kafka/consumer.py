@@ -23,14 +23,22 @@ reset, positions come from what the broker holds, never from the worker's memory
   broker's error, not a reset (issue 26: the loop that re-scored the same records forever). The end
   is the fetch response's high watermark, never ListOffsets: tansu answers ListOffsets with a number
   far too small once a partition holds multi-record batches (docs/worker.md, "The embedded brokers").
-- no commit goes past that watermark (or past the records fetched, where they proved it too small).
+- no commit goes past that watermark (or past the records fetched, where they proved it too small),
+  and none to a log the worker has not read from: a partition's offsets are committed only while its
+  fetches still run on the connection its records came from, asked again right before the request
+  (issue 45: nothing from before a broker's restart counts for the log after it; a commit can wait out
+  a whole restart for its coordinator, and a broker that accepted it from a member it no longer knows
+  would hand the old log's offsets to the group that rejoins the new one).
+
+Every seek is safe against the rebalance that may revoke the partition meanwhile (positioning.py): a
+revoked partition is dropped, never reset.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -38,6 +46,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
+    IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
     KafkaError,
@@ -49,18 +58,18 @@ from kafka_scorer.config import Settings
 from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import Membership, commit_within, membership_of
-from kafka_scorer.kafka.lagging_end import end_reaches
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
+from kafka_scorer.kafka.missing_topics import TopicAbsence
+from kafka_scorer.kafka.positioning import Positioner, held
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
-from kafka_scorer.kafka.subscription import fetch_states, report_received
+from kafka_scorer.kafka.subscription import fetch_states, log_of, report_received
 from kafka_scorer.kafka.visible_commit import seek_when_visible
 
 log = logging.getLogger(__name__)
 
 _COMMITTED_WAIT_S = 5.0  # longest the poll loop waits for a reset partition's committed offset
 _NEW_LOG_SETTLE_S = 3.0  # after a broker restart: how long "nothing committed" is asked again
-_COMMITTED_RETRY_S = 0.25
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -136,6 +145,7 @@ class JobConsumer:
             partition_assignment_strategy=assignors,
         )
         self._resets: LogResetWatch[TopicPartition] = LogResetWatch()
+        self._absence = TopicAbsence()  # request topics gone from the cluster, said once (missing_topics.py)
         self._listener: _Listener | None = None
 
     async def start(self, listener: PartitionListener) -> None:
@@ -146,6 +156,7 @@ class JobConsumer:
             self._consumer.subscribe(pattern=s.request_topic_pattern, listener=forward)
         else:
             self._consumer.subscribe(topics=s.request_topics, listener=forward)
+        self._absence.noise.install()
         backoff = Backoff()
         while True:
             try:
@@ -166,6 +177,8 @@ class JobConsumer:
             await self._consumer.stop()
         except KafkaError as exc:
             log.warning("consumer stop: %r", exc)
+        finally:
+            self._absence.noise.remove()
 
     async def fetch(
         self, timeout_ms: int, max_records: int
@@ -204,15 +217,15 @@ class JobConsumer:
         out: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
         self._consumer.pause(*fetchable)
         try:
-            for tp in sorted(fetchable):
-                self._consumer.resume(tp)
+            for tp in sorted(fetchable):  # a rebalance may revoke any of them meanwhile: pause/resume
+                self.resume([tp])  # only what is still assigned
                 try:
                     got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
                     out.update(got)
                 except UnicodeDecodeError:
                     out[tp] = await self._read_up_to_unreadable(tp, timeout_ms, max_records)
                 finally:
-                    self._consumer.pause(tp)
+                    self.pause([tp])
         finally:
             live = fetchable & self.assignment()
             if live:
@@ -229,7 +242,13 @@ class JobConsumer:
             try:
                 got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=1)
             except UnicodeDecodeError as exc:
-                offset = await self._consumer.position(tp)
+                holding = held(self._consumer, tp)
+                try:
+                    offset = await self._consumer.position(tp)
+                except IllegalStateError:
+                    return records  # revoked: the record is its next owner's to read
+                if holding is None or not holding.still(self._consumer):
+                    return records  # revoked and assigned again meanwhile: positioned afresh
                 reason = f"its batch holds a header name that is not UTF-8 ({exc.reason})"
                 log.error("consumer: %s[%d] offset %d unreadable (%s); skipped", *tp, offset, reason)
                 self._consumer.seek(tp, offset + 1)
@@ -238,6 +257,10 @@ class JobConsumer:
                 break
             records.extend(got.get(tp, []))
         return records
+
+    @property
+    def _positions(self) -> Positioner:
+        return Positioner(self._consumer, self._settings.auto_offset_reset)
 
     def _coordination_dead(self) -> bool:
         """aiokafka's group coordination task ended: the member will never rejoin by itself."""
@@ -249,9 +272,33 @@ class JobConsumer:
 
     async def cluster_partitions(self) -> dict[str, int]:
         """Every topic of the cluster with its partition count (one Metadata request for all topics;
-        creates none). For the readiness check of kafka/topic_watch.py."""
+        creates none). For the readiness checks (kafka/topic_watch.py, outage.py), which call it every
+        few seconds: request topics gone from the cluster are said once, and once back, the client's
+        own metadata is refreshed so the group takes them (missing_topics.py)."""
         cluster = await self._consumer._client.fetch_all_metadata()
-        return {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+        counts = {topic: len(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+        subscription = self._consumer._subscription.subscription
+        if subscription is not None:
+            self._absence.observe(counts, subscription.topics)
+        await self._notice_returned_topics(counts)
+        return counts
+
+    async def _notice_returned_topics(self, cluster: dict[str, int]) -> None:
+        """A subscribed topic the cluster has (recreated after a broker lost it) with more partitions than
+        the client's own metadata knows: refresh that metadata now, so the group takes the partitions.
+        Once the group has no partition to fetch, aiokafka refreshes it only every
+        `metadata_max_age_ms` (5 minutes): the worker waited that long for topics recreated 20 s after
+        the broker came back (issue 45). The outage and topic watches call this every few seconds."""
+        subscription = self._consumer._subscription.subscription
+        if subscription is None:
+            return
+        known = self._consumer._client.cluster
+        pattern = self._settings.request_topic_pattern
+        wanted = set(subscription.topics) | (
+            {t for t in cluster if not t.startswith("__") and re.match(pattern, t)} if pattern else set()
+        )
+        if any(cluster.get(t, 0) > len(known.partitions_for_topic(t) or ()) for t in wanted):
+            await self._consumer._client.force_metadata_update()
 
     def pause(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         tps = self.assignment() if partitions is None else set(partitions) & self.assignment()
@@ -295,6 +342,8 @@ class JobConsumer:
         assigned = self.assignment()
         out = {}
         for tp, offset in offsets.items():
+            if not self._reads_current_log(tp):  # a log the worker has not read from takes no offset
+                continue
             log_end = self._consumer.highwater(tp) if tp in assigned else None
             if log_end is not None:  # where records proved the broker's number too small, theirs
                 log_end = self._resets.log_end(tp, log_end)
@@ -310,8 +359,14 @@ class JobConsumer:
             return {}
         mine = self.committable(offsets)
         if mine:
-            await commit_within(self._consumer, mine, membership)
+            await commit_within(
+                self._consumer, mine, membership, lambda: all(self._reads_current_log(tp) for tp in mine)
+            )
         return mine
+
+    def _reads_current_log(self, tp: TopicPartition) -> bool:
+        """The partition's fetches still read the log its offsets were read from (kafka/log_reset.py)."""
+        return self._resets.reads_from(tp, log_of(self._consumer, tp))
 
     async def reposition_reset_logs(self) -> Verdicts[TopicPartition]:
         """Partitions whose log was reset under the worker (log_reset.py: beyond the log end, or a log
@@ -335,13 +390,16 @@ class JobConsumer:
                 states[tp].position,
             )
         # together: after a broker restart every partition may wait out the settling at once, not in turn
-        await asyncio.gather(
-            *(self._reposition(tp, why, states[tp].log_end) for tp, why in verdicts.reset.items())
-        )
+        reasons = list(verdicts.reset.items())
+        done = await asyncio.gather(*(self._reposition(tp, why, states[tp].log_end) for tp, why in reasons))
+        for (tp, _), positioned in zip(reasons, done, strict=True):
+            if not positioned:  # revoked meanwhile: its watermark closed with it, its next owner reads it
+                del verdicts.reset[tp]
         return verdicts
 
-    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> None:
-        """One reset partition, positioned from the broker (said in one line); never hangs the loop."""
+    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> bool:
+        """One reset partition, positioned from the broker (said in one line); never hangs the loop.
+        False when a rebalance revoked it meanwhile: dropped, not reset (kafka/positioning.py)."""
         log.warning(
             "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
             "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
@@ -352,18 +410,16 @@ class JobConsumer:
             self._settings.auto_offset_reset,
         )
         settle_s = _NEW_LOG_SETTLE_S if reason.sign is Sign.NEW_LOG else 0.0
-        try:
-            await asyncio.wait_for(
-                self._seek_committed(tp, within=log_end, settle_s=settle_s), _COMMITTED_WAIT_S
-            )
-        except (KafkaError, TimeoutError) as exc:  # the loop must not hang on it: never skips either
-            log.warning(
-                "%s[%d]: the group's committed offset could not be read (%r); positioned at the %s offset",
+        positioned = await self._positions.from_broker(
+            tp, within=log_end, settle_s=settle_s, wait_s=_COMMITTED_WAIT_S
+        )
+        if not positioned:
+            log.info(
+                "%s[%d]: revoked by a rebalance while it was being repositioned: dropped, not reset (its "
+                "next assignment is positioned from the group's committed offset)",
                 *tp,
-                exc,
-                self._settings.auto_offset_reset,
             )
-            await self._seek_reset(tp)
+        return positioned
 
     def lag(self, committed: dict[TopicPartition, int | None]) -> dict[tuple[str, int], int]:
         """Per assigned partition: the last fetch's high watermark minus `committed` (or minus the
@@ -375,36 +431,8 @@ class JobConsumer:
             out[(tp.topic, tp.partition)] = max(0, end - (state.position if done is None else done))
         return out
 
-    async def _seek_reset(self, tp: TopicPartition) -> None:
-        if self._settings.auto_offset_reset == "earliest":
-            await self._consumer.seek_to_beginning(tp)
-        else:
-            await self._consumer.seek_to_end(tp)
-
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
-        """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction)."""
+        """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction); a
+        partition revoked meanwhile is dropped, its next owner redoes it."""
         for tp in partitions:
-            await self._seek_committed(tp)
-
-    async def _seek_committed(
-        self, tp: TopicPartition, within: int | None = None, settle_s: float = 0.0
-    ) -> None:
-        """To the group's committed offset (what the broker holds), else as `auto_offset_reset` says;
-        a committed offset beyond `within` (the log end) belongs to an older log and is not trusted.
-
-        `settle_s`: how long "nothing committed" is asked again before it is believed. Right after a
-        restart Apache Kafka answers an offset fetch while it still loads the group's offsets with a
-        response-level error that aiokafka 0.14 does not read, so the partition reads as never committed
-        (seen here: one partition of three, committed at 30, answered -1), and the worker would read it
-        again from the start."""
-        committed = await self._consumer.committed(tp)
-        deadline = time.monotonic() + settle_s
-        while committed is None and time.monotonic() < deadline:
-            await asyncio.sleep(_COMMITTED_RETRY_S)
-            committed = await self._consumer.committed(tp)
-        if committed is not None and within is not None and committed > within:
-            within = committed if await end_reaches(self._consumer, tp, committed) else within
-        if committed is not None and (within is None or committed <= within):
-            self._consumer.seek(tp, committed)
-        else:
-            await self._seek_reset(tp)
+            await self._positions.from_broker(tp)

@@ -19,6 +19,7 @@ aiokafka has no public API for either step; this reads its coordinator's `genera
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +48,14 @@ def membership_of(consumer: AIOKafkaConsumer) -> Membership | None:
 
 
 async def commit_within(
-    consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int], membership: Membership
+    consumer: AIOKafkaConsumer,
+    offsets: dict[TopicPartition, int],
+    membership: Membership,
+    still: Callable[[], bool] = lambda: True,
 ) -> None:
-    """Commit `offsets` in one request if the consumer is still `membership`; else `CommitFailedError`.
+    """Commit `offsets` in one request if the consumer is still `membership` and `still()` holds (the
+    logs the offsets were read from are still the partitions' logs); else `CommitFailedError`. Both
+    are asked right before the request: finding the coordinator can wait out a whole broker restart.
 
     Connection and coordinator errors are raised as aiokafka raises them (the caller retries later);
     a broker that no longer knows the member answers UnknownMemberId, and aiokafka then rejoins."""
@@ -60,6 +66,11 @@ async def commit_within(
             raise CommitFailedError(
                 "not committed: the group membership these offsets were taken in has changed (a rebalance, "
                 "or a broker that lost its groups); their records are the next reader's"
+            )
+        if not still():
+            raise CommitFailedError(
+                "not committed: a partition's log changed since these offsets were read (a broker restart); "
+                "the partition is read again from what the broker holds"
             )
         await coordinator._do_commit_offsets(
             membership.assignment, {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}

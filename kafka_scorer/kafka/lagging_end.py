@@ -2,7 +2,7 @@
 new log.
 
 A new leader's high-water mark can trail the old leader's for a moment (it advances once the followers
-fetch from it; /work/shared/BROKERS.md). The reset watch (log_reset.py) then sees the log end move back,
+fetch from it). The reset watch (log_reset.py) then sees the log end move back,
 or a leader change, and the partition is positioned from the group's committed offset, which must lie
 within the log: one above the lagging mark was distrusted as an older log's, and the worker read the
 whole partition again from the earliest offset (issue 45: 68 duplicates after one failover, 63 of them

@@ -163,7 +163,7 @@ class LogResetWatch(Generic[P]):
         for tp, state in states.items():
             part = self._parts.setdefault(tp, _Partition())
             if self._follow_log(part, state) and self._new_log_is_reset:
-                part.suspect_at = None
+                part.suspect_at, part.armed = None, True  # a new log is a new event, whatever came before
                 self._decide(tp, part, state, NEW_LOG, verdicts)
                 if tp in verdicts.reset or tp in verdicts.refused:
                     continue
@@ -186,6 +186,15 @@ class LogResetWatch(Generic[P]):
         for tp in partitions:
             self._parts.pop(tp, None)
             self._received.pop(tp, None)
+
+    def reads_from(self, tp: P, log: Hashable) -> bool:
+        """Whether `log` (the partition's log as the client names it now) is the one its fetch states were
+        last judged in: what the worker read since the partition's last reset came from it. False while
+        the log is unknown (no connection) or changed since the last look (the next look repositions the
+        partition): no offset goes to a log the worker has not read from (issue 45, a commit of the old
+        log's offsets that the restarted, empty broker accepted and the rejoined group read on from)."""
+        part = self._parts.get(tp)
+        return log is not None and part is not None and part.log == log
 
     def log_end(self, tp: P, reported: int) -> int:
         """The partition's log end: the broker's number, or more where records proved it wrong."""

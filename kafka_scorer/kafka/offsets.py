@@ -2,7 +2,7 @@
 
 A record's offset may be committed only when it and every record before it in its partition has been
 answered. Jobs of one partition finish out of order (a short job overtakes a long one in the next
-batch), so each partition keeps its received offsets in arrival order and the watermark is the first
+batch), so each partition keeps its received offsets and the watermark is the lowest
 one not yet answered. Offsets need not be contiguous (compaction, transaction markers): the watermark
 jumps over offsets that were never received.
 
@@ -14,7 +14,8 @@ Pure Python, no Kafka client: unit-tested in tests/kafka_tests/test_offsets.py.
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+from collections import Counter
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
@@ -24,49 +25,60 @@ P = TypeVar("P")  # a partition key: aiokafka's TopicPartition in the worker, an
 class Watermark:
     """Received-but-unanswered offsets of one partition, for one assignment of it."""
 
-    __slots__ = ("_done", "_next", "_pending", "closed", "committed")
+    __slots__ = ("_done", "_next", "_open", "_pending", "closed", "committed", "repeats")
 
     def __init__(self, committed: int | None = None) -> None:
-        self._pending: deque[int] = deque()  # received offsets, ascending, head = oldest unanswered
-        self._done: set[int] = set()  # answered offsets still behind an unanswered one
-        self._next: int | None = None  # one past the highest offset received
+        self._pending: list[int] = []  # received offsets not yet passed by the commit: a min-heap
+        self._done: Counter[int] = Counter()  # answered offsets still behind an unanswered one
+        self._open = 0  # received and not answered
+        self._next: int | None = None  # one past the offset received last: where reading goes on
         self.committed = committed  # last offset handed to Kafka as committed (next record to read)
         self.closed = False
+        self.repeats = 0  # records received at or below an offset already received
 
-    def received(self, offset: int) -> None:
+    def received(self, offset: int) -> bool:
+        """Hold back the commit at `offset` until it is answered. True when the offset is not above one
+        received before: the broker handed out two records under one offset (tansu 0.6 after a restart
+        raced a topic's creation, issue 45), or the client reset the position backwards. Both records
+        are answered and the commit waits for the lowest unanswered offset: dropping the earlier ones,
+        as if they would be read again, skipped them for good (they were not read again) and the
+        commits moved past them."""
         if self.closed:
             raise RuntimeError("received() on a closed watermark")
-        if self._next is not None and offset < self._next:
-            raise ValueError(f"offset {offset} arrived after {self._next - 1}: offsets must increase")
-        self._pending.append(offset)
+        again = self._next is not None and offset < self._next
+        heapq.heappush(self._pending, offset)
+        self._open += 1
         self._next = offset + 1
+        self.repeats += again
+        return again
 
     def answered(self, offset: int) -> bool:
         """Record one answered offset; False (and no effect) once the watermark is closed."""
         if self.closed:
             return False
-        if self._pending and self._pending[0] == offset:
-            self._pending.popleft()
-            while self._pending and self._pending[0] in self._done:
-                self._done.remove(self._pending.popleft())
-        else:
-            self._done.add(offset)
+        self._done[offset] += 1
+        self._open -= 1
+        while self._pending and self._done[self._pending[0]] > 0:
+            self._done[heapq.heappop(self._pending)] -= 1
         return True
 
     @property
     def unanswered(self) -> int:
-        return len(self._pending) - len(self._done)
+        return self._open
 
     def commit_offset(self) -> int | None:
-        """The offset to commit (Kafka's convention: the next record to read), None before any record."""
-        if self._pending:
-            return self._pending[0]
+        """The offset to commit (Kafka's convention: the next record to read), None before any record:
+        the lowest unanswered offset, and never past where reading goes on (after an offset handed out
+        again, the records between it and the highest one seen are still to come)."""
+        if self._pending and self._next is not None:
+            return min(self._pending[0], self._next)
         return self._next
 
     def close(self) -> None:
         self.closed = True
         self._pending.clear()
         self._done.clear()
+        self._open = 0
 
 
 class OffsetTracker(Generic[P]):

@@ -13,6 +13,10 @@ What this module decides:
   but does not have is waited for `missing_topic_grace_s` and then refused the same way. aiokafka calls a
   missing topic retriable and would retry it forever (a broker that does not auto-create never gets it),
   stalling the partition's commits; bounding it lets the delivery layer answer elsewhere or stop.
+  The worker's own reply topic is the exception: start-up checked that it exists (kafka/preflight.py),
+  so its absence later is the cluster's state, not the operator's mistake (a broker back on an empty
+  disk, its topics recreated later: issue 45). Its results are held, the wait said once, until it exists
+  again: backpressure pauses the reading meanwhile, and nothing stops the worker or is skipped.
 - Records that cannot fit a produce request are caught before they are sent (`fits`), so the caller
   can answer with an error result instead of looping on a request that can never succeed.
 """
@@ -105,6 +109,7 @@ class ResultProducer:
         self._producer: AIOKafkaProducer | None = None
         self._framing = ResultFraming.from_settings(settings)
         self.mode = "stopped"  # "transactional" | "idempotent" | "plain"
+        self._holding_replies = False  # the reply topic is missing and results wait for it
         self.stall = SendStall()  # sends waiting for an acknowledgement: /readyz and a gauge (send_stall.py)
         self._refusals = ReplicaRefusals(self.stall)
 
@@ -274,8 +279,9 @@ class ResultProducer:
 
     async def ensure_topic(self, topic: str) -> None:
         """Return once the cluster metadata has `topic`; `Refused` when the broker keeps answering without
-        it for `missing_topic_grace_s`. Time while the broker cannot be reached does not count: that is an
-        outage, retried like any other."""
+        it for `missing_topic_grace_s`, except for the worker's own reply topic, which is waited for (see
+        the module docstring). Time while the broker cannot be reached does not count: that is an outage,
+        retried like any other."""
         client = self._client.client
         if client.cluster.partitions_for_topic(topic) is not None:
             return
@@ -287,15 +293,35 @@ class ResultProducer:
         while True:
             answered = await client.force_metadata_update()
             if client.cluster.partitions_for_topic(topic) is not None:
+                self._reply_back(topic)
                 return
             if topic in client.cluster.unauthorized_topics:
                 raise Refused(topic, TopicAuthorizationFailedError(topic))
-            if answered:
+            if answered and topic == self._settings.reply_topic:
+                self._reply_missing(topic)
+            elif answered:
                 now = time.monotonic()
                 missing_since = missing_since if missing_since is not None else now
                 if now - missing_since >= self.missing_topic_grace_s:
                     raise Refused(topic, UnknownTopicOrPartitionError(topic))
             await backoff.sleep()
+
+    def _reply_missing(self, topic: str) -> None:
+        """Said once however many results wait (every send in flight waits on its own)."""
+        self.stall.failed(f"reply topic {topic!r} missing from the cluster")
+        if not self._holding_replies:
+            self._holding_replies = True
+            log.warning(
+                "producer: reply topic %r is missing from the cluster (a broker back on an empty disk, or "
+                "the topic deleted); holding its results until it exists again, reading paused meanwhile "
+                "(setting: reply_topic)",
+                topic,
+            )
+
+    def _reply_back(self, topic: str) -> None:
+        if self._holding_replies and topic == self._settings.reply_topic:
+            self._holding_replies = False
+            log.info("producer: reply topic %r exists again; the results held for it go out now", topic)
 
     async def send_transaction(
         self,

@@ -69,8 +69,9 @@ class SendStall:
             return None
         return (
             f"results not acknowledged by the Kafka cluster for {stalled:.0f}s ({self._last_error}): a "
-            "partition of the reply topic has fewer in-sync replicas than its min.insync.replicas, or no "
-            "leader; the worker retries, commits nothing meanwhile, and resumes by itself"
+            "partition of the reply topic has fewer in-sync replicas than its min.insync.replicas or no "
+            "leader, or the topic is missing; the worker retries, commits nothing meanwhile, and resumes "
+            "by itself"
         )
 
 

@@ -17,18 +17,18 @@ from kafka_scorer.kafka.log_reset import FetchState, LogResetWatch
 
 def fetch_states(consumer: Any) -> dict[Any, FetchState]:
     """Position, high watermark and fetch timestamp of each assigned partition that has all three."""
-    assignment = _assignment(consumer)
+    assignment = assignment_of(consumer)
     if assignment is None:
         return {}
     out = {}
     for tp in assignment.tps:
         state = assignment.state_value(tp)
         if state.has_valid_position and state.highwater is not None and state.timestamp is not None:
-            out[tp] = FetchState(state.position, state.highwater, state.timestamp, _log_of(consumer, tp))
+            out[tp] = FetchState(state.position, state.highwater, state.timestamp, log_of(consumer, tp))
     return out
 
 
-def _log_of(consumer: Any, tp: Any) -> Hashable:
+def log_of(consumer: Any, tp: Any) -> Hashable:
     """Which log the partition's fetches read, as far as the client can tell: its leader and the very
     connection object the fetches run on (a broker restarted on the same address is a new one); None
     while not connected. A new group membership is a new assignment, which the watch forgets anyway.
@@ -43,7 +43,7 @@ def _log_of(consumer: Any, tp: Any) -> Hashable:
 
 def positions(consumer: Any) -> dict[Any, int]:
     """The position of each assigned partition that has one."""
-    assignment = _assignment(consumer)
+    assignment = assignment_of(consumer)
     if assignment is None:
         return {}
     return {
@@ -53,7 +53,8 @@ def positions(consumer: Any) -> dict[Any, int]:
     }
 
 
-def _assignment(consumer: Any) -> Any:
+def assignment_of(consumer: Any) -> Any:
+    """aiokafka's current Assignment (a new object at every rebalance); None while there is none."""
     subscription = consumer._subscription.subscription
     return None if subscription is None else subscription.assignment
 

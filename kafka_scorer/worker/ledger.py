@@ -99,13 +99,14 @@ class Ledger:
     ) -> Ticket[Any]:
         """A fetched record becomes a ticket; its offset now holds back its partition's commits."""
         mark = self.tracker.watermark(tp)
-        try:
-            mark.received(origin.offset)
-        except ValueError:  # the position moved back (a seek): older in-flight work is moot
-            log.warning("%s went back to offset %d; restarting its watermark", tp, origin.offset)
-            self.tracker.revoke([tp])
-            mark = self.tracker.watermark(tp)
-            mark.received(origin.offset)
+        if mark.received(origin.offset) and mark.repeats == 1:  # said once per assignment
+            log.warning(
+                "%s[%d]: offset %d handed out again (the broker gave two records one offset, or the "
+                "position was reset back); every job is answered, commits wait for the lowest unanswered",
+                tp.topic,
+                tp.partition,
+                origin.offset,
+            )
         self.jobs += 1
         self.peak_jobs = max(self.peak_jobs, self.jobs)
         return Ticket(tp, origin, job_id, mark, time.monotonic(), self, trace)

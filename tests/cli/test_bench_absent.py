@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def no_bench(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a venv with the wheel alone: the checkout off the path (the product is imported already),
-    so `import kafka_scorer_bench` finds nothing."""
+    so `import kafka_scorer_bench` finds nothing; and none of the test tiers' own KAFKA_SCORER_ variables
+    (CI sets KAFKA_SCORER_REQUIRE_APACHE_KAFKA), which the CLI would warn about as unknown settings."""
+    for name in [n for n in os.environ if n.startswith("KAFKA_SCORER_")]:
+        monkeypatch.delenv(name)
     for name in [n for n in sys.modules if n == "kafka_scorer_bench" or n.startswith("kafka_scorer_bench.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != ROOT])

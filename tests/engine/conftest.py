@@ -9,7 +9,8 @@ from kafka_scorer.engine.scorer import Scorer
 
 @pytest.fixture(scope="session")
 def scorer_for(tiny_models):
-    """One Scorer per (arch, kind, num_labels, options), float32 on the CPU, loaded like a real checkpoint.
+    """One Scorer per (arch, kind, num_labels, options), float32 on the CPU (unless `dtype` is named),
+    loaded like a real checkpoint.
 
     The prefix cache is off unless a test names `prefix_cache_mb`: a hit is exact to rounding, not
     bitwise, and changes `prompt_tokens`, which other tests compare across calls with the same query
@@ -26,7 +27,7 @@ def scorer_for(tiny_models):
         key = (arch, kind, num_labels, tuple(sorted(options.items())))
         if key not in cache:
             path = tiny_models.get(arch, kind, num_labels)
-            cache[key] = Scorer(str(path), dtype="float32", device="cpu", **options)
+            cache[key] = Scorer(str(path), device="cpu", **{"dtype": "float32", **options})
         return cache[key]
 
     return get
@@ -99,7 +100,7 @@ def colbert_scorer(tiny_colbert):
         key = (tuple(sorted((checkpoint or {}).items())), tuple(sorted(options.items())))
         if key not in cache:
             path = tiny_colbert(**(checkpoint or {}))
-            cache[key] = Scorer(str(path), dtype="float32", device="cpu", **options)
+            cache[key] = Scorer(str(path), device="cpu", **{"dtype": "float32", **options})
         return cache[key]
 
     return get
@@ -123,7 +124,7 @@ def vision_scorer(tiny_vl):
     def get(**options):
         key = tuple(sorted(options.items()))
         if key not in cache:
-            cache[key] = Scorer(str(tiny_vl), dtype="float32", device="cpu", **options)
+            cache[key] = Scorer(str(tiny_vl), device="cpu", **{"dtype": "float32", **options})
         return cache[key]
 
     return get
@@ -145,7 +146,7 @@ def listwise_scorer(tiny_listwise):
     def get(**options):
         key = tuple(sorted(options.items()))
         if key not in cache:
-            cache[key] = Scorer(str(tiny_listwise), dtype="float32", device="cpu", **options)
+            cache[key] = Scorer(str(tiny_listwise), device="cpu", **{"dtype": "float32", **options})
         return cache[key]
 
     return get

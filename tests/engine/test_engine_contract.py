@@ -1,5 +1,8 @@
 """The engine contract (tests/engine/contract.py) run against the worker's fake engine and a real
-engine of every model kind, each on a tiny float32 CPU checkpoint the suite already builds.
+engine of every model kind, each on a tiny CPU checkpoint the suite already builds, in float32 and again
+in bfloat16 (the `...Bf16` classes: what `dtype=auto` runs on a CPU that computes bf16 natively,
+engine/load/precision.py), where deterministic mode, the prefix cache and the fault paths must keep the
+same promises.
 
 A real engine's faults go in at the model body, through torch's forward pre-hook: every kind's forward
 runs its body once per forward with the forward's `input_ids` (the decoder runner, the encoder, the
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -61,8 +64,15 @@ class TestFakeEngine(EngineContract):
             engine.fault = None
 
 
+BF16_TOLERANCE = 2e-2
+"""Batch-mates move a bf16 job's scores by rounding only: a few bf16 steps (2^-8 relative) of a score
+below 1 (deterministic mode and the prefix cache stay bitwise: no tolerance)."""
+
+
 class ScorerContract(EngineContract):
-    """A real `Scorer`; subclasses say which checkpoint."""
+    """A real `Scorer`; subclasses say which checkpoint and `dtype`."""
+
+    dtype: ClassVar[str] = "float32"
 
     def max_items(self, engine: Scorer) -> int:
         return engine.limits.max_items_per_job
@@ -96,43 +106,44 @@ class TestCausalLM(ScorerContract):
 
     @pytest.fixture
     def engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "causal")
+        return scorer_for("qwen3", "causal", dtype=self.dtype)
 
     @pytest.fixture
     def deterministic_engine(self, scorer_for) -> Scorer:
-        return deterministic(lambda: scorer_for("qwen3", "causal", deterministic=True))
+        return deterministic(lambda: scorer_for("qwen3", "causal", deterministic=True, dtype=self.dtype))
 
     @pytest.fixture
     def cached_engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "causal", prefix_cache_mb=-1)
+        return scorer_for("qwen3", "causal", prefix_cache_mb=-1, dtype=self.dtype)
 
 
 class TestDecoderClassifier(ScorerContract):
     @pytest.fixture
     def engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "classification")
+        return scorer_for("qwen3", "classification", dtype=self.dtype)
 
     @pytest.fixture
     def deterministic_engine(self, scorer_for) -> Scorer:
-        return deterministic(lambda: scorer_for("qwen3", "classification", deterministic=True))
+        return deterministic(
+            lambda: scorer_for("qwen3", "classification", deterministic=True, dtype=self.dtype)
+        )
 
     @pytest.fixture
     def cached_engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "classification", prefix_cache_mb=-1)
+        return scorer_for("qwen3", "classification", prefix_cache_mb=-1, dtype=self.dtype)
 
 
 @pytest.fixture(scope="module")
 def cross_encoder(tiny_encoder):
     """A tiny BERT cross-encoder's scorer, plain or in deterministic mode, loaded once per mode."""
-    scorers: dict[bool, Scorer] = {}
+    scorers: dict[tuple[bool, str], Scorer] = {}
 
-    def get(deterministic_mode: bool = False) -> Scorer:
-        if deterministic_mode not in scorers:
+    def get(deterministic_mode: bool = False, dtype: str = "float32") -> Scorer:
+        key = (deterministic_mode, dtype)
+        if key not in scorers:
             path = str(tiny_encoder("bert", 2))
-            scorers[deterministic_mode] = Scorer(
-                path, dtype="float32", device="cpu", deterministic=deterministic_mode
-            )
-        return scorers[deterministic_mode]
+            scorers[key] = Scorer(path, dtype=dtype, device="cpu", deterministic=deterministic_mode)
+        return scorers[key]
 
     return get
 
@@ -142,11 +153,11 @@ class TestCrossEncoder(ScorerContract):
 
     @pytest.fixture
     def engine(self, cross_encoder) -> Scorer:
-        return cross_encoder()
+        return cross_encoder(dtype=self.dtype)
 
     @pytest.fixture
     def deterministic_engine(self, cross_encoder) -> Scorer:
-        return deterministic(lambda: cross_encoder(True))
+        return deterministic(lambda: cross_encoder(True, self.dtype))
 
 
 class TestLateInteraction(ScorerContract):
@@ -154,11 +165,11 @@ class TestLateInteraction(ScorerContract):
 
     @pytest.fixture
     def engine(self, colbert_scorer) -> Scorer:
-        return colbert_scorer()
+        return colbert_scorer(dtype=self.dtype)
 
     @pytest.fixture
     def deterministic_engine(self, colbert_scorer) -> Scorer:
-        return deterministic(lambda: colbert_scorer(deterministic=True))
+        return deterministic(lambda: colbert_scorer(deterministic=True, dtype=self.dtype))
 
 
 class TestHybrid(ScorerContract):
@@ -169,18 +180,20 @@ class TestHybrid(ScorerContract):
     @pytest.fixture
     def engine(self, scorer_for) -> Scorer:
         _needs_family("qwen3_5")
-        return scorer_for("qwen3_5", "causal", decoder_forward="transformers")
+        return scorer_for("qwen3_5", "causal", decoder_forward="transformers", dtype=self.dtype)
 
     @pytest.fixture
     def deterministic_engine(self, scorer_for) -> Scorer:
         _needs_family("qwen3_5")
-        return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True))
+        return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True, dtype=self.dtype))
 
     @pytest.fixture
     def cached_engine(self, scorer_for) -> Scorer:
         """Its prefix cache keeps the Gated DeltaNet layers' states too."""
         _needs_family("qwen3_5")
-        return scorer_for("qwen3_5", "causal", decoder_forward="transformers", prefix_cache_mb=-1)
+        return scorer_for(
+            "qwen3_5", "causal", decoder_forward="transformers", prefix_cache_mb=-1, dtype=self.dtype
+        )
 
 
 class TestVision(ScorerContract):
@@ -193,11 +206,11 @@ class TestVision(ScorerContract):
 
     @pytest.fixture
     def engine(self, vision_scorer) -> Scorer:
-        return vision_scorer(embedding_cache_mb=0)
+        return vision_scorer(embedding_cache_mb=0, dtype=self.dtype)
 
     @pytest.fixture
     def deterministic_engine(self, vision_scorer) -> Scorer:
-        return deterministic(lambda: vision_scorer(deterministic=True))
+        return deterministic(lambda: vision_scorer(deterministic=True, dtype=self.dtype))
 
     def job(self, job_id: str, seed: int = 0, **fields: Any) -> Job:
         image = {"content": [{"type": "image", "image": picture(seed=seed)}, {"type": "text", "text": "x"}]}
@@ -237,6 +250,37 @@ class TestVision(ScorerContract):
             yield sizes
         finally:
             handle.remove()
+
+
+class Bf16:
+    """The same kind in bfloat16 on the CPU."""
+
+    dtype: ClassVar[str] = "bfloat16"
+    tolerance: ClassVar[float] = BF16_TOLERANCE
+
+
+class TestCausalLMBf16(Bf16, TestCausalLM):
+    pass
+
+
+class TestDecoderClassifierBf16(Bf16, TestDecoderClassifier):
+    pass
+
+
+class TestCrossEncoderBf16(Bf16, TestCrossEncoder):
+    pass
+
+
+class TestLateInteractionBf16(Bf16, TestLateInteraction):
+    pass
+
+
+class TestHybridBf16(Bf16, TestHybrid):
+    pass
+
+
+class TestVisionBf16(Bf16, TestVision):
+    pass
 
 
 @pytest.mark.parametrize("kind", ["prefix_cache", "embedding_cache"])

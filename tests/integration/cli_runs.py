@@ -50,10 +50,14 @@ async def run_cli(*args: str, stdin: bytes | None = None, timeout_s: float = 120
 
 
 def run_demo(template: str, build: Callable[[], T], *, timeout_s: float = 240) -> tuple[T, str, str]:
-    """`kafka-scorer demo --template TEMPLATE --short` as a child at 160 columns, asserted to exit 0, and
-    `build()` run while it does: a test rebuilds the demo's tiny model from the same seed (the same bytes,
-    so the same model_revision) in time the demo takes anyway. Returns what `build` made, stdout, stderr."""
-    demo = helpers.start_cli("demo", "--template", template, "--short", env=helpers.cli_env(COLUMNS="160"))
+    """`kafka-scorer demo --template TEMPLATE --short --dtype float32` as a child at 160 columns, asserted
+    to exit 0, and `build()` run while it does: a test rebuilds the demo's tiny model from the same seed
+    (the same bytes, so the same model_revision) in time the demo takes anyway. float32, since the
+    tests compare the printed scores with a float32 reference (`auto` runs bf16 on a CPU that computes
+    it natively: tests/engine/test_precision_fidelity.py). Returns what `build` made, stdout, stderr."""
+    demo = helpers.start_cli(
+        "demo", "--template", template, "--short", "--dtype", "float32", env=helpers.cli_env(COLUMNS="160")
+    )
     try:
         built = build()
         out, err = demo.communicate(timeout=timeout_s)

@@ -21,7 +21,15 @@ def test_demo_serves_a_real_cross_encoder(tmp_path) -> None:
     except MissingCheckpoint as exc:
         pytest.fail(str(exc))
     done = run_cli(
-        "demo", "--model", str(path), "--short", "--no-progress", env=cli_env(COLUMNS="120"), timeout=240
+        "demo",
+        "--model",
+        str(path),
+        "--short",
+        "--no-progress",
+        "--dtype",
+        "float32",
+        env=cli_env(COLUMNS="120"),
+        timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout

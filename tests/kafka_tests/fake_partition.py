@@ -34,7 +34,7 @@ class FakePartition:
 
     def __init__(self, position: int) -> None:
         self.state = FetchStateFake(position)
-        assignment = SimpleNamespace(tps=[TP], state_value=lambda tp: self.state)
+        assignment = SimpleNamespace(tps=[TP], active=True, state_value=lambda tp: self.state)
         self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
         self._coordinator = SimpleNamespace(generation=1, _coordination_task=None)
         cluster = SimpleNamespace(leader_for_partition=lambda tp: 1)

@@ -18,6 +18,9 @@ from aiokafka.errors import (
 )
 
 from kafka_scorer.kafka.consumer import FatalConsumerError, JobConsumer
+from kafka_scorer.kafka.log_reset import FetchState
+from kafka_scorer.kafka.subscription import log_of
+from tests.kafka_tests.fake_partition import Connection
 from tests.worker.conftest import TP, settings
 
 OTHER = TopicPartition("requests", 1)
@@ -40,6 +43,12 @@ class _Consumer:
         )
         self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=object()))
         self.highwaters = {TP: 10, OTHER: 5}
+        cluster = SimpleNamespace(leader_for_partition=lambda tp: 1)
+        self._client = SimpleNamespace(cluster=cluster, _conns={(1, 0): Connection()})
+
+    def restart_broker(self) -> None:
+        """The leader's process restarted on the same address: the fetch connection is a new one."""
+        self._client._conns[(1, 0)] = Connection()
 
     async def _ensure_coordinator_known(self) -> None:
         self.on_coordinator_lookup()
@@ -61,8 +70,12 @@ class _Consumer:
 
 
 def _job_consumer(fake: _Consumer) -> JobConsumer:
+    """A consumer that has read both partitions from the leader's current connection."""
     consumer = JobConsumer(settings())
     consumer._consumer = fake  # type: ignore[assignment]
+    consumer._resets.observe(
+        {tp: FetchState(0, end, 1, log_of(fake, tp)) for tp, end in fake.highwaters.items()}
+    )
     return consumer
 
 
@@ -115,5 +128,27 @@ async def test_a_commit_is_not_sent_under_a_membership_it_was_not_taken_in() -> 
 
     fake.on_coordinator_lookup = rejoined
     with pytest.raises(CommitFailedError, match="membership"):
+        await consumer.commit({TP: 3})
+    assert fake.committed == []
+
+
+async def test_no_commit_to_a_log_the_worker_has_not_read_from() -> None:
+    """Issue 45: the broker restarted empty; offsets read from its previous life must not be committed to
+    the new log (the restarted embedded broker accepted them, and the rejoined group read on from them,
+    skipping every new record below). Neither before the worker has looked at the new connection..."""
+    fake = _Consumer()
+    consumer = _job_consumer(fake)
+    fake.restart_broker()
+    assert await consumer.commit({TP: 3}) == {}
+    assert fake.committed == []
+
+
+async def test_no_commit_when_the_broker_restarts_while_the_commit_waits_for_its_coordinator() -> None:
+    """...nor when the restart happens while the commit waits for the coordinator (which waits out the
+    whole outage): the log is asked again right before the request."""
+    fake = _Consumer()
+    consumer = _job_consumer(fake)
+    fake.on_coordinator_lookup = fake.restart_broker
+    with pytest.raises(CommitFailedError, match="log changed"):
         await consumer.commit({TP: 3})
     assert fake.committed == []

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from kafka_scorer.kafka.offsets import OffsetTracker, Watermark
 
 
@@ -44,11 +42,32 @@ def test_empty_watermark_has_nothing_to_commit() -> None:
     assert Watermark().commit_offset() is None
 
 
-def test_offsets_must_increase() -> None:
+def test_an_offset_handed_out_again_is_held_back_not_dropped() -> None:
+    """Issue 45: tansu handed out two records under one offset after a restart, and the watermark's old
+    answer to that (restart it, dropping the earlier jobs as if they would be read again) skipped them
+    and committed past them. Both are answered; the commit waits for the lowest unanswered offset."""
     mark = Watermark()
-    mark.received(5)
-    with pytest.raises(ValueError):
-        mark.received(5)
+    assert [mark.received(o) for o in (3, 4, 5, 4, 5, 6)] == [False, False, False, True, False, False]
+    assert mark.repeats == 1 and mark.unanswered == 6
+    for offset in (3, 4, 5, 6):
+        mark.answered(offset)
+    assert mark.commit_offset() == 4, "the second record at offset 4 is not answered yet"
+    mark.answered(5)
+    assert mark.commit_offset() == 4
+    mark.answered(4)
+    assert mark.commit_offset() == 7 and mark.unanswered == 0
+
+
+def test_a_reset_back_commits_nothing_past_the_earlier_records() -> None:
+    mark = Watermark()
+    for offset in (10, 11, 12, 0, 1):  # the client reset the position to the log's start
+        mark.received(offset)
+    mark.answered(0)
+    mark.answered(1)
+    assert mark.commit_offset() == 2, "reading goes on from 2: 2-9 are still to come"
+    for offset in (10, 11, 12):
+        mark.answered(offset)
+    assert mark.commit_offset() == 2
 
 
 def test_random_completion_order_never_commits_past_an_open_record() -> None:

@@ -85,6 +85,25 @@ async def test_while_the_broker_is_unreachable_a_missing_topic_is_waited_for_not
     assert fake.attempts == 1
 
 
+async def test_the_worker_s_own_reply_topic_missing_is_waited_for_not_refused(caplog) -> None:
+    """A broker back on an empty disk answers without the reply topic until the operator recreates it
+    (issue 45): the worker's results for it are held, the wait said once, then sent; a job's own
+    reply_topic header naming a missing topic is still refused after the grace (the test above)."""
+    fake = _AIOKafkaProducer()
+    producer = _producer(fake, grace_s=0.2)
+    reply = producer._settings.reply_topic
+    with caplog.at_level("INFO", logger="kafka_scorer.kafka.producer"):
+        sends = [asyncio.create_task(producer.send(OutRecord(reply, b"v", None, []))) for _ in range(2)]
+        await asyncio.sleep(1.0)
+        assert not any(send.done() for send in sends), "the reply topic is waited for, past the grace"
+        fake.client.cluster.topics.add(reply)
+        await asyncio.wait_for(asyncio.gather(*sends), 5)
+    assert fake.attempts == 2
+    waits = [r for r in caplog.records if "is missing from the cluster" in r.getMessage()]
+    assert len(waits) == 1 and "setting: reply_topic" in waits[0].getMessage()  # once, not per result
+    assert len([r for r in caplog.records if "go out now" in r.getMessage()]) == 1
+
+
 async def test_an_illegal_topic_name_is_refused_at_once() -> None:
     from aiokafka.errors import InvalidTopicError
 

@@ -77,14 +77,19 @@ def test_a_draining_worker_is_never_resumed_by_backpressure() -> None:
     assert consumer.paused() == {TP}, "draining: the partitions stay paused"
 
 
-def test_a_position_that_moved_back_restarts_the_watermark() -> None:
-    """A seek back (the log was reset) makes the older in-flight records moot: their late answers must
-    not move the new watermark."""
+def test_an_offset_handed_out_again_keeps_the_earlier_jobs(caplog) -> None:
+    """Issue 45: a broker that handed out offset 3 after offset 10 (tansu gave two records one offset
+    after a restart) is not a seek the worker made: the earlier jobs are not read again, so dropping
+    them skipped them. Both stay answered-to-be; the commit waits for the lowest. (The worker's own
+    repositionings restart the watermark explicitly: worker/rebalance.py.)"""
     ledger = _ledger(FakeConsumer())
-    old = open_ticket(ledger, 10)
-    new = open_ticket(ledger, 3)
-    assert old.watermark.closed and not new.watermark.closed
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.worker.ledger"):
+        old = open_ticket(ledger, 10)
+        new = open_ticket(ledger, 3)
+        open_ticket(ledger, 4)
+    assert old.watermark is new.watermark and not old.watermark.closed
     assert ledger.tracker.watermark(TP).commit_offset() == 3
+    assert sum("handed out again" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_an_error_result_is_counted_by_code_and_logged_once(ledger, caplog) -> None:

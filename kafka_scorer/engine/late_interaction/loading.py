@@ -14,7 +14,8 @@ from kafka_scorer.engine.late_interaction.checkpoint import (
     read_settings,
 )
 from kafka_scorer.engine.late_interaction.spec import LateModel, LateSpec
-from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
+from kafka_scorer.engine.load.loaded_model import resolve_device
+from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.models.encoder_family import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
 from kafka_scorer.engine.models.loaded import ModelKind, ModelLoadError
@@ -32,7 +33,8 @@ def load_late_interaction(
 
     register_attention()
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    precision = choose_precision(dtype, torch_device, "late_interaction")
+    torch_dtype = precision.dtype
     try:
         settings = read_settings(model_path)
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
@@ -89,6 +91,7 @@ def load_late_interaction(
         tokenizer=tokenizer,
         device=torch_device,
         dtype=torch_dtype,
+        dtype_reason=precision.reason,
         input_vocab_size=vocab,
         output_vocab_size=vocab,
         max_positions=settings.document_length,

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
+from kafka_scorer.engine.load.loaded_model import resolve_device
+from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
 
@@ -114,7 +115,8 @@ def load_listwise(
     from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
 
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    precision = choose_precision(dtype, torch_device, "listwise")
+    torch_dtype = precision.dtype
     try:
         config = Qwen3Config.from_pretrained(model_path)
         check_layer_pattern(config, model_path)
@@ -141,6 +143,7 @@ def load_listwise(
         tokenizer=tokenizer,
         device=torch_device,
         dtype=torch_dtype,
+        dtype_reason=precision.reason,
         input_vocab_size=vocab,
         output_vocab_size=int(weights[PROJECTOR_KEYS[1]].shape[0]),  # the projector's width
         max_positions=getattr(config, "max_position_embeddings", None),

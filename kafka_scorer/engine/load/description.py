@@ -17,6 +17,7 @@ def describe(scorer: ScorerView) -> dict[str, str]:
         "kind": scorer.kind.value,
         "device": str(scorer.loaded.device),
         "dtype": scorer.dtype_name,
+        "dtype_reason": scorer.loaded.dtype_reason,
         "attention_backend": scorer.attention_backend,
         "deterministic": str(scorer.deterministic).lower(),
         "decoder_forward": _decoder_forward(scorer),

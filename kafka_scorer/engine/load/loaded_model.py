@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from kafka_scorer.engine.attention.registry import ATTENTION_IMPLEMENTATION, register_attention
+from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.models.encoder_family import (
     EncoderHead,
@@ -27,14 +28,18 @@ from kafka_scorer.engine.models.encoder_family import (
     encoder_spec,
 )
 from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
-from kafka_scorer.engine.recurrent.detection import RecurrentSpec, StatefulLayerError, prepare_recurrent
+from kafka_scorer.engine.recurrent.detection import (
+    STATEFUL_LAYER_TYPES,
+    RecurrentSpec,
+    StatefulLayerError,
+    prepare_recurrent,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _CLASSIFICATION_HEAD_NAMES = ("score", "classifier", "v_head")
 _ENCODER_MIS_REASON = "bidirectional attention would let the query and every item see each other"
 
@@ -65,13 +70,19 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise ModelLoadError(f"dtype: {dtype!r} is not one of {sorted(_DTYPES)}") from None
+def resolve_dtype(dtype: str, device: torch.device, kind: str = "") -> torch.dtype:
+    """The torch dtype `dtype` means for a `kind` (`engine/load/precision.py`; no kind: float32 where
+    auto would need the kind's measured fidelity to choose)."""
+    return choose_precision(dtype, device, kind).dtype
+
+
+def served_kind(kind: ModelKind, encoder: bool, recurrent: bool) -> str:
+    """The kind's name in `precision.BF16_RANKINGS_HOLD` for a transformers checkpoint."""
+    if encoder:
+        return "cross_encoder"
+    if kind is ModelKind.CLASSIFICATION:
+        return "classifier"
+    return "hybrid" if recurrent else "label_scorer"
 
 
 def detect_kind(architectures: list[str] | None) -> ModelKind:
@@ -193,7 +204,6 @@ def load_model(
 
     register_attention()
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
     try:
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -206,6 +216,9 @@ def load_model(
         family = encoder_family(config) if kind is ModelKind.CLASSIFICATION else None
     except EncoderSetupError as exc:
         raise ModelLoadError(f"model: {exc}") from exc
+    stateful = bool(set(getattr(config, "layer_types", None) or ()) & STATEFUL_LAYER_TYPES)
+    precision = choose_precision(dtype, torch_device, served_kind(kind, family is not None, stateful))
+    torch_dtype = precision.dtype
     auto = AutoModelForCausalLM if kind is ModelKind.CAUSAL_LM else AutoModelForSequenceClassification
     try:
         model = auto.from_pretrained(
@@ -276,6 +289,7 @@ def load_model(
         tokenizer=tokenizer,
         device=torch_device,
         dtype=torch_dtype,
+        dtype_reason=precision.reason,
         input_vocab_size=int(model.get_input_embeddings().num_embeddings),  # type: ignore[arg-type]  # an input embedding (nn.Embedding's shape) has an int num_embeddings; nn.Module types every attribute Tensor | Module
         output_vocab_size=output_vocab,
         max_positions=encoder.max_positions if encoder else getattr(config, "max_position_embeddings", None),

@@ -63,6 +63,8 @@ class LoadedModel:
     """Columns of a classification head's output (0 for CausalLM: its columns are the job's labels)."""
     revision: str = ""
     """A stable hash of the checkpoint's config, weight and tokenizer files (`engine/load/revision.py`)."""
+    dtype_reason: str = "set"
+    """Why `dtype` (`engine/load/precision.py`: the operator's setting, or what auto measured)."""
     recurrent: RecurrentSpec | None = None
     """Set for hybrid decoders (Qwen3.5, Qwen3-Next): their Gated DeltaNet layers are wrapped to run each
     packed sequence from its own state (`engine/recurrent/`); the runner hands them the batch's runs."""

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
+from kafka_scorer.engine.load.loaded_model import resolve_device
+from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
 
@@ -77,7 +78,8 @@ def load_vision_language(
     from transformers import AutoTokenizer
 
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    precision = choose_precision(dtype, torch_device, "vision")
+    torch_dtype = precision.dtype
     model_class = getattr(transformers, FAMILIES[str(model_type(model_path))])
     try:
         model: Any = model_class.from_pretrained(model_path, dtype=torch_dtype)
@@ -99,6 +101,7 @@ def load_vision_language(
         tokenizer=tokenizer,
         device=torch_device,
         dtype=torch_dtype,
+        dtype_reason=precision.reason,
         input_vocab_size=int(model.get_input_embeddings().num_embeddings),
         output_vocab_size=int(head.out_features),
         max_positions=getattr(config.text_config, "max_position_embeddings", None),
