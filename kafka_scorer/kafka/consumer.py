@@ -63,7 +63,7 @@ from kafka_scorer.kafka.missing_topics import TopicAbsence
 from kafka_scorer.kafka.positioning import Positioner, held
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
-from kafka_scorer.kafka.subscription import fetch_states, log_of, report_received
+from kafka_scorer.kafka.subscription import fetch_states, log_of, positions, report_received
 from kafka_scorer.kafka.visible_commit import seek_when_visible
 
 log = logging.getLogger(__name__)
@@ -198,8 +198,38 @@ class JobConsumer:
             if self._coordination_dead():
                 raise FatalConsumerError(f"consumer's group coordination stopped for good: {exc!r}") from exc
             log.warning("consumer: poll failed (%r); retrying", exc)
+        got = self._not_overtaken(got)
         report_received(self._resets, self._consumer, got)  # what the records prove about each log end
         return got
+
+    def _not_overtaken(
+        self, got: dict[TopicPartition, list[ConsumerRecord | Unreadable]]
+    ) -> dict[TopicPartition, list[ConsumerRecord | Unreadable]]:
+        """`got` less the records a seek made while the poll was under way will hand out again.
+
+        An exactly-once rewind, or a repositioning after a log reset, seeks from another task while
+        `getmany` waits: the records it then returns were fetched from the position before the seek, and
+        the partition reads them again from the new one. Taken into the watermark the rewind just made,
+        such a record ran ahead of the records between the new position and itself; answered first, it
+        let the commit pass them before they were read again (exactly-once lost jobs under repeated
+        SIGKILLs). A record at or past the partition's position now is such a record: dropped here,
+        it is answered when it comes again."""
+        if not any(got.values()):
+            return got
+        now = positions(self._consumer)
+        out: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
+        for tp, records in got.items():
+            position = now.get(tp)
+            kept = records if position is None else [r for r in records if r.offset < position]
+            if len(kept) < len(records):
+                log.info(
+                    "%s[%d]: %d records fetched before a seek to %s dropped; they are read again from there",
+                    *tp,
+                    len(records) - len(kept),
+                    position,
+                )
+            out[tp] = kept
+        return out
 
     async def _skip_unreadable(
         self, timeout_ms: int, max_records: int
