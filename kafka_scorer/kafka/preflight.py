@@ -71,6 +71,7 @@ async def check_connection(
     """
     options = client_options(settings)
     options.pop("bootstrap_servers")
+    options.pop("metadata_max_age_ms")  # a client's setting, not a connection's (create_conn refuses it)
     for host, port, _family in collect_hosts(settings.bootstrap_servers, randomize=False):
         verdict = await _probe_twice(settings, options.get("ssl_context"), host, port, timeout_s)
         if isinstance(verdict, str):

@@ -83,6 +83,10 @@ def test_the_start_up_line_names_the_precision_and_why(scorer_for) -> None:
 
 @pytest.mark.parametrize("kind", sorted(fidelity.checkpoints(Path("unused"))))
 def test_the_table_holds_to_a_fresh_measurement(kind: str, tmp_path: Path) -> None:
+    if kind == "hybrid":
+        from tests.engine.test_hybrid_models import _needs_family
+
+        _needs_family("qwen3_5")  # Qwen3.5 came after the transformers floor (`./dev floors`)
     measured = fidelity.checkpoints(tmp_path)[kind](TEST_QUERIES)
     assert measured.holds() is BF16_RANKINGS_HOLD[kind], (
         f"{kind}: the bf16 fidelity measured now ({fidelity.HEADER.splitlines()[0]}\n{measured.row()}) "
