@@ -154,8 +154,11 @@ async def test_min_insync_at_the_replication_factor_is_named(
         await produce(bootstrap, [to_record(s, topics.requests, 0, True) for s in sent])
         took, reason, _gauge = await _reported(worker, REPORTED_S + 10)
         assert "min.insync.replicas" in reason, reason
-        await asyncio.sleep(2.0)  # the refusal line follows the first NotEnoughReplicas answer
-        lines = [r.getMessage() for r in caplog.records if "results refused" in r.getMessage()]
+        lines: list[str] = []
+        deadline = time.monotonic() + 30.0  # the refusal line follows the first NotEnoughReplicas answer
+        while not lines and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            lines = [r.getMessage() for r in caplog.records if "results refused" in r.getMessage()]
         assert len(lines) == 1 and "kafka-configs" in lines[0] and replies in lines[0], lines
         await _set_topic_config(bootstrap, replies, {"min.insync.replicas": "2"})
         want = {expected_id(s) for s in sent}
