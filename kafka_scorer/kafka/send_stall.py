@@ -89,13 +89,13 @@ def isr_advice(topic: str) -> str:
 
 @dataclass(eq=False)
 class ReplicaRefusals(logging.Filter):
-    """On aiokafka's sender logger: its `NotEnoughReplicas` retry lines become one WARNING a minute
-    naming the setting and the fix, and the stall's reason."""
+    """On aiokafka's sender logger: its `NotEnoughReplicas` retry lines become one WARNING a minute per
+    topic naming the setting and the fix, and the stall's reason."""
 
     stall: SendStall
     clock: Callable[[], float] = time.monotonic
-    _shown_at: float | None = field(default=None, init=False)
-    _held: int = field(default=0, init=False)
+    _shown_at: dict[str, float] = field(default_factory=dict, init=False)  # per topic: each its own line
+    _held: dict[str, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -108,10 +108,11 @@ class ReplicaRefusals(logging.Filter):
         topic = found.group(1) if found else "?"
         self.stall.failed(f"NotEnoughReplicas on {topic}")
         now = self.clock()
-        if self._shown_at is not None and now - self._shown_at < _REPEAT_S:
-            self._held += 1
+        shown = self._shown_at.get(topic)
+        if shown is not None and now - shown < _REPEAT_S:
+            self._held[topic] = self._held.get(topic, 0) + 1
             return False
-        held, self._held, self._shown_at = self._held, 0, now
+        held, self._held[topic], self._shown_at[topic] = self._held.get(topic, 0), 0, now
         suffix = f" ({held} such lines held back in the last minute)" if held else ""
         record.msg, record.args = f"producer: results refused: {isr_advice(topic)}{suffix}", None
         record.name, record.levelno, record.levelname = __name__, logging.WARNING, "WARNING"
