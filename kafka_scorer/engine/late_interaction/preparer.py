@@ -22,6 +22,7 @@ from typing import cast
 from kafka_scorer.engine.late_interaction.spec import LateModel, LateSpec
 from kafka_scorer.engine.late_interaction.windows import split_documents
 from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list, rank_fields_warnings
+from kafka_scorer.engine.prepare.one_column import refuse_for_one_column
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef
@@ -133,26 +134,9 @@ class LatePreparer:
 
     def _check_fields(self, job: Job) -> None:
         """Fields that mean nothing for one MaxSim score per document are refused, not ignored."""
-        refused = [
-            ("label_token_ids", job.label_token_ids is not None),
-            ("label_tokens", job.label_tokens is not None),
-            ("multi_item: true", job.multi_item is True),
-            ("item_first: true", job.item_first),
-            ("return_pooled_hidden_states: true", job.return_pooled_hidden_states),
-            ("apply_softmax: true", job.apply_softmax),
-            (f"activation: {job.activation!r}", job.activation not in (None, "none")),
-        ]
-        for what, sent in refused:
-            if sent:
-                raise InputError(
-                    ErrorCode.UNSUPPORTED,
-                    f"{what}: not for a late-interaction (ColBERT) model, whose result is one MaxSim score "
-                    "per item",
-                )
-        if job.rank_by not in (None, 0):
-            raise InputError(
-                ErrorCode.INVALID_REQUEST, f"rank_by: {job.rank_by} but the job's scores have 1 column"
-            )
+        refuse_for_one_column(
+            job, "a late-interaction (ColBERT) model, whose result is one MaxSim score per item"
+        )
 
     def _chunking(self, job: Job) -> Chunking | None:
         """SPEC §9 as for every kind (`InputLimits.long_item_policy`); without chunking a long document

@@ -20,6 +20,7 @@ from kafka_scorer.engine.listwise.blocks import BlockPolicy, cut_into_blocks
 from kafka_scorer.engine.listwise.checkpoint import ListwiseModel
 from kafka_scorer.engine.listwise.prompt import block_prompt
 from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list, rank_fields_warnings
+from kafka_scorer.engine.prepare.one_column import refuse_for_one_column
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, TemplateRef
@@ -151,24 +152,8 @@ class ListwisePreparer:
 
 def _check_fields(job: Job) -> None:
     """Fields that mean nothing for one similarity per document are refused, not ignored."""
-    refused = [
-        ("label_token_ids", job.label_token_ids is not None),
-        ("label_tokens", job.label_tokens is not None),
-        ("multi_item: true", job.multi_item is True),
-        ("item_first: true", job.item_first),
-        ("return_pooled_hidden_states: true", job.return_pooled_hidden_states),
-        ("apply_softmax: true", job.apply_softmax),
-        (f"activation: {job.activation!r}", job.activation not in (None, "none")),
-        ("chunking", job.chunking is not None),
-    ]
-    for what, sent in refused:
-        if sent:
-            raise InputError(
-                ErrorCode.UNSUPPORTED,
-                f"{what}: not for a listwise model, whose result is one similarity per document read "
-                "beside the job's other documents",
-            )
-    if job.rank_by not in (None, 0):
-        raise InputError(
-            ErrorCode.INVALID_REQUEST, f"rank_by: {job.rank_by} but the job's scores have 1 column"
-        )
+    refuse_for_one_column(
+        job,
+        "a listwise model, whose result is one similarity per document read beside the job's other documents",
+        [("chunking", job.chunking is not None)],
+    )
