@@ -385,18 +385,31 @@ async def _quiet_stop(producer: AIOKafkaProducer) -> None:
         log.debug("producer stop: %r", exc)
 
 
+class _ErrorsHeld(logging.Filter):
+    """One attempt's hold on the sender's ERROR lines (an object per attempt: each removes only its own)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
 @contextlib.contextmanager
 def _sender_errors_muted(muted: bool) -> Iterator[None]:
     """aiokafka logs a broker's refusal of InitProducerId at ERROR before raising it; `start` says it
-    better in one line (refusal and fallback), so the client's own line is held back during the attempt."""
+    better in one line (refusal and fallback), so the client's ERROR lines are held back during the
+    attempt. A filter of its own, not the logger's level: two producers starting at once (two workers in
+    one process, a producer restarted beside a starting one) each saved and restored the level, and the
+    later restore left it at CRITICAL for good, which silenced every later WARNING of the sender,
+    `NotEnoughReplicas` among them (send_stall.py's one line about min.insync.replicas never came)."""
     sender_log = logging.getLogger("aiokafka.producer.sender")
-    level = sender_log.level
-    if muted:
-        sender_log.setLevel(logging.CRITICAL)
+    if not muted:
+        yield
+        return
+    held = _ErrorsHeld()
+    sender_log.addFilter(held)
     try:
         yield
     finally:
-        sender_log.setLevel(level)
+        sender_log.removeFilter(held)
 
 
 def _embedded_refusal(exc: KafkaError, bootstrap_servers: str) -> bool:

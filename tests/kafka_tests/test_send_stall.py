@@ -69,3 +69,33 @@ def test_other_sender_lines_pass_untouched() -> None:
     refusals = ReplicaRefusals(SendStall())
     record = logging.LogRecord("aiokafka.producer.sender", logging.WARNING, __file__, 1, "other", None, None)
     assert refusals.filter(record) and record.getMessage() == "other"
+
+
+def test_producers_starting_at_once_leave_the_sender_heard(caplog) -> None:
+    """Two producers' start-up attempts overlap and end in crossed order (two workers in one process, a
+    producer restarted beside a starting one): each mutes the sender's ERROR lines during its attempt,
+    and afterwards the sender's WARNING lines, the NotEnoughReplicas ones that name min.insync.replicas
+    among them, are heard again. (The mute once saved and restored the logger's level, and the crossed
+    restore left it at CRITICAL: the cluster scenario found no refusal line at all.)"""
+    from kafka_scorer.kafka.producer import _sender_errors_muted
+
+    sender = logging.getLogger("aiokafka.producer.sender")
+    first, second = _sender_errors_muted(True), _sender_errors_muted(True)
+    with caplog.at_level(logging.WARNING):
+        first.__enter__()
+        second.__enter__()
+        sender.error("Unexpected error during InitProducerIdRequest: held back")
+        sender.warning("held back? no: a warning passes while muted")
+        first.__exit__(None, None, None)
+        second.__exit__(None, None, None)
+        refusals = ReplicaRefusals(SendStall(Clock()), Clock())
+        refusals.install()
+        try:
+            sender.warning(_sender_line(0).getMessage())
+        finally:
+            refusals.remove()
+    said = [r.getMessage() for r in caplog.records]
+    assert not any("InitProducerIdRequest" in line for line in said), said
+    assert any("passes while muted" in line for line in said), said
+    assert any("results refused" in line and "min.insync.replicas" in line for line in said), said
+    assert sender.level == logging.NOTSET and not sender.filters
