@@ -1,8 +1,9 @@
 """What goes into the next batch: priority lanes, earliest deadline first, a reserved share for jobs
 that have waited long; or plain arrival order.
 
-The budget rule is the engine scheduler's (engine/pack/scheduler.py): a batch takes jobs in order while they
-fit `max_batch_tokens`, and a job larger than the whole budget still runs, alone. Only the order differs:
+The budget rule is the one the engine's scheduler and planner follow (engine/pack/budget.py): a batch takes
+jobs in order while they fit `max_batch_tokens`, and a job larger than the whole budget still runs, alone.
+Only the order differs:
 
 - `priority` (the default): highest priority first, earliest deadline first within one (a job without
   a deadline last), then arrival. Starvation is bounded by a share, not by aging priorities: a job
@@ -29,6 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
+
+from kafka_scorer.engine.pack.budget import BudgetFill, num_tokens
 
 
 class Queued(Protocol):
@@ -74,20 +77,22 @@ class LaneQueue(Generic[T]):
     def next_batch(self, now: float) -> list[T]:
         """The next batch: the starving share first (unless it is priority's turn), then lane order; the
         rest stay in arrival order."""
-        picked = _Picked[T](self.max_batch_tokens)
+        picked = BudgetFill[T](self.max_batch_tokens, num_tokens)
         starving = self._starving(now)
         if starving:
             self._starving_turn(picked, starving)
         else:
             self._credit, self._yield = 0.0, False
         share = list(picked.jobs)
-        blocked = picked.take(self._ordered())
+        first = {id(job) for job in share}
+        blocked = picked.take(job for job in self._ordered() if id(job) not in first)
         self._yield = _kept_out(picked, share, blocked)
-        self._queue = [job for job in self._queue if id(job) not in picked.ids]
+        taken = {id(job) for job in picked.jobs}
+        self._queue = [job for job in self._queue if id(job) not in taken]
         self.queued_tokens -= picked.tokens
         return picked.jobs
 
-    def _starving_turn(self, picked: _Picked[T], starving: list[T]) -> None:
+    def _starving_turn(self, picked: BudgetFill[T], starving: list[T]) -> None:
         """The batch's reservation joins the credit (no more than the oldest starving job needs), and
         the starving jobs it covers go first, unless the last batch's kept a higher-priority job out."""
         reserve = self.share * self.max_batch_tokens
@@ -95,7 +100,7 @@ class LaneQueue(Generic[T]):
         if self._yield:
             self._yield = False
             return
-        self._credit -= picked.take_within(starving, self._credit)
+        self._credit -= _take_within(picked, starving, self._credit)
 
     def remove_if(self, doomed: Callable[[T], bool]) -> list[T]:
         """Take out the jobs `doomed` picks, keeping the order of the rest; returned for settling."""
@@ -132,7 +137,7 @@ def _never(deadline: float | None) -> float:
     return deadline if deadline is not None else math.inf
 
 
-def _kept_out(picked: _Picked[T], share: list[T], blocked: T | None) -> bool:
+def _kept_out(picked: BudgetFill[T], share: list[T], blocked: T | None) -> bool:
     """Did the starving jobs that went first (`share`) keep `blocked`, of a higher priority than all of
     them, out of a batch it would have fitted without them?"""
     if not share or blocked is None or blocked.priority <= max(job.priority for job in share):
@@ -141,40 +146,13 @@ def _kept_out(picked: _Picked[T], share: list[T], blocked: T | None) -> bool:
     return others == 0 or others + blocked.num_tokens <= picked.budget
 
 
-class _Picked(Generic[T]):
-    """The jobs of one batch as it fills: in order while they fit the budget (a job larger than the whole
-    budget fits an empty batch, alone)."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.jobs: list[T] = []
-        self.ids: set[int] = set()
-        self.tokens = 0
-
-    def fits(self, job: T) -> bool:
-        return not self.jobs or self.tokens + job.num_tokens <= self.budget
-
-    def add(self, job: T) -> None:
-        self.jobs.append(job)
-        self.ids.add(id(job))
-        self.tokens += job.num_tokens
-
-    def take(self, jobs: list[T]) -> T | None:
-        """Take `jobs` in order, skipping those already taken, until one does not fit: returned."""
-        for job in jobs:
-            if id(job) in self.ids:
-                continue
-            if not self.fits(job):
-                return job
-            self.add(job)
-        return None
-
-    def take_within(self, jobs: list[T], credit: float) -> int:
-        """Take `jobs` in order while each fits and the tokens taken stay within `credit`: their tokens."""
-        spent = 0
-        for job in jobs:
-            if spent + job.num_tokens > credit or not self.fits(job):
-                break
-            self.add(job)
-            spent += job.num_tokens
-        return spent
+def _take_within(picked: BudgetFill[T], jobs: list[T], credit: float) -> int:
+    """Take `jobs` in order while each fits the batch and the tokens taken stay within `credit` (a strict
+    limit: unlike the batch's budget, the credit takes no oversize job): their tokens."""
+    spent = 0
+    for job in jobs:
+        if spent + job.num_tokens > credit or not picked.fits(job):
+            break
+        picked.add(job)
+        spent += job.num_tokens
+    return spent

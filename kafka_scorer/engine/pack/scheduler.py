@@ -1,26 +1,21 @@
 """Token-budget micro-batching: FIFO jobs, greedily packed up to `max_batch_tokens` per forward.
 
 Timing (how long to wait for a batch to fill) belongs to the caller: the worker's event loop knows
-when records arrive; this class only decides what goes together. It needs nothing of a job but its
-token count, so it is generic and imports no torch: the worker uses it without loading the engine's
-model code (`plan_forwards` below is the engine's own, and sees `PreparedJob`s).
+when records arrive; this class only decides what goes together, by the budget rule of `budget.py`.
+It needs nothing of a job but its token count, so it is generic and imports no torch (`plan_forwards`
+below is the engine's own, and sees `PreparedJob`s).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from kafka_scorer.engine.pack.budget import BudgetFill, Counted, fill_batches, num_tokens
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.prepare.prepared import PreparedJob
-
-
-class Counted(Protocol):
-    """Anything with a token count: what the budget is spent on."""
-
-    @property
-    def num_tokens(self) -> int: ...
 
 
 J = TypeVar("J", bound=Counted)
@@ -48,17 +43,12 @@ class TokenBudgetScheduler(Generic[J]):
 
     def next_batch(self) -> list[J]:
         """Oldest first; a job larger than the whole budget still runs, alone, so it is never stuck."""
-        batch: list[J] = []
-        tokens = 0
-        while self._queue:
-            job = self._queue[0]
-            if batch and tokens + job.num_tokens > self.max_batch_tokens:
-                break
+        fill = BudgetFill[J](self.max_batch_tokens, num_tokens)
+        fill.take(self._queue)
+        for _ in fill.jobs:
             self._queue.popleft()
-            batch.append(job)
-            tokens += job.num_tokens
-        self.queued_tokens -= tokens
-        return batch
+        self.queued_tokens -= fill.tokens
+        return fill.jobs
 
     def remove_if(self, doomed: Callable[[J], bool]) -> list[J]:
         """Take out the queued jobs `doomed` picks (work of a partition that was revoked), keeping the
@@ -92,23 +82,13 @@ def plan_forwards(jobs: list[PreparedJob], max_batch_tokens: int) -> ForwardPlan
             pieces.append((index, job))
             continue
         prefix = len(job.query) if job.packed else 0
-        start, tokens = 0, prefix
-        for end, item in enumerate(job.items):
-            if end > start and tokens + len(item) > max_batch_tokens:
-                pieces.append((index, job.piece(start, end, tokens)))
-                start, tokens = end, prefix
-            tokens += len(item)
-        pieces.append((index, job.piece(start, len(job.items), tokens)))
+        start = 0  # every piece repeats the prefix: its items share what the prefix leaves of the budget
+        for items in fill_batches(job.items, max_batch_tokens - prefix, len):
+            end = start + len(items)
+            pieces.append((index, job.piece(start, end, prefix + sum(map(len, items)))))
+            start = end
+    return fill_batches(pieces, max_batch_tokens, _piece_tokens)
 
-    groups: ForwardPlan = []
-    group: list[tuple[int, PreparedJob]] = []
-    tokens = 0
-    for piece in pieces:
-        if group and tokens + piece[1].num_tokens > max_batch_tokens:
-            groups.append(group)
-            group, tokens = [], 0
-        group.append(piece)
-        tokens += piece[1].num_tokens
-    if group:
-        groups.append(group)
-    return groups
+
+def _piece_tokens(piece: tuple[int, PreparedJob]) -> int:
+    return piece[1].num_tokens
