@@ -308,6 +308,36 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
     return job, fmt
 
 
+class Undecodable(msgspec.Struct, frozen=True):
+    """A record value that is no job, as `read_job` answers it: SPEC §3's code, the message, the
+    document's own `id` where it could still be read, and the format the error reply takes."""
+
+    code: ErrorCode
+    message: str
+    job_id: str | None
+    fmt: WireFormat
+
+
+def declared_format(content_type: str | None) -> WireFormat:
+    """The reply's format where the bytes cannot tell: the one the content-type header names, else JSON."""
+    return sniff_format(b"", content_type) if content_type else "json"
+
+
+def read_job(value: bytes | None, content_type: str | None = None) -> tuple[Job, WireFormat] | Undecodable:
+    """The decoder of the record's edge (worker/envelope.py's codec): a job and its format, or an
+    `Undecodable` that already says what to answer and in which format, so the edge makes one call here
+    and never asks again. Bytes that are not a document at all are answered in the declared format;
+    a document that breaks the schema in the format sniffed from the value as it arrived."""
+    try:
+        return decode_job(value, content_type)
+    except MessageDecodeError as exc:
+        if exc.code is ErrorCode.INVALID_MESSAGE:
+            fmt = declared_format(content_type)
+        else:
+            fmt = sniff_format(value or b"", content_type)
+        return Undecodable(exc.code, str(exc), exc.job_id, fmt)
+
+
 def shape_problem(job: Job) -> str | None:
     """Why a job sends neither or both of `items` and `documents` (SPEC §10), or None when it sends one."""
     has_items, has_documents = job.items is not msgspec.UNSET, job.documents is not msgspec.UNSET

@@ -34,7 +34,7 @@ from kafka_scorer.kafka.records import OutRecord, TopicPartition
 from kafka_scorer.kafka.retry import Backoff, is_retriable
 from kafka_scorer.wire.protocol import ErrorCode, Result, error_result
 from kafka_scorer.wire.provenance import ServedModel
-from kafka_scorer.worker.envelope import Origin, result_record
+from kafka_scorer.worker.envelope import Origin, RecordCodec
 from kafka_scorer.worker.logs import one_line
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.ticket import Ticket
@@ -91,19 +91,19 @@ class Delivery:
         metrics: WorkerMetrics,
         served: ServedModel,
         *,
-        default_reply_topic: str,
+        codec: RecordCodec,
     ) -> None:
         self.producer = producer
         self.tracker = tracker
         self.metrics = metrics
         self.served = served
-        self.default_reply_topic = default_reply_topic
+        self.codec = codec
 
     def _records(self, ticket: Ticket[Any]) -> tuple[Result, list[OutRecord]]:
         """The ticket's records; a result too large to produce becomes a `too_long` error result."""
         result = self.served.stamp(_answered(ticket))
         origin = _reply_origin(ticket)
-        record = result_record(result, origin)
+        record = self.codec.encode_record(result, origin)
         if not self.producer.fits(record):
             size = len(record.value or b"")
             result = error_result(
@@ -112,7 +112,7 @@ class Delivery:
                 f"result is {size} bytes, over the producer limit of {self.producer.max_request_size} bytes "
                 f"(max_message_bytes + 1 MiB); ask for fewer items or no pooled hidden states",
             )
-            record = result_record(self.served.stamp(result), origin)
+            record = self.codec.encode_record(self.served.stamp(result), origin)
         records = [record]
         dead = ticket.dead_letter
         if dead is not None:
@@ -163,7 +163,7 @@ class Delivery:
                 "create it or grant this worker write access (setting: dead_letter_topic)"
             ) from refused
         too_large = isinstance(refused.cause, _TOO_LARGE)
-        if record.topic == self.default_reply_topic and not too_large:
+        if record.topic == self.codec.reply_topic and not too_large:
             raise Undeliverable(
                 f"cannot ticket {where} (job {_answered(ticket).id}) on the reply topic {record.topic!r} "
                 f"({refused.cause!r}); create it or grant this worker write access (setting: reply_topic)"
@@ -180,7 +180,7 @@ class Delivery:
             f"the broker {why} ({refused.cause!r})",
         )
         result = self.served.stamp(result)
-        return result, result_record(result, _reply_origin(ticket, self.default_reply_topic))
+        return result, self.codec.encode_record(result, _reply_origin(ticket, self.codec.reply_topic))
 
     async def deliver(self, tickets: Sequence[Ticket[Any]]) -> None:
         raise NotImplementedError
@@ -213,9 +213,9 @@ class AtLeastOnceDelivery(Delivery):
         served: ServedModel,
         consumer: Committer,
         *,
-        default_reply_topic: str,
+        codec: RecordCodec,
     ) -> None:
-        super().__init__(producer, tracker, metrics, served, default_reply_topic=default_reply_topic)
+        super().__init__(producer, tracker, metrics, served, codec=codec)
         self._consumer = consumer
         self._commit_lock = asyncio.Lock()
         self._poke = asyncio.Event()
@@ -292,9 +292,9 @@ class ExactlyOnceDelivery(Delivery):
         rewinder: Rewinder,
         *,
         group_id: str,
-        default_reply_topic: str,
+        codec: RecordCodec,
     ) -> None:
-        super().__init__(producer, tracker, metrics, served, default_reply_topic=default_reply_topic)
+        super().__init__(producer, tracker, metrics, served, codec=codec)
         self._consumer = consumer  # its guards (membership held, within the log end) limit each commit
         self._rewinder = rewinder
         self._group_id = group_id

@@ -29,7 +29,7 @@ from kafka_scorer.wire.protocol import Result
 from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.deadline import TimePolicy, born_at
 from kafka_scorer.worker.engine import Engine
-from kafka_scorer.worker.envelope import Inbound, WireRules, bare_origin, read_record
+from kafka_scorer.worker.envelope import Inbound, RecordCodec
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
 from kafka_scorer.worker.prepare_pool import PreparePool
@@ -49,7 +49,7 @@ class Intake:
         ledger: Ledger,
         batcher: Batcher[Any, Any],
         outbox: Outbox,
-        rules: WireRules,
+        codec: RecordCodec,
         tracing: Tracing,
         time_policy: TimePolicy | None = None,
     ) -> None:
@@ -57,7 +57,7 @@ class Intake:
         self.ledger = ledger
         self.batcher = batcher
         self.outbox = outbox
-        self.rules = rules
+        self.codec = codec
         self.tracing = tracing
         self.time_policy = time_policy or TimePolicy()
         self.pool = PreparePool(_PREPARE_THREADS, "kafka-scorer-prepare")
@@ -83,15 +83,15 @@ class Intake:
     def _open(self, tp: TopicPartition, record: RecordLike) -> tuple[Ticket[Any], Inbound | None]:
         """The record's ticket, and its job when it decodes (else the ticket carries its answer)."""
         try:
-            decoded = read_record(record, self.rules)
-        except Exception as exc:  # catch-all, on purpose: read_record answers every bad input itself, so
+            decoded = self.codec.decode_record(record)
+        except Exception as exc:  # catch-all, on purpose: the codec answers every bad input itself, so
             # this is a bug in it, and no record may stop the worker
             log.exception("reading record %s[%d]@%d failed", record.topic, record.partition, record.offset)
             job_id = f"{record.topic}:{record.partition}:{record.offset}"
-            ticket = self.ledger.open(tp, bare_origin(record, self.rules), job_id)
+            ticket = self.ledger.open(tp, self.codec.bare_origin(record), job_id)
             return ticket.fail("reading the record", exc), None
         job_id = decoded.job_id if isinstance(decoded, Inbound) else decoded.result.id
-        trace = self.tracing.job(decoded.origin, job_id, self.rules.group_id)
+        trace = self.tracing.job(decoded.origin, job_id, self.codec.group_id)
         ticket = self.ledger.open(tp, decoded.origin, job_id, trace)
         if not isinstance(decoded, Inbound):
             return ticket.answer(decoded.result, decoded.dead_letter), None

@@ -42,7 +42,7 @@ from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.deadline import TimePolicy
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
 from kafka_scorer.worker.engine import Engine
-from kafka_scorer.worker.envelope import WireRules
+from kafka_scorer.worker.envelope import RecordCodec
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
@@ -101,7 +101,7 @@ class Worker:
         self.rebalance = Rebalance(
             settings, self.ledger, self.batcher, self.outbox, self.metrics, self.consumer
         )
-        rules = WireRules(
+        self.codec = RecordCodec(  # the record's edge both ways: intake decodes, delivery encodes
             reply_topic=settings.reply_topic,
             dead_letter_topic_for=settings.dead_letter_topic_for,
             max_message_bytes=settings.max_message_bytes,
@@ -109,8 +109,8 @@ class Worker:
             group_id=settings.group_id,
             max_header_bytes=settings.max_header_bytes,
         )
-        time_policy = TimePolicy(settings.max_job_age_ms, settings.topic_priorities)
-        self.intake = Intake(engine, self.ledger, self.batcher, self.outbox, rules, self.tracing, time_policy)
+        policy = TimePolicy(settings.max_job_age_ms, settings.topic_priorities)
+        self.intake = Intake(engine, self.ledger, self.batcher, self.outbox, self.codec, self.tracing, policy)
         self._fatal: BaseException | None = None
         self._serves_probes = readiness is None
         self.readiness = readiness or Readiness()
@@ -258,9 +258,9 @@ class Worker:
                 *common,
                 self.rebalance,
                 group_id=self.settings.group_id,
-                default_reply_topic=self.settings.reply_topic,
+                codec=self.codec,
             )
-        return AtLeastOnceDelivery(*common, default_reply_topic=self.settings.reply_topic)
+        return AtLeastOnceDelivery(*common, codec=self.codec)
 
     def _failure(self) -> BaseException | None:
         return self._fatal or self.outbox.failure or self.batcher.failure

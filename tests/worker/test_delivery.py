@@ -16,6 +16,7 @@ from kafka_scorer.kafka.producer import FatalProducerError
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result, error_result
 from kafka_scorer.wire.provenance import ServedModel
 from kafka_scorer.worker.delivery import AtLeastOnceDelivery, ExactlyOnceDelivery, Undeliverable
+from kafka_scorer.worker.envelope import RecordCodec
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.ticket import Ticket
@@ -31,6 +32,7 @@ from tests.worker.conftest import (
 
 DEFAULT = DEFAULT_REPLY_TOPIC
 SERVED = ServedModel("m", revision="rev-1", dtype="float32")
+CODEC = RecordCodec(DEFAULT, lambda topic: f"{topic}.DLT", 1 << 20, "m")
 
 
 class RecordingLedger(Ledger):
@@ -61,9 +63,9 @@ class Harness:
         self.rewinds = 0
         common = (self.producer, self.tracker, WorkerMetrics(), SERVED, self.consumer)
         if exactly_once:
-            self.delivery: Any = ExactlyOnceDelivery(*common, self, group_id="g", default_reply_topic=DEFAULT)
+            self.delivery: Any = ExactlyOnceDelivery(*common, self, group_id="g", codec=CODEC)
         else:
-            self.delivery = AtLeastOnceDelivery(*common, default_reply_topic=DEFAULT)
+            self.delivery = AtLeastOnceDelivery(*common, codec=CODEC)
 
     async def rewind(self) -> None:
         self.rewinds += 1

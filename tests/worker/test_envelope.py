@@ -9,10 +9,10 @@ import msgspec
 import pytest
 
 from kafka_scorer.wire.protocol import ErrorCode, Job, Result, decode_result, encode_job
-from kafka_scorer.worker.envelope import Inbound, Rejected, WireRules, read_record, result_record
+from kafka_scorer.worker.envelope import Inbound, RecordCodec, Rejected
 from tests.worker.conftest import Rec
 
-RULES = WireRules(
+CODEC = RecordCodec(
     reply_topic="results",
     dead_letter_topic_for=lambda t: f"{t}.DLT",
     max_message_bytes=1000,
@@ -23,11 +23,11 @@ JOB = Job(query="q", items=["a"], label_token_ids=[1])
 
 
 def test_job_id_comes_from_the_body_then_the_header_then_the_position() -> None:
-    with_id = read_record(Rec(encode_job(Job(query="q", items=[], id="body-id"))), RULES)
+    with_id = CODEC.decode_record(Rec(encode_job(Job(query="q", items=[], id="body-id"))))
     assert isinstance(with_id, Inbound) and with_id.job_id == "body-id"
-    from_header = read_record(Rec(encode_job(JOB), [("correlation_id", b"c-7")]), RULES)
+    from_header = CODEC.decode_record(Rec(encode_job(JOB), [("correlation_id", b"c-7")]))
     assert isinstance(from_header, Inbound) and from_header.job_id == "c-7"
-    positional = read_record(Rec(encode_job(JOB)), RULES)
+    positional = CODEC.decode_record(Rec(encode_job(JOB)))
     assert isinstance(positional, Inbound) and positional.job_id == "jobs:2:41"
 
 
@@ -38,10 +38,10 @@ def test_reply_keeps_key_format_and_correlation_header_name() -> None:
         ("kafka_replyTopic", b"my-replies"),
         ("content-type", b"application/msgpack"),
     ]
-    inbound = read_record(Rec(encode_job(JOB, "msgpack"), headers), RULES)
+    inbound = CODEC.decode_record(Rec(encode_job(JOB, "msgpack"), headers))
     assert isinstance(inbound, Inbound)
     assert inbound.origin.fmt == "msgpack"
-    out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
+    out = CODEC.encode_record(Result(id="x", scores=[[0.5]]), inbound.origin)
     assert out.topic == "my-replies"
     assert out.key == b"k1"
     assert ("kafka_correlationId", b"\x01\x02binary") in out.headers
@@ -50,9 +50,9 @@ def test_reply_keeps_key_format_and_correlation_header_name() -> None:
 
 
 def test_invalid_reply_topic_header_falls_back_with_a_warning() -> None:
-    inbound = read_record(Rec(encode_job(JOB), [("reply_topic", b"no spaces allowed")]), RULES)
+    inbound = CODEC.decode_record(Rec(encode_job(JOB), [("reply_topic", b"no spaces allowed")]))
     assert isinstance(inbound, Inbound)
-    out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
+    out = CODEC.encode_record(Result(id="x", scores=[[0.5]]), inbound.origin)
     assert out.topic == "results"
     assert "not a valid topic name" in decode_result(out.value).warnings[0]
 
@@ -60,7 +60,7 @@ def test_invalid_reply_topic_header_falls_back_with_a_warning() -> None:
 def test_undecodable_record_gets_invalid_message_and_an_untouched_dead_letter_copy() -> None:
     headers = [("content-type", b"application/json"), ("trace", b"\xff\x00")]
     rec = Rec(b"{not json", headers)
-    rejected = read_record(rec, RULES)
+    rejected = CODEC.decode_record(rec)
     assert isinstance(rejected, Rejected)
     assert rejected.result.error is not None
     assert rejected.result.error.code is ErrorCode.INVALID_MESSAGE
@@ -80,7 +80,7 @@ def test_undecodable_record_gets_invalid_message_and_an_untouched_dead_letter_co
 
 
 def test_plain_text_without_content_type_is_undecodable() -> None:
-    rejected = read_record(Rec(b"hello there"), RULES)
+    rejected = CODEC.decode_record(Rec(b"hello there"))
     assert isinstance(rejected, Rejected) and rejected.result.error is not None
     assert rejected.result.error.code is ErrorCode.INVALID_MESSAGE
     assert rejected.dead_letter is not None
@@ -92,7 +92,7 @@ def test_schema_violation_is_invalid_request_without_dead_letter_and_keeps_the_i
         b'{"id": "bad-1", "query": 5, "items": []}',
         b'{"id": "bad-1", "query": "q", "items": [], "x": 1}',
     ):
-        rejected = read_record(Rec(value), RULES)
+        rejected = CODEC.decode_record(Rec(value))
         assert isinstance(rejected, Rejected) and rejected.result.error is not None
         assert rejected.result.error.code is ErrorCode.INVALID_REQUEST
         assert rejected.result.id == "bad-1"
@@ -100,7 +100,7 @@ def test_schema_violation_is_invalid_request_without_dead_letter_and_keeps_the_i
 
 
 def test_oversized_record_is_too_long_without_decoding() -> None:
-    rejected = read_record(Rec(b"{" + b" " * 2000 + b"}", [("correlation_id", b"big")]), RULES)
+    rejected = CODEC.decode_record(Rec(b"{" + b" " * 2000 + b"}", [("correlation_id", b"big")]))
     assert isinstance(rejected, Rejected) and rejected.result.error is not None
     assert rejected.result.error.code is ErrorCode.TOO_LONG
     assert rejected.result.id == "big"
@@ -108,11 +108,11 @@ def test_oversized_record_is_too_long_without_decoding() -> None:
 
 
 def test_tombstone_is_invalid_message() -> None:
-    rejected = read_record(Rec(None), RULES)
+    rejected = CODEC.decode_record(Rec(None))
     assert isinstance(rejected, Rejected) and rejected.result.error is not None
     assert rejected.result.error.code is ErrorCode.INVALID_MESSAGE
     assert rejected.dead_letter is not None and rejected.dead_letter.value is None
-    no_key = read_record(Rec(None, key=None), RULES)
+    no_key = CODEC.decode_record(Rec(None, key=None))
     assert isinstance(no_key, Rejected) and no_key.dead_letter is None  # Kafka cannot carry it
 
 
@@ -132,14 +132,14 @@ def _assert_undecodable(rejected: Inbound | Rejected, value: bytes | None) -> No
 def test_invalid_utf8_inside_a_msgpack_string_is_invalid_message_not_a_crash() -> None:
     """The record that used to end the worker with UnicodeDecodeError, byte for byte."""
     value = b"\x81\xa5query\xa2\xff\xfe"
-    rejected = read_record(Rec(value), RULES)
+    rejected = CODEC.decode_record(Rec(value))
     _assert_undecodable(rejected, value)
     assert "UTF-8" in rejected.result.error.message  # type: ignore[union-attr]
 
 
 def test_invalid_utf8_inside_a_json_string_is_invalid_message() -> None:
     value = b'{"id": "u", "query": "\xff\xfe", "items": []}'
-    _assert_undecodable(read_record(Rec(value), RULES), value)
+    _assert_undecodable(CODEC.decode_record(Rec(value)), value)
 
 
 def test_ten_thousand_deep_nesting_is_invalid_message_not_a_recursion_error() -> None:
@@ -147,7 +147,7 @@ def test_ten_thousand_deep_nesting_is_invalid_message_not_a_recursion_error() ->
     unknown_field = b'{"id": "deep", "z": ' + deep_json + b"}"  # used to blow up in the id salvage
     deep_msgpack = b"\x81\xa1z" + b"\x91" * 10_000 + b"\x90"
     for value, headers in ((deep_json, []), (unknown_field, []), (deep_msgpack, MSGPACK)):
-        rejected = read_record(Rec(value, headers), replace(RULES, max_message_bytes=1 << 20))
+        rejected = replace(CODEC, max_message_bytes=1 << 20).decode_record(Rec(value, headers))
         _assert_undecodable(rejected, value)
         assert "nested too deeply" in rejected.result.error.message  # type: ignore[union-attr]
 
@@ -160,16 +160,16 @@ def test_mislabelled_bodies_are_invalid_message_with_a_dead_letter_copy() -> Non
         (bytes.fromhex("05c1d9ffee00aa"), MSGPACK),  # random bytes labelled MessagePack
     ]
     for value, headers in cases:
-        _assert_undecodable(read_record(Rec(value, headers), RULES), value)
+        _assert_undecodable(CODEC.decode_record(Rec(value, headers)), value)
 
 
 def test_an_early_invalid_timestamp_cannot_hide_invalid_utf8_behind_it() -> None:
     """Found by the fuzzer: the well-formedness check stopped at a bad timestamp extension and called
     the record a schema error, with invalid UTF-8 further on. Both make the value undecodable."""
     value = b"\x82\xa0\x91\xc7\x00\xff\xa5query\xa7\xffaaaaaa"
-    _assert_undecodable(read_record(Rec(value, MSGPACK), RULES), value)
+    _assert_undecodable(CODEC.decode_record(Rec(value, MSGPACK)), value)
     alone = b"\x81\xa0\xc7\x00\xff"  # a timestamp of length 0: not a valid MessagePack timestamp
-    _assert_undecodable(read_record(Rec(alone), RULES), alone)
+    _assert_undecodable(CODEC.decode_record(Rec(alone)), alone)
 
 
 def test_well_formed_documents_that_break_the_schema_stay_invalid_request() -> None:
@@ -180,7 +180,7 @@ def test_well_formed_documents_that_break_the_schema_stay_invalid_request() -> N
         (msgspec.msgpack.encode({"id": "ext", "query": msgspec.msgpack.Ext(7, b"x"), "items": []}), []),
         (msgspec.msgpack.encode({"id": "nan", "query": [float("nan")], "items": []}), MSGPACK),
     ):
-        rejected = read_record(Rec(value, headers), RULES)
+        rejected = CODEC.decode_record(Rec(value, headers))
         assert isinstance(rejected, Rejected) and rejected.result.error is not None
         assert rejected.result.error.code is ErrorCode.INVALID_REQUEST, (value, rejected.result.error)
         assert rejected.dead_letter is None
@@ -189,20 +189,20 @@ def test_well_formed_documents_that_break_the_schema_stay_invalid_request() -> N
 
 def test_headers_over_the_cap_are_invalid_request_and_not_echoed() -> None:
     huge = b"c" * 2000
-    rules = replace(RULES, max_header_bytes=1000)
+    codec = replace(CODEC, max_header_bytes=1000)
     value = encode_job(Job(query="q", items=["a"], id="body-id"))
     headers = [("correlation_id", huge), ("reply_topic", b"elsewhere"), ("content-type", b"application/json")]
-    rejected = read_record(Rec(value, headers), rules)
+    rejected = codec.decode_record(Rec(value, headers))
     assert isinstance(rejected, Rejected) and rejected.result.error is not None
     assert rejected.result.error.code is ErrorCode.INVALID_REQUEST
     assert "max_header_bytes=1000" in rejected.result.error.message
     assert rejected.result.id == "body-id"  # the body's id: the correlation header is not read
     assert rejected.dead_letter is None
-    out = result_record(rejected.result, rejected.origin)
+    out = CODEC.encode_record(rejected.result, rejected.origin)
     assert out.topic == "results"
     assert all(name != "correlation_id" for name, _ in out.headers)
     assert len(out.value) < 1000
-    honoured = read_record(Rec(value, headers), replace(rules, max_header_bytes=4000))  # under the cap
+    honoured = replace(codec, max_header_bytes=4000).decode_record(Rec(value, headers))  # under the cap
     assert isinstance(honoured, Inbound) and honoured.origin.reply_topic == "elsewhere"
 
 
@@ -213,10 +213,10 @@ def test_duplicated_headers_first_one_wins() -> None:
         ("correlation_id", b"second"),
         ("reply_topic", b"replies-b"),
     ]
-    inbound = read_record(Rec(encode_job(JOB), headers), RULES)
+    inbound = CODEC.decode_record(Rec(encode_job(JOB), headers))
     assert isinstance(inbound, Inbound)
     assert inbound.job_id == "first"
-    out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
+    out = CODEC.encode_record(Result(id="x", scores=[[0.5]]), inbound.origin)
     assert out.topic == "replies-a"
     assert [v for n, v in out.headers if n == "correlation_id"] == [b"first"]
 
@@ -228,10 +228,10 @@ def test_headers_that_are_not_utf8_do_not_break_the_record() -> None:
         ("content-type", b"\xc3\x28"),
         ("trace", None),
     ]
-    inbound = read_record(Rec(encode_job(JOB), headers), RULES)  # type: ignore[arg-type]
+    inbound = CODEC.decode_record(Rec(encode_job(JOB), headers))  # type: ignore[arg-type]
     assert isinstance(inbound, Inbound)
     assert inbound.job_id == "fffe00"  # binary correlation ids become hex
-    out = result_record(Result(id="x", scores=[[0.5]]), inbound.origin)
+    out = CODEC.encode_record(Result(id="x", scores=[[0.5]]), inbound.origin)
     assert out.topic == "results"
     assert "not a valid topic name" in decode_result(out.value).warnings[0]
 
@@ -254,3 +254,32 @@ def test_a_framed_record_with_an_unreadable_payload_is_invalid_message(payload: 
     with pytest.raises(MessageDecodeError) as info:
         decode_job(b"\x00\x00\x00\x00\x07" + payload, "application/json")
     assert info.value.code is ErrorCode.INVALID_MESSAGE
+
+
+@pytest.mark.parametrize(
+    ("value", "content_type", "code", "job_id", "fmt"),
+    [
+        (b"hello there", None, ErrorCode.INVALID_MESSAGE, None, "json"),  # the bytes cannot say: JSON
+        (b"hello there", "application/msgpack", ErrorCode.INVALID_MESSAGE, None, "msgpack"),  # declared
+        (None, "application/msgpack", ErrorCode.INVALID_MESSAGE, None, "msgpack"),  # a tombstone
+        (b'{"id": "j9", "query": 1}', None, ErrorCode.INVALID_REQUEST, "j9", "json"),  # sniffed
+        (b"\x82\xa2id\xa2j8\xa5query\x01", None, ErrorCode.INVALID_REQUEST, "j8", "msgpack"),
+    ],
+)
+def test_the_decoder_answers_a_typed_failure_with_the_reply_format(
+    value, content_type, code, job_id, fmt
+) -> None:
+    """The codec calls `read_job` once and asks nothing more: the failure names its code, the id the
+    document still gave, and the format the error reply goes out in."""
+    from kafka_scorer.wire.protocol import Undecodable, read_job
+
+    failure = read_job(value, content_type)
+    assert isinstance(failure, Undecodable)
+    assert (failure.code, failure.job_id, failure.fmt) == (code, job_id, fmt)
+    assert failure.message
+
+
+def test_the_decoder_answers_a_job_with_its_format() -> None:
+    from kafka_scorer.wire.protocol import read_job
+
+    assert read_job(encode_job(JOB, "msgpack"), None) == (JOB, "msgpack")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kafka_scorer.wire.protocol import ErrorCode, Result
 from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.deadline import TimePolicy
-from kafka_scorer.worker.envelope import WireRules
+from kafka_scorer.worker.envelope import RecordCodec
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.outbox import Outbox
@@ -28,7 +28,7 @@ from kafka_scorer.worker.tracing import Tracing
 from tests.worker.conftest import FakeEngine, Rec, until
 
 TP0, TP1 = TopicPartition("jobs", 0), TopicPartition("jobs", 1)
-RULES = WireRules("results", lambda topic: f"{topic}.DLT", 1 << 20, "fake")
+CODEC = RecordCodec("results", lambda topic: f"{topic}.DLT", 1 << 20, "fake")
 
 
 class RecordingDelivery:
@@ -55,7 +55,7 @@ def _intake(ledger: Ledger, engine: FakeEngine, broken_queue: bool = False) -> t
     outbox.delivery = RecordingDelivery()  # type: ignore[assignment]
     kind = BrokenBatcher if broken_queue else Batcher
     batcher = kind(engine, lambda done: None, max_batch_tokens=100, max_batch_wait_ms=60_000)
-    return Intake(engine, ledger, batcher, outbox, RULES, Tracing(None)), outbox
+    return Intake(engine, ledger, batcher, outbox, CODEC, Tracing(None)), outbox
 
 
 def _rec(partition: int, offset: int, job_id: str, **fields: object) -> Rec:
@@ -116,7 +116,7 @@ async def test_an_exception_in_prepare_or_queueing_is_the_jobs_internal_answer(
 
 
 class Exploding(Rec):
-    """A record whose headers raise when read: read_record cannot cope, so intake's guard must."""
+    """A record whose headers raise when read: the codec cannot cope, so intake's guard must."""
 
     @property
     def headers(self):  # type: ignore[override]

@@ -1,6 +1,6 @@
 """Fuzzed intake: whatever a record holds, the real edge and the real engine give a job or a typed error.
 
-Drives `read_record` (envelope.py) and then `Scorer.prepare` on a tiny real model with generated JSON,
+Drives the record codec (envelope.py) and then `Scorer.prepare` on a tiny real model with generated JSON,
 MessagePack and raw bytes, and random headers, and checks the only outcomes SPEC §3 allows: a job
 (prepared for the device, or answered without a forward), `invalid_message` with an untouched
 dead-letter copy for bytes that do not decode, `invalid_request` (or a size code) without one for a
@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result
-from kafka_scorer.worker.envelope import Inbound, Rejected, WireRules, read_record, result_record
+from kafka_scorer.worker.envelope import Inbound, RecordCodec, Rejected
 from tests.worker.conftest import Rec
 
 MAX_PAIR_TOKENS = 64
 MAX_HEADER_BYTES = 4096
-RULES = WireRules(
+CODEC = RecordCodec(
     reply_topic="results",
     dead_letter_topic_for=lambda t: f"{t}.DLT",
     max_message_bytes=1 << 20,
@@ -195,8 +195,8 @@ def _headers_size(headers: list[tuple[str, bytes | None]]) -> int:
 
 def _run(scorer: Scorer, record: Rec) -> tuple[Inbound | Rejected, PreparedJob | Result | None]:
     """The worker's path for one record; asserts the invariants every outcome must keep."""
-    decoded = read_record(record, RULES)
-    reply = result_record(
+    decoded = CODEC.decode_record(record)
+    reply = CODEC.encode_record(
         decoded.result if isinstance(decoded, Rejected) else Result(id=decoded.job_id, scores=[]),
         decoded.origin,
     )
@@ -441,4 +441,4 @@ def test_rerank_shaped_jobs_are_answered_with_results_or_a_typed_error(
         sent = documents[entry.index]
         want = ({"text": sent} if isinstance(sent, str) else sent) if returned else None
         assert entry.document == want
-    decode_result(result_record(result, decoded.origin).value, f"application/{fmt}")  # it encodes back
+    decode_result(CODEC.encode_record(result, decoded.origin).value, f"application/{fmt}")  # it encodes back

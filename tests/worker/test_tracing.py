@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kafka_scorer.wire.protocol import ErrorCode, Job, encode_job, error_result
-from kafka_scorer.worker.envelope import Inbound, read_record, result_record
+from kafka_scorer.worker.envelope import Inbound
 from kafka_scorer.worker.tracing import (
     TraceContext,
     Tracing,
@@ -32,7 +32,7 @@ from kafka_scorer.worker.tracing import (
 )
 from tests.worker.conftest import Rec
 from tests.worker.test_delivery import DEFAULT, Harness
-from tests.worker.test_envelope import RULES
+from tests.worker.test_envelope import CODEC
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -141,10 +141,10 @@ def test_tracestate_rules() -> None:
 
 
 def test_the_result_record_carries_the_jobs_trace_context() -> None:
-    inbound = read_record(Rec(JOB, [("traceparent", TRACEPARENT.encode()), ("tracestate", b"a=1")]), RULES)
+    inbound = CODEC.decode_record(Rec(JOB, [("traceparent", TRACEPARENT.encode()), ("tracestate", b"a=1")]))
     assert isinstance(inbound, Inbound)
     assert inbound.origin.trace == TraceContext(TRACE_ID, PARENT_ID, 1, "a=1")
-    headers = _headers_of(result_record(error_result("j1", ErrorCode.INTERNAL, "x"), inbound.origin))
+    headers = _headers_of(CODEC.encode_record(error_result("j1", ErrorCode.INTERNAL, "x"), inbound.origin))
     assert headers["traceparent"] == TRACEPARENT.encode() and headers["tracestate"] == b"a=1"
 
 
@@ -154,9 +154,9 @@ def test_a_malformed_trace_header_never_turns_a_job_into_an_error(
 ) -> None:
     """Whatever the trace headers hold, the job is still read as a job, and the result's trace headers
     are either absent or strictly valid (nothing malformed is echoed)."""
-    decoded = read_record(Rec(JOB, [("traceparent", traceparent), ("tracestate", tracestate)]), RULES)
+    decoded = CODEC.decode_record(Rec(JOB, [("traceparent", traceparent), ("tracestate", tracestate)]))
     assert isinstance(decoded, Inbound) and decoded.job_id == "j1"
-    headers = _headers_of(result_record(error_result("j1", ErrorCode.INTERNAL, "x"), decoded.origin))
+    headers = _headers_of(CODEC.encode_record(error_result("j1", ErrorCode.INTERNAL, "x"), decoded.origin))
     if "traceparent" in headers:
         assert STRICT.fullmatch(headers["traceparent"].decode())
         assert headers["traceparent"].decode()[3:35] in traceparent.decode("ascii")
@@ -235,7 +235,7 @@ def test_spans_of_two_jobs_sharing_a_batch() -> None:
     tracing, exporter = _memory_tracing()
     origins = []
     for offset, headers in ((1, [("traceparent", TRACEPARENT.encode())]), (2, [])):
-        decoded = read_record(Rec(JOB, headers, offset=offset), RULES)
+        decoded = CODEC.decode_record(Rec(JOB, headers, offset=offset))
         assert isinstance(decoded, Inbound)
         origins.append(decoded.origin)
     jobs = [tracing.job(origin, "j1", "group") for origin in origins]
@@ -295,7 +295,7 @@ sys.meta_path.insert(0, Block())
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 import kafka_scorer.worker.service
 from kafka_scorer.worker import tracing
-from kafka_scorer.worker.envelope import WireRules, read_record, result_record
+from kafka_scorer.worker.envelope import RecordCodec
 from kafka_scorer.wire.protocol import Job, encode_job, error_result, ErrorCode
 assert tracing.otel is None
 t = tracing.from_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"})
@@ -304,14 +304,15 @@ class Rec:
     topic, partition, offset, timestamp, key = "jobs", 0, 1, 0, None
     value = encode_job(Job(id="j", query="q", items=[], label_token_ids=[1]))
     headers = [("traceparent", sys.argv[1].encode())]
-rules = WireRules("results", lambda t: t + ".DLT", 10000, "m")
-origin = read_record(Rec(), rules).origin
+codec = RecordCodec("results", lambda t: t + ".DLT", 10000, "m")
+origin = codec.decode_record(Rec()).origin
 job = t.job(origin, "j", "g")
 with job.span("prepare"):
     pass
 origin = dataclasses.replace(origin, trace=job.outgoing(origin.trace, "r"))
 job.end(None)
-print(dict(result_record(error_result("j", ErrorCode.INTERNAL, "x"), origin).headers)["traceparent"].decode())
+out = codec.encode_record(error_result("j", ErrorCode.INTERNAL, "x"), origin)
+print(dict(out.headers)["traceparent"].decode())
 """
 
 
