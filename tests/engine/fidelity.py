@@ -211,7 +211,7 @@ def decoder(kind: str, path: Path, count: int, **options) -> Fidelity:
     scorer = Scorer(str(path), dtype="bfloat16", device="cpu", prefix_cache_mb=0, **options)
     causal = kind != "classifier"
     labels = {"label_token_ids": CAUSAL_LABELS} if causal else {}
-    workload = id_workload(count, scorer.loaded.input_vocab_size)
+    workload = id_workload(count, scorer.describe().loaded.input_vocab_size)
     jobs = [Job(id=str(i), query=q, items=d, **labels) for i, (q, d) in enumerate(workload)]  # type: ignore[arg-type]
     got = engine_scores(scorer, jobs)
     expected = [

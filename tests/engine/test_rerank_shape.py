@@ -277,7 +277,7 @@ def test_hostile_rerank_fields_are_invalid_requests(any_kind, fields, needle):
 def test_every_kind_answers_a_hostile_job_alike(reranker, colbert, fields, needle):
     """The same code, message and document index whichever kind is served."""
     job = Job(**{"query": QUERY, **fields})  # not popped: the parameter's dict serves every kind
-    errors = [scorer.prepare(job, "hostile").error for scorer in (reranker[0], colbert[0])]
+    errors = [scorer.engine.prepare(job, "hostile").error for scorer in (reranker[0], colbert[0])]
     assert errors[0] == errors[1]
 
 
