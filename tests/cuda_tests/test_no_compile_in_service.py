@@ -1,4 +1,4 @@
-"""No compile in service (issue 24): after `Scorer.warm_up`, batches of any size compile nothing new, and
+"""No compile in service (issue 24): after the `warm_up`, batches of any size compile nothing new, and
 the compiled fused layers score what transformers' own layers score (float32).
 
 The fused decoder's regions and FlexAttention are compiled with dynamic token counts at warm-up; a

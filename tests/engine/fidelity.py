@@ -157,7 +157,7 @@ def engine_scores(scorer, jobs: list[Job]) -> list[list[float]]:
     from tests.engine.contract import run
 
     rows = []
-    for result in run(scorer, jobs):
+    for result in run(scorer.engine, jobs):
         assert result.error is None and result.scores is not None, result.error
         rows.append([row[-1] for row in result.scores])
     return rows
