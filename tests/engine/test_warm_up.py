@@ -21,9 +21,10 @@ from kafka_scorer.engine.kinds import served
 from kafka_scorer.engine.load import deterministic
 from kafka_scorer.engine.load.deterministic import SPANS_BACKEND
 from kafka_scorer.engine.load.start_up import StartUp
-from kafka_scorer.engine.load.warm_up import warm_up_jobs
+from kafka_scorer.engine.load.warm_up import warm_up, warm_up_jobs
 from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
+from kafka_scorer.engine.run.variants import Variant
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
 from tests.engine.reference import reference_scores
@@ -64,7 +65,7 @@ def test_an_automatic_flex_that_fails_at_warm_up_becomes_cascade(flex_scorer, mo
         str(scorer.describe().loaded.name), dtype="float32", device="cpu", attention_backend="dense"
     )
     _break_flex(monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.scorer"):
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
         scorer.engine.warm_up()
     assert scorer.describe().attention_backend == "cascade"
     assert [r.getMessage() for r in caplog.records if "'flex' failed" in r.getMessage()]
@@ -73,10 +74,32 @@ def test_an_automatic_flex_that_fails_at_warm_up_becomes_cascade(flex_scorer, mo
     assert max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb)) < 1e-5
 
 
+def test_the_start_up_stage_returns_its_choice_and_leaves_the_engine_as_it_was(flex_scorer, monkeypatch):
+    """The stage is handed narrow capabilities (here built from the engine's public calls) and returns
+    the backend it settled on; the engine keeps it only when its own `warm_up` does."""
+    scorer = flex_scorer(auto=True)
+    engine, view = scorer.engine, scorer.describe()
+    tried: list[str] = []
+
+    def score_jobs(jobs, backend: str):
+        tried.append(backend)
+        with engine.running(Variant(backend, None)):
+            return scorer.score_jobs(jobs)
+
+    limits, budget = view.strategy.preparer.limits, engine.max_batch_tokens
+    parts = StartUp(
+        view.loaded, view.runner, None, limits, budget, True, score_jobs, engine.prepare, lambda: None
+    )
+    _break_flex(monkeypatch)
+    assert warm_up(parts, "flex") == "cascade"
+    assert tried[0] == "flex" and tried[-1] == "cascade"
+    assert scorer.describe().attention_backend == "flex"  # nothing below the engine wrote it
+
+
 def test_a_chosen_backend_is_kept_with_a_warning(flex_scorer, monkeypatch, caplog) -> None:
     scorer = flex_scorer(auto=False)
     _break_flex(monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.scorer"):
+    with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine"):
         scorer.engine.warm_up()
     assert scorer.describe().attention_backend == "flex"
     assert any("warm-up batch failed" in r.getMessage() for r in caplog.records)
