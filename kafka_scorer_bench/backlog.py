@@ -47,26 +47,26 @@ class _TimedEngine:
     """The engine, timing each forward (the goal's unit) without changing what it computes."""
 
     def __init__(self, scorer: Any) -> None:
-        self.scorer = scorer
-        self.served = scorer.served
-        self.max_batch_tokens = scorer.max_batch_tokens
+        self.engine = scorer.engine
+        self.served = self.engine.served
+        self.max_batch_tokens = self.engine.max_batch_tokens
         self.forward_s: list[float] = []
 
     def prepare(self, job: Job, job_id: str) -> Any:
-        return self.scorer.prepare(job, job_id)
+        return self.engine.prepare(job, job_id)
 
     def pack(self, jobs: Any) -> Any:
-        return self.scorer.pack(jobs)
+        return self.engine.pack(jobs)
 
     def run_packed(self, packed: Any) -> list[Result]:
         started = time.perf_counter()
         try:
-            return self.scorer.run_packed(packed)
+            return self.engine.run_packed(packed)
         finally:
             self.forward_s.append(time.perf_counter() - started)
 
     def stats(self) -> EngineStats:
-        return self.scorer.stats()
+        return self.engine.stats()
 
 
 def run_backlog_bench(
@@ -82,7 +82,7 @@ def run_backlog_bench(
         root = Path(model_dir or tmp)
         path = build_shaped_model(root / f"{shape.name}-causal", shape, "causal")
         scorer = Scorer(str(path), dtype=dtype, device=device, max_batch_tokens=spec.max_batch_tokens)
-        scorer.warm_up()
+        scorer.engine.warm_up()
         rng = random.Random(f"backlog:{seed}")
         labels = [rng.randrange(FIRST_REGULAR_ID, shape.vocab_size) for _ in range(2)]
 
@@ -141,7 +141,7 @@ async def _run(
     await consumer.start()
     engine = _TimedEngine(scorer)
     settings = Settings(
-        model=scorer.model_name,
+        model=scorer.describe().model_name,
         bootstrap_servers=bootstrap,
         request_topics=[bulk_t, live_t],
         reply_topic=replies,

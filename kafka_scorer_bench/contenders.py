@@ -41,7 +41,7 @@ class Contender:
 
 
 class EngineContender(Contender):
-    """`Scorer.prepare` on submission (as the worker does), then one `run_batch` per token budget.
+    """The engine's `prepare` on submission (as the worker does), then one `run_batch` per token budget.
 
     `layers` runs the Scorer with other decoder layers for the contender (transformers' own, or the
     fused ones eager), on the same weights; `backend` with another MIS attention backend."""
@@ -49,17 +49,17 @@ class EngineContender(Contender):
     def __init__(self, scorer, backend: str | None, layers: str = "served") -> None:
         from kafka_scorer.engine.api import Layers, TokenBudgetScheduler, variant
 
-        self.scorer = scorer
-        self.variant = variant(scorer, backend, Layers(layers))
-        self.scheduler = TokenBudgetScheduler(scorer.max_batch_tokens)
+        self.engine = scorer.engine
+        self.variant = variant(scorer.describe().loaded, backend, Layers(layers))
+        self.scheduler = TokenBudgetScheduler(self.engine.max_batch_tokens)
         self.index_of: dict[str, int] = {}
         self.ready: list[Answer] = []
-        self.causal = scorer.kind.value == "causal_lm"
+        self.causal = scorer.describe().loaded.kind.value == "causal_lm"
 
     def submit(self, index: int, job: Job) -> None:
         job_id = f"{index}"
         self.index_of[job_id] = index
-        prepared = self.scorer.prepare(job, job_id)
+        prepared = self.engine.prepare(job, job_id)
         if isinstance(prepared, Result):
             self.ready.append(self._answer(prepared))
         else:
@@ -70,8 +70,8 @@ class EngineContender(Contender):
         batch = self.scheduler.next_batch()
         if not batch:
             return done
-        with self.variant.active():
-            results = self.scorer.run_batch(batch)
+        with self.engine.running(self.variant):
+            results = self.engine.run_batch(batch)
         for prepared, result in zip(batch, results):
             self.forward_tokens += result.prompt_tokens
             if self.causal and not prepared.job.apply_softmax:

@@ -173,7 +173,7 @@ def run_cross_encoder_bench(
         runs["cross-encoder"] = timed(lambda: CrossEncoderContender(cross_encoder))
         log("  transformers padded ...")
         runs["padded"] = timed(lambda: PaddedContender(model, tokenizer))
-        log(f"  engine [{scorer.attention_backend}] ...")
+        log(f"  engine [{scorer.describe().attention_backend}] ...")
         runs["engine"] = timed(lambda: EngineContender(scorer, None))
         if not skip_worker:
             log("  worker via broker ...")

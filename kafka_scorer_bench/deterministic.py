@@ -118,11 +118,11 @@ def run(args: argparse.Namespace) -> dict:
                 for mode in (False, True)
             }
             for scorer in scorers[case.kind].values():
-                scorer.warm_up()
+                scorer.engine.warm_up()
                 scorer.score_jobs(case.jobs(-1))  # untimed: what a running worker's caches would hold
         report["workloads"][name] = _measure(scorers[case.kind], case, args.repeats)
         row = report["workloads"][name]
-        row["attention"] = scorers[case.kind][True].attention_backend  # the mode's, per device
+        row["attention"] = scorers[case.kind][True].describe().attention_backend  # the mode's, per device
         print(
             f"{name:11s} default {row['default_items_per_s']:9.1f} items/s  deterministic "
             f"{row['deterministic_items_per_s']:9.1f} items/s  ratio {row['ratio']:.3f}  "

@@ -67,7 +67,7 @@ def resolve_run(args: argparse.Namespace, name: str) -> EngineRun:
 
 def timed(scorer: Scorer, jobs: list[Job]) -> tuple[float, list[Result]]:
     """Seconds for `scorer.score_jobs(jobs)` (the device idle at the start), and its results."""
-    if scorer.loaded.device.type == "cuda":
+    if scorer.describe().loaded.device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
     results = scorer.score_jobs(jobs)

@@ -41,9 +41,14 @@ def run(args: argparse.Namespace) -> dict:
         for tokens in (0, args.graph_tokens)
     }
     for scorer in scorers.values():
-        scorer.warm_up()
+        scorer.engine.warm_up()
     on = scorers[args.graph_tokens]
-    report = {"device": device, "dtype": dtype, "shape": shape.name, "graphs": on.description["cuda_graphs"]}
+    report = {
+        "device": device,
+        "dtype": dtype,
+        "shape": shape.name,
+        "graphs": on.describe().fields["cuda_graphs"],
+    }
     maker = JobMaker(job_shape, 0, shape.vocab_size)
     report["batches"] = [_measure(scorers, maker, batch, args) for batch in BATCHES]
     return report

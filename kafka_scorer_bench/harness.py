@@ -137,7 +137,7 @@ def run_workload(
         )
 
     runs: dict[str, tuple[str, RunRecord]] = {}
-    default_backend = scorer.attention_backend
+    default_backend = scorer.describe().attention_backend
     log("  (c) baseline ...")
     runs["c"] = (
         "transformers baseline",
@@ -164,7 +164,7 @@ def run_workload(
             f"engine, MIS on [{backend}]",
             timed(lambda backend=backend: EngineContender(scorer, backend), mis),
         )
-    choices = {layers.value for layers in layer_choices(scorer)}
+    choices = {layers.value for layers in layer_choices(scorer.describe().loaded)}
     if "transformers" in choices:  # the fused layers against transformers' own, same Scorer and backend
         log(f"  (b) engine, MIS on, transformers' layers [{default_backend}] ...")
         runs[LAYERS] = (
@@ -248,11 +248,12 @@ def run_workload(
 
 def _template_tokens(workload: Workload, scorer) -> dict | None:
     """Per job, the tokens MIS and no-MIS compute under the template (None: the jobs are not text)."""
-    if workload.sent is None or scorer.template is None:
+    template = scorer.describe().strategy.served.template
+    if workload.sent is None or template is None:
         return None
     from kafka_scorer_bench.templated import template_tokens
 
-    counts = template_tokens(workload, scorer.template.name, scorer.template.digest)
+    counts = template_tokens(workload, template.name, template.digest)
     return {**asdict(counts), "mis_tokens": counts.mis_tokens, "no_mis_tokens": counts.no_mis_tokens}
 
 
@@ -323,7 +324,9 @@ def _report(
     *,
     partial: bool,
 ) -> dict:
-    default_backend = env.scorers[next(iter(env.scorers))].attention_backend if env.scorers else None
+    default_backend = (
+        env.scorers[next(iter(env.scorers))].describe().attention_backend if env.scorers else None
+    )
     if default_backend not in backends:  # targets are judged on a backend that was measured
         default_backend = backends[0] if backends else None
     return {

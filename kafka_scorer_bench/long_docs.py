@@ -225,7 +225,7 @@ def _decoder_run(root, shape, seed, repeats, budget, max_batch_tokens, log) -> d
         for name, mi in (("pairs", False), ("mis", None))
     }
     tokens = {
-        name: sum(scorer.prepare(job, job.id or "").num_tokens for job in jobs)
+        name: sum(scorer.engine.prepare(job, job.id or "").num_tokens for job in jobs)
         for name, jobs in variants.items()
     }
     runs = _interleaved(

@@ -113,7 +113,7 @@ def run_prefix_bench(
 
         runs: dict[str, dict] = {}
         off, on = scorers(str(template_file))
-        tokenizer = on.loaded.tokenizer
+        tokenizer = on.describe().loaded.tokenizer
 
         def judge(rng: random.Random) -> list[Job]:
             return [
@@ -210,7 +210,7 @@ def _compare(off: Any, on: Any, make: Callable[[random.Random], list[Job]], repe
         raise RuntimeError(f"prefix bench: jobs failed: {errors[:3]}")
     run_off = sum(r.prompt_tokens for r in results_off)
     run_on = sum(r.prompt_tokens for r in results_on)
-    stats = on.prefix_cache_stats
+    stats = on.describe().prefix_cache
     return {
         "jobs": len(results_on),
         "tokens_without_cache": run_off,

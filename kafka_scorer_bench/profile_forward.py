@@ -45,7 +45,7 @@ def category(name: str) -> str:
 def run(args) -> dict:
     run_ = resolve_run(args, "profile")
     scorer = Scorer(str(run_.checkpoint()), dtype=run_.dtype, device=run_.device, prefix_cache_mb=0)
-    scorer.warm_up()
+    scorer.engine.warm_up()
     shape = QUICK_SHAPE if args.quick else SGLANG_SHAPE
     maker = JobMaker(shape, 0, run_.shape.vocab_size)
 
@@ -53,7 +53,7 @@ def run(args) -> dict:
         return [maker.job(f"profile-{n}") for n in range(args.requests)]
 
     scorer.score_jobs(jobs())  # untimed: the same shapes once more before the profile
-    cuda = scorer.loaded.device.type == "cuda"
+    cuda = scorer.describe().loaded.device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU]
     activities += [torch.profiler.ProfilerActivity.CUDA] if cuda else []
     with torch.profiler.profile(activities=activities) as profile:
@@ -70,7 +70,7 @@ def run(args) -> dict:
         "device": run_.device,
         "dtype": run_.dtype,
         "shape": run_.shape.name,
-        "backend": scorer.attention_backend,
+        "backend": scorer.describe().attention_backend,
         "tokens_per_forward": args.requests * shape.tokens,
         "forwards": args.forwards,
         "ms_per_forward": total / args.forwards,

@@ -57,8 +57,9 @@ def templated_workload(spec: WorkloadSpec, scorer, *, seed: int = 0) -> Workload
     `scorer` that serves a template; labels come from the template (none are sent)."""
     from kafka_scorer.engine.api import tokenize_templated
 
-    template = scorer.template
-    tokenizer = scorer.loaded.tokenizer
+    view = scorer.describe()
+    template = view.strategy.served.template
+    tokenizer = view.loaded.tokenizer
     if template is None or tokenizer is None:
         raise ValueError("the templated workload needs a scorer with a template and a tokenizer")
     labels = _label_ids(tokenizer, template.label_tokens)

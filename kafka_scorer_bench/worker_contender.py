@@ -73,14 +73,14 @@ async def _worker_run(
         bootstrap = broker.bootstrap_servers
         await create_topics(bootstrap, [requests, replies], partitions)
         settings = Settings(
-            model=scorer.model_name,
+            model=scorer.describe().model_name,
             bootstrap_servers=bootstrap,
             request_topics=[requests],
             reply_topic=replies,
             group_id="kafka-scorer-bench",
             metrics_port=0,
-            max_batch_tokens=scorer.max_batch_tokens,
-            max_inflight_tokens=max(65536, 4 * scorer.max_batch_tokens),
+            max_batch_tokens=scorer.engine.max_batch_tokens,
+            max_inflight_tokens=max(65536, 4 * scorer.engine.max_batch_tokens),
             # The worker's default. tansu answers a waiting fetch only at its deadline (BROKERS.md), so a
             # short wait (the tests use 10 ms) turns both clients into busy pollers; on 2 cores that CPU
             # comes out of the forward pass (measured: many-items compute 3.6 s at 200 ms, 4.0 s at 10 ms).
@@ -92,7 +92,7 @@ async def _worker_run(
             shutdown_grace_s=10.0,
             log_level="WARNING",
         )
-        worker = Worker(settings, scorer)
+        worker = Worker(settings, scorer.engine)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
         producer = new_producer(None, bootstrap_servers=bootstrap, acks="all", max_request_size=16 << 20)

@@ -20,6 +20,11 @@
 
 Every import counts: at module level, inside a function (the lazy ones that keep `--help` light) and
 under `if TYPE_CHECKING:`.
+
+- Nothing below the engine writes its attributes (issue 47): the start-up stage (warm-up, fallbacks,
+  description, variants) takes narrow capabilities and returns what it chose, and only the in-process
+  client (`engine/scorer.py`) and the engine (`engine/scoring_engine.py`) assign `scorer.<attr>` or
+  `engine.<attr>`, read from the source the same way.
 """
 
 from __future__ import annotations
@@ -166,6 +171,85 @@ def test_there_is_no_testing_package_in_the_product() -> None:
 def test_the_listed_trial_commands_exist() -> None:
     """A renamed command must be renamed here too, or the exception would quietly cover nothing."""
     assert set(IMPORTS) >= TRIAL_COMMANDS | BENCH_COMMAND | ENGINE_MICRO_BENCHES | set(COMMAND_HELPERS)
+
+
+ENGINE_OWNERS = {"kafka_scorer.engine.scorer", "kafka_scorer.engine.scoring_engine"}
+"""The client and the engine it holds: the only engine modules that write their attributes."""
+ENGINE_NAMES = {"scorer", "engine"}
+
+
+def _leaves(target: ast.expr) -> list[ast.expr]:
+    """The names and attributes one assignment target binds (`a.x, (b.y, *c.z) = ...` binds three)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [leaf for element in target.elts for leaf in _leaves(element)]
+    if isinstance(target, ast.Starred):
+        return _leaves(target.value)
+    return [target]
+
+
+def written_engine_attributes(source: str) -> list[str]:
+    """`scorer.<attr>` / `engine.<attr>` that `source` assigns, augments, deletes or `setattr`s."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            first = node.args[0] if node.args else None
+            if (
+                node.func.id in ("setattr", "delattr")
+                and isinstance(first, ast.Name)
+                and first.id in ENGINE_NAMES
+            ):
+                found.append(f"{node.func.id}({first.id}, ...)")
+            continue
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for leaf in _leaves(target):
+                if (
+                    isinstance(leaf, ast.Attribute)
+                    and isinstance(leaf.value, ast.Name)
+                    and leaf.value.id in ENGINE_NAMES
+                ):
+                    found.append(f"{leaf.value.id}.{leaf.attr}")
+    return found
+
+
+def test_nothing_below_the_client_writes_the_engines_attributes() -> None:
+    written = {
+        module_name(path): found
+        for path in sorted((PACKAGE / "engine").rglob("*.py"))
+        if module_name(path) not in ENGINE_OWNERS and (found := written_engine_attributes(path.read_text()))
+    }
+    assert not written, "the start-up stage returns what it chose; the engine keeps it"
+    assert set(IMPORTS) >= ENGINE_OWNERS, "a renamed owner must be renamed here too"
+
+
+def test_the_write_reader_sees_every_kind_of_write() -> None:
+    source = (
+        "scorer.attention_backend = portable\n"
+        "scorer.a, (engine.b, *scorer.c) = 1, (2, 3)\n"
+        "engine.budget += 1\n"
+        "setattr(scorer, 'auto_backend', True)\n"
+        "del engine.graphs\n"
+        "def f(scorer):\n    scorer.template: str = ''\n"
+        "scorer.loaded.body = body\n"  # the loaded model's attribute, not the engine's
+        "chosen.backend = portable\n"  # the stage's own record
+    )
+    assert sorted(written_engine_attributes(source)) == sorted(
+        [
+            "scorer.attention_backend",
+            "scorer.a",
+            "engine.b",
+            "scorer.c",
+            "engine.budget",
+            "setattr(scorer, ...)",
+            "engine.graphs",
+            "scorer.template",
+        ]
+    )
 
 
 def test_the_walk_sees_every_kind_of_import() -> None:

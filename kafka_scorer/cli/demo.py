@@ -84,7 +84,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
             say(f"cannot load --model {model}: {reason}")
             say("falling back to tiny RANDOM models")
         else:
-            kind = "causal" if scorer.kind is ModelKind.CAUSAL_LM else "classification"
+            kind = "causal" if scorer.describe().loaded.kind is ModelKind.CAUSAL_LM else "classification"
             return [_with_labels(DemoModel(kind, scorer, random=False))]
     from kafka_scorer.checkpoints.tiny_models import build_tiny_model
 
@@ -99,7 +99,7 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
 def _with_labels(model: DemoModel) -> DemoModel:
     """Label tokens for CausalLM jobs: the first token of " yes" and " no", as a relevance judge asks."""
     if model.kind == "causal":
-        tokenizer = model.scorer.loaded.tokenizer
+        tokenizer = model.scorer.describe().loaded.tokenizer
         if tokenizer is not None:
             ids = [tokenizer.encode(word, add_special_tokens=False)[0] for word in (" yes", " no")]
         else:
@@ -137,10 +137,10 @@ def sample_jobs(models: list[DemoModel], count: int) -> list[DemoJob]:
 def _make_job(model: DemoModel, variant: dict[str, Any], n: int) -> Job:
     query = _QUERIES[n % len(_QUERIES)]
     items = [_ITEMS[(n + k) % len(_ITEMS)] for k in range(2 + n % 3)]
-    tokenizer = model.scorer.loaded.tokenizer
+    tokenizer = model.scorer.describe().loaded.tokenizer
     # A cross-encoder adds its own special tokens around both parts and is never packed (SPEC §8), so
     # its token ids go bare and `multi_item: true` (which it answers `unsupported`) becomes auto.
-    encoder = model.scorer.loaded.encoder is not None
+    encoder = model.scorer.describe().loaded.encoder is not None
     multi_item = None if encoder and variant["multi_item"] else variant["multi_item"]
     encoded_query: str | list[int] = query
     encoded_items: list[Input] = list(items)
@@ -161,7 +161,7 @@ def _make_job(model: DemoModel, variant: dict[str, Any], n: int) -> Job:
 def _bad_job(model: DemoModel) -> Job:
     """A job the worker must answer with a typed error instead of a score (or a crash)."""
     if model.kind == "causal":  # label ids beyond the vocabulary
-        vocab = model.scorer.loaded.output_vocab_size
+        vocab = model.scorer.describe().loaded.output_vocab_size
         return Job(id="bad-job", query=_QUERIES[0], items=[_ITEMS[0]], label_token_ids=[vocab + 7])
     return Job(id="bad-job", query=_QUERIES[0], items=[[1, 2], "mixed text and token ids"])
 
@@ -183,7 +183,7 @@ async def run_demo(
         workers, tasks = [], []
         for model in models:
             settings = isolated_settings(
-                model=model.scorer.model_name,
+                model=model.scorer.describe().model_name,
                 template=model.template,
                 bootstrap_servers=broker.bootstrap_servers,
                 request_topics=[model.topic],
@@ -197,14 +197,14 @@ async def run_demo(
                 max_batch_wait_ms=5,
                 shutdown_grace_s=5.0,
             )
-            worker = Worker(settings, model.scorer)
+            worker = Worker(settings, model.scorer.engine)
             workers.append(worker)
             tasks.append(asyncio.create_task(worker.run(stop), name=f"worker-{model.kind}"))
         try:
             await _wait_joined(workers, tasks)
             say(
                 "workers ready: "
-                + ", ".join(f"{m.scorer.model_name} on {m.topic}" for m in models)
+                + ", ".join(f"{m.scorer.describe().model_name} on {m.topic}" for m in models)
                 + f"; results on {REPLY_TOPIC}"
             )
             client = isolated_settings(bootstrap_servers=broker.bootstrap_servers, fetch_max_wait_ms=20)
@@ -302,7 +302,7 @@ def render(jobs: list[DemoJob], models: list[DemoModel], elapsed_s: float, max_r
         f"{elapsed_s:.2f}s: {len(done) / max(elapsed_s, 1e-9):.1f} jobs/s, "
         f"{items / max(elapsed_s, 1e-9):.1f} items/s; latency p50 {p50:.0f} ms, p95 {p95:.0f} ms"
     )
-    console.print("models: " + ", ".join(f"{m.label}: {m.scorer.model_name}" for m in models))
+    console.print("models: " + ", ".join(f"{m.label}: {m.scorer.describe().model_name}" for m in models))
     for line in provenance:
         console.print(line, markup=False, highlight=False)
     if any(m.random for m in models):

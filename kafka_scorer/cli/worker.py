@@ -25,6 +25,7 @@ from kafka_scorer.errors import EXIT_USER_ERROR
 from kafka_scorer.heap import freeze_loaded_heap
 
 if TYPE_CHECKING:
+    from kafka_scorer.engine.scoring_engine import ScoringEngine
     from kafka_scorer.worker.metrics import Readiness, WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -158,31 +159,31 @@ async def _start_and_run(
     from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
 
     keep_triton_out_on_cpu(settings.device)  # no triton leak report at exit on a CPU machine
-    from kafka_scorer.engine.scorer import (
-        Scorer,  # torch: seconds, after the connection check
+    from kafka_scorer.engine.scoring_engine import (
+        ScoringEngine,  # torch: seconds, after the connection check
     )
     from kafka_scorer.worker.service import Worker
 
     log.info("loading model %s", settings.model)
     readiness.starting(f"starting: loading model {settings.model}")
     try:
-        scorer = await asyncio.to_thread(Scorer.from_config, settings.engine_config())
+        engine = await asyncio.to_thread(ScoringEngine, settings.engine_config())
     except Exception as exc:
         # A model that cannot load is the person's to fix: one line, no traceback (unless -v/DEBUG).
         return report(exc, prog=_PROG)
     try:
-        _check_tokenizer(settings, scorer)
+        _check_tokenizer(settings, engine)
     except Exception as exc:
         return report(exc, prog=_PROG)
     if stop.is_set():
         return 0
     started = time.monotonic()
     readiness.starting(f"starting: warming up model {settings.model}")
-    await asyncio.to_thread(scorer.warm_up)  # compiles and autotunes now, not on the first live batch
+    await asyncio.to_thread(engine.warm_up)  # compiles and autotunes now, not on the first live batch
     log.info(
         "warm-up at the served shapes took %.1fs (attention %s)",
         time.monotonic() - started,
-        scorer.attention_backend,
+        engine.describe().attention_backend,
     )
     freeze_loaded_heap()  # no full collection walks the model's objects while serving
     if stop.is_set():
@@ -194,7 +195,7 @@ async def _start_and_run(
                 return 0
         except Exception as exc:
             return report(exc, bootstrap_servers=settings.bootstrap_servers, prog=_PROG)
-    return await Worker(settings, scorer, metrics=metrics, readiness=readiness).run(stop)
+    return await Worker(settings, engine, metrics=metrics, readiness=readiness).run(stop)
 
 
 def _metrics_port_taken(settings: Settings, exc: OSError) -> Exception:
@@ -209,13 +210,13 @@ def _metrics_port_taken(settings: Settings, exc: OSError) -> Exception:
     )
 
 
-def _check_tokenizer(settings: Settings, scorer: object) -> None:
+def _check_tokenizer(settings: Settings, engine: ScoringEngine) -> None:
     """A checkpoint without tokenizer files would answer every text job `unsupported` while reporting
     ready: a copy that lost its tokenizer looks healthy until someone reads the results. Serving token
     ids alone is a rare, deliberate choice, so it must be asked for (`allow_no_tokenizer`)."""
     from kafka_scorer.errors import SettingError
 
-    if settings.allow_no_tokenizer or getattr(getattr(scorer, "loaded", None), "tokenizer", True) is not None:
+    if settings.allow_no_tokenizer or engine.describe().loaded.tokenizer is not None:
         return
     raise SettingError(
         "model",

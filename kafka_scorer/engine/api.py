@@ -1,8 +1,9 @@
 """The engine's surface for its clients beside the worker: the bench and in-process users.
 
 Everything here is meant to stay: the Scorer and how to open one, the device and dtype rules, the
-token-budget scheduler the worker batches with, the attention backends, the ways to run a Scorer for a
-side-by-side comparison (`run/variants.py`), the prepare stage's token counts the bench reports and
+token-budget scheduler the worker batches with, the attention backends, the ways to run a Scorer's
+engine for a side-by-side comparison (`run/variants.py`: a variant read from `scorer.describe().loaded`,
+entered with `scorer.engine.running(variant)`), the prepare stage's token counts the bench reports and
 the slow image processor class a vision-language checkpoint is read with (`vision/checkpoint.py`).
 The bench imports the engine only through this module (tests/test_layout.py), except its kernel
 micro-benchmarks, which time engine parts by design and are listed there by name.

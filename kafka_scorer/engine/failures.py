@@ -2,7 +2,7 @@
 
 Most exceptions raised while scoring a batch belong to the batch (a shape the model rejects, a bug on one
 odd input): the engine runs the batch again in halves until the one job that breaks it stands alone, and
-only that job is answered `internal` (`Scorer.run_packed`). Exceptions become results here, in
+only that job is answered `internal` (`ScoringEngine.run_packed`). Exceptions become results here, in
 `failed_results`, and nowhere else.
 
 Some errors poison the process instead. A CUDA fault (illegal address, device-side assert, launch

@@ -55,7 +55,7 @@ class ServedModel:
 
     @classmethod
     def from_description(cls, description: Mapping[str, str]) -> ServedModel:
-        """From `Scorer.description` (the start-up `serving ...` line's fields)."""
+        """From the engine's `ServedModel.description` (the start-up `serving ...` line's fields)."""
         return cls(
             model=description.get("model", ""),
             revision=description.get("revision", ""),
@@ -153,7 +153,7 @@ class OneModelAssignor(AbstractPartitionAssignor):
 
     @classmethod
     def serving(cls, group_id: str, description: Mapping[str, str]) -> OneModelAssignor:
-        """For a worker whose engine describes itself as `Scorer.description` does."""
+        """For a worker whose engine describes itself as `ServedModel.description` does."""
         return cls(group_id, ServedModel.from_description(description))
 
     def offered(self) -> tuple[object, ...]:

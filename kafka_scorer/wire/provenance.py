@@ -1,6 +1,6 @@
 """What a worker serves, and the one place a result is stamped with it (SPEC §8 provenance).
 
-The engine builds a `ServedModel` once it has loaded the checkpoint (`Scorer.served`); the engine
+The engine builds a `ServedModel` once it has loaded the checkpoint (`ScoringEngine.served`); the engine
 stamps every result it computes with it, and delivery stamps the results the worker made without the
 engine (an undecodable record, a result too large to produce) with the same record, so every answer
 says which checkpoint, dtype and template it came from.

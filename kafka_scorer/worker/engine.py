@@ -1,5 +1,5 @@
-"""The engine as the worker sees it: prepare -> pack -> run, declared once (engine/scorer.py's `Scorer`
-is the implementation; the worker's unit tests use a fake of the same shape).
+"""The engine as the worker sees it: prepare -> pack -> run, declared once (`ScoringEngine` in
+engine/scoring_engine.py is the implementation; the worker's unit tests use a fake of the same shape).
 
 Typed over the engine's own prepared-job and packed-batch types, so the worker hands back exactly what
 the engine gave it and never looks inside: the worker knows nothing of tensors.

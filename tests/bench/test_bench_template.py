@@ -31,12 +31,12 @@ class Run:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scoring_engine import ScoringEngine
 
     root = tmp_path_factory.mktemp("bench-template")
     out = root / "bench.json"
     prepared: list[tuple[bool, TemplateRef | None]] = []
-    prepare = Scorer.prepare
+    prepare = ScoringEngine.prepare
 
     def spy(self, job, job_id):
         done = prepare(self, job, job_id)
@@ -46,7 +46,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     flags = ["--quick", "--repeats", "1", "--workload", "rerank", "--template", "qwen3-reranker"]
     flags += ["--skip-worker", "--skip-label-kernel", "--model-dir", str(root / "models"), "--json", str(out)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Scorer, "prepare", spy)
+        patch.setattr(ScoringEngine, "prepare", spy)
         rc = main(["bench", *flags])
     return Run(rc, json.loads(out.read_text()), root / "models", prepared)
 

@@ -31,7 +31,7 @@ def graphed_scorer(path: str, device: str, **options):
 
     options = {"max_batch_tokens": 2048, "cuda_graph_tokens": 1024, "prefix_cache_mb": 0, **options}
     scorer = Scorer(path, dtype="float32", device=device, attention_backend="flex", **options)
-    scorer.warm_up()
+    scorer.engine.warm_up()
     return scorer
 
 
@@ -53,10 +53,10 @@ def test_replayed_forwards_score_as_transformers_across_buckets_and_cache_hits(t
     identical calls): only forwards of jobs without one replay."""
     path = tiny_models.get()
     scorer = graphed_scorer(str(path), device, prefix_cache_mb=16)
-    graphs = scorer.graphs
+    graphs = scorer.describe().graphs
     assert graphs is not None and graphs.ready and graphs.buckets.sizes == (128, 256, 512, 1024)
     assert graphs.capture is on_cuda(device)
-    assert scorer.description["cuda_graphs"].startswith("128..1024")
+    assert scorer.describe().fields["cuda_graphs"].startswith("128..1024")
     rng = random.Random(11)
     shared = [rng.randrange(5, 380) for _ in range(70)]
     replays_before, tolerance = graphs.replays, 1e-3 if on_cuda(device) else 1e-4
@@ -71,7 +71,7 @@ def test_replayed_forwards_score_as_transformers_across_buckets_and_cache_hits(t
             assert result.error is None, result.error
             want = reference_scores(path, job.query, job.items, LABELS, item_first=bool(job.item_first))
             assert log_diff(result.scores, want) <= tolerance, job.id
-    stats = scorer.prefix_cache_stats
+    stats = scorer.describe().prefix_cache
     assert stats is not None and stats.hits > 0  # some forwards had cached prefixes: not replayed
     assert graphs.replays - replays_before == 2  # the rounds without a cacheable head
 
@@ -85,7 +85,7 @@ def test_a_sequence_longer_than_a_window_runs_uncaptured(tmp_path, device):
 
     path = build_tiny_model(tmp_path / "gemma2", "gemma2", overrides={"sliding_window": 160})
     scorer = graphed_scorer(str(path), device)
-    graphs = scorer.graphs
+    graphs = scorer.describe().graphs
     assert graphs is not None and graphs.ready and graphs.window == 160
     rng = random.Random(5)
     for longest, replayed in ((40, True), (240, False)):
@@ -120,12 +120,12 @@ def test_a_graph_that_scores_differently_is_dropped_at_warm_up(tiny_models, monk
     with caplog.at_level(logging.WARNING, logger="kafka_scorer.engine.load.warm_up"):
         scorer = graphed_scorer(str(path), "cpu")
     assert [r.message for r in caplog.records if "CUDA graphs off" in r.message] != []
-    assert scorer.graphs is not None and not scorer.graphs.ready
-    assert scorer.description["cuda_graphs"] == "off"
-    job, before = random_job(random.Random(2), "after"), scorer.graphs.replays
+    assert scorer.describe().graphs is not None and not scorer.describe().graphs.ready
+    assert scorer.describe().fields["cuda_graphs"] == "off"
+    job, before = random_job(random.Random(2), "after"), scorer.describe().graphs.replays
     (result,) = scorer.score_jobs([job])
     assert log_diff(result.scores, reference_scores(path, job.query, job.items, LABELS)) <= 1e-4
-    assert scorer.graphs.replays == before
+    assert scorer.describe().graphs.replays == before
 
 
 def test_a_capture_that_fails_leaves_the_forward_uncaptured(tiny_models, monkeypatch, caplog):
@@ -139,7 +139,7 @@ def test_a_capture_that_fails_leaves_the_forward_uncaptured(tiny_models, monkeyp
         scorer = graphed_scorer(str(tiny_models.get()), "cpu")
     lines = [r.message for r in caplog.records if "CUDA graphs off" in r.message]
     assert len(lines) == 1 and "stream is capturing" in lines[0]
-    assert scorer.graphs is not None and scorer.graphs.bucket_for(100) is None
+    assert scorer.describe().graphs is not None and scorer.describe().graphs.bucket_for(100) is None
 
 
 def test_a_replay_that_fails_costs_no_job(tiny_models, monkeypatch, caplog):
@@ -149,7 +149,7 @@ def test_a_replay_that_fails_costs_no_job(tiny_models, monkeypatch, caplog):
 
     path = tiny_models.get()
     scorer = graphed_scorer(str(path), "cpu")
-    assert scorer.graphs is not None and scorer.graphs.ready
+    assert scorer.describe().graphs is not None and scorer.describe().graphs.ready
 
     def fails(self, batch):
         raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
@@ -163,4 +163,4 @@ def test_a_replay_that_fails_costs_no_job(tiny_models, monkeypatch, caplog):
             assert result.error is None
             assert log_diff(result.scores, reference_scores(path, job.query, job.items, LABELS)) <= 1e-4
     assert len([r for r in caplog.records if "a replay failed" in r.message]) == 1
-    assert not scorer.graphs.ready and scorer.graph_stats is None
+    assert not scorer.describe().graphs.ready and scorer.describe().cuda_graphs is None

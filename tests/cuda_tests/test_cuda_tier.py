@@ -54,7 +54,9 @@ def test_compiled_flex_matches_dense_over_many_blocks(scorer_for, device: str) -
     """Compiled on CUDA; on the CPU flex runs its eager kernel through the same metadata and calls."""
     flex = scorer_for("flex", device)
     dense = scorer_for("dense", device)
-    jobs = _jobs(random.Random(0), 12 if on_cuda(device) else 2, flex.loaded.input_vocab_size, long=True)
+    jobs = _jobs(
+        random.Random(0), 12 if on_cuda(device) else 2, flex.describe().loaded.input_vocab_size, long=True
+    )
     assert _max_diff(flex.score_jobs(jobs), dense.score_jobs(jobs)) <= 1e-4
 
 
@@ -86,7 +88,7 @@ def _ticket(scorer, job: Job):
 
     origin = Origin("jobs", 0, int(job.id), None, "results", "json", None)
     ticket = Ticket(TopicPartition("jobs", 0), origin, job.id, Watermark(), time.monotonic(), None)
-    ticket.prepared = scorer.prepare(job, job.id)
+    ticket.prepared = scorer.engine.prepare(job, job.id)
     ticket.tokens = ticket.prepared.num_tokens
     ticket.enqueued_at = time.monotonic()
     return ticket
@@ -102,7 +104,7 @@ def test_pinned_packing_and_device_thread_over_many_batches(scorer_for, tiny_mod
     scorer = scorer_for("cascade", device)
     reference = Scorer(str(tiny_models.get("qwen3", "causal")), dtype="float32", device="cpu")
     count = 120 if on_cuda(device) else 24
-    jobs = _jobs(random.Random(1), count, scorer.loaded.input_vocab_size, long=False)
+    jobs = _jobs(random.Random(1), count, scorer.describe().loaded.input_vocab_size, long=False)
     done: dict[str, object] = {}
 
     async def run() -> None:
@@ -151,8 +153,8 @@ def test_second_gpu_is_used_for_everything(scorer_for, devices: tuple[str, str])
     first_device, second_device = devices
     first = scorer_for("cascade", first_device)
     second = scorer_for("cascade", second_device)
-    assert next(second.loaded.model.parameters()).device == torch.device(second_device)
-    jobs = _jobs(random.Random(2), 6, second.loaded.input_vocab_size, long=False)
+    assert next(second.describe().loaded.model.parameters()).device == torch.device(second_device)
+    jobs = _jobs(random.Random(2), 6, second.describe().loaded.input_vocab_size, long=False)
     assert _max_diff(second.score_jobs(jobs), first.score_jobs(jobs)) <= 1e-4
 
 
@@ -164,8 +166,8 @@ def test_flex_recompiles_are_bounded_across_varied_batches(scorer_for, device: s
 
     flex = scorer_for("flex", device)
     rng = random.Random(3)
-    flex.score_jobs(_jobs(rng, 2, flex.loaded.input_vocab_size, long=False))  # first compile
+    flex.score_jobs(_jobs(rng, 2, flex.describe().loaded.input_vocab_size, long=False))  # first compile
     before = counters["stats"]["unique_graphs"]
     for _ in range(50 if on_cuda(device) else 8):
-        flex.score_jobs(_jobs(rng, rng.randint(1, 4), flex.loaded.input_vocab_size, long=False))
+        flex.score_jobs(_jobs(rng, rng.randint(1, 4), flex.describe().loaded.input_vocab_size, long=False))
     assert counters["stats"]["unique_graphs"] - before <= 4

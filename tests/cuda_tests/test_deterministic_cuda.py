@@ -46,7 +46,9 @@ def test_deterministic_scores_bit_identical_on_the_device(tiny_models, device, d
         )
 
     if on_cuda(device):
-        assert make().attention_backend == ("deterministic-spans" if backend == "auto" else "deterministic")
+        assert make().describe().attention_backend == (
+            "deterministic-spans" if backend == "auto" else "deterministic"
+        )
     same, total, differed, _ = count_identical(make, causal=True)
     assert (same, total) == (48, 48), differed
     if dtype != "float32":

@@ -29,4 +29,4 @@ def test_colbert_scores_on_the_device_equal_the_cpu(tmp_path, attend, device):
         for got, expected in zip(gpu.score_jobs(jobs), cpu.score_jobs(jobs)):
             assert got.error is None
             assert [r[0] for r in got.scores] == pytest.approx([r[0] for r in expected.scores], abs=1e-4)
-    assert gpu.embedding_cache_stats.hits > 0
+    assert gpu.describe().embedding_cache.hits > 0

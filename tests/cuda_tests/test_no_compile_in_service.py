@@ -1,4 +1,4 @@
-"""No compile in service (issue 24): after `Scorer.warm_up`, batches of any size compile nothing new, and
+"""No compile in service (issue 24): after the `warm_up`, batches of any size compile nothing new, and
 the compiled fused layers score what transformers' own layers score (float32).
 
 The fused decoder's regions and FlexAttention are compiled with dynamic token counts at warm-up; a
@@ -41,13 +41,13 @@ def test_varied_batches_after_the_warm_up_compile_nothing(tiny_models, device: s
 
     forward = "auto" if on_cuda(device) else "compiled"
     scorer = Scorer(str(tiny_models.get()), dtype="float32", device=device, decoder_forward=forward)
-    assert isinstance(scorer.loaded.body, FusedDecoder)
+    assert isinstance(scorer.describe().loaded.body, FusedDecoder)
     reference = Scorer(str(tiny_models.get()), dtype="float32", device="cpu", decoder_forward="transformers")
-    scorer.warm_up()
+    scorer.engine.warm_up()
     compiled = counters["stats"]["unique_graphs"]
     rng = random.Random(5)
     for _ in range(24 if on_cuda(device) else 8):
-        jobs = _batch(rng, scorer.loaded.input_vocab_size)
+        jobs = _batch(rng, scorer.describe().loaded.input_vocab_size)
         for got, want in zip(scorer.score_jobs(jobs), reference.score_jobs(jobs), strict=True):
             assert got.error is None and want.error is None
             diff = max(abs(a - b) for ga, wa in zip(got.scores, want.scores) for a, b in zip(ga, wa))

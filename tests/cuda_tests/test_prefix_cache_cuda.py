@@ -45,7 +45,7 @@ def test_cached_scores_on_the_device_equal_the_cpu_without_a_cache(tiny_models, 
             diff = max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb))
             assert diff <= 1e-4
             assert got.prompt_tokens + got.cached_tokens == want.prompt_tokens
-    stats = cached.prefix_cache_stats
+    stats = cached.describe().prefix_cache
     assert stats is not None and stats.hits > 0 and stats.bytes > 0
 
 
@@ -76,5 +76,5 @@ def test_a_query_extended_from_a_cached_head_on_the_device(tiny_models, tmp_path
         (got,), (want,) = gpu.score_jobs([job]), cpu.score_jobs([job])
         diff = max(abs(a - b) for ra, rb in zip(got.scores, want.scores) for a, b in zip(ra, rb))
         assert diff <= 1e-4 and got.prompt_tokens + got.cached_tokens == want.prompt_tokens
-    whole = cpu.prepare(jobs[-1], "p").prefix_marks[0]
+    whole = cpu.engine.prepare(jobs[-1], "p").prefix_marks[0]
     assert got.cached_tokens == whole

@@ -44,7 +44,7 @@ def mis_jobs(rng: random.Random, count: int) -> list[Job]:
 
 
 def check(scorer, path, jobs: list[Job], tolerance: float) -> None:
-    assert scorer.attention_backend == "spans"
+    assert scorer.describe().attention_backend == "spans"
     for job, result in zip(jobs, scorer.score_jobs(jobs)):
         assert result.error is None, result.error
         want = reference_scores(path, job.query, job.items, LABELS)

@@ -59,7 +59,7 @@ def test_flash_runs_on_sglangs_shape_match_the_naive_attention(
 @pytest.mark.parametrize("device", DEVICES)
 def test_varlen_scores_mis_jobs_as_transformers(tiny_models, scorer_for, device) -> None:
     scorer = scorer_for("varlen", device)
-    assert scorer.attention_backend == "varlen"
+    assert scorer.describe().attention_backend == "varlen"
     jobs = mis_jobs(random.Random(8), 5 if on_cuda(device) else 3)
     path = tiny_models.get()
     for job, result in zip(jobs, scorer.score_jobs(jobs)):

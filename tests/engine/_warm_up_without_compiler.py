@@ -28,12 +28,12 @@ def main(path: str) -> None:
     logging.getLogger("kafka_scorer.engine.load.warm_up_fallbacks").addHandler(lines)
     logging.getLogger("kafka_scorer.engine.load.warm_up").addHandler(lines)
     scorer = Scorer(path, dtype="float32", device="cpu", decoder_forward="compiled", max_batch_tokens=512)
-    assert scorer.loaded.body.regions.compiled
-    scorer.warm_up()
+    assert scorer.describe().loaded.body.regions.compiled
+    scorer.engine.warm_up()
     job = Job(id="j", query=[5, 6, 7, 8], items=[[9, 10], [11]], label_token_ids=[1, 2], multi_item=True)
     result = scorer.score_jobs([job])[0]
     report = {
-        "compiled_after": scorer.loaded.body.regions.compiled,
+        "compiled_after": scorer.describe().loaded.body.regions.compiled,
         "warnings": lines.lines,
         "scores": result.scores,
         "error": result.error.message if result.error else None,

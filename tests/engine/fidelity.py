@@ -157,7 +157,7 @@ def engine_scores(scorer, jobs: list[Job]) -> list[list[float]]:
     from tests.engine.contract import run
 
     rows = []
-    for result in run(scorer, jobs):
+    for result in run(scorer.engine, jobs):
         assert result.error is None and result.scores is not None, result.error
         rows.append([row[-1] for row in result.scores])
     return rows
@@ -211,7 +211,7 @@ def decoder(kind: str, path: Path, count: int, **options) -> Fidelity:
     scorer = Scorer(str(path), dtype="bfloat16", device="cpu", prefix_cache_mb=0, **options)
     causal = kind != "classifier"
     labels = {"label_token_ids": CAUSAL_LABELS} if causal else {}
-    workload = id_workload(count, scorer.loaded.input_vocab_size)
+    workload = id_workload(count, scorer.describe().loaded.input_vocab_size)
     jobs = [Job(id=str(i), query=q, items=d, **labels) for i, (q, d) in enumerate(workload)]  # type: ignore[arg-type]
     got = engine_scores(scorer, jobs)
     expected = [

@@ -73,8 +73,8 @@ def test_each_job_in_a_mixed_batch_equals_the_job_alone(scorer_for, tiny_models,
 def test_mixed_batch_really_is_one_forward(scorer_for):
     """The jobs above fit one batch, and jobs a and b share one packed sequence (same query ids)."""
     scorer = scorer_for()
-    prepared = [scorer.prepare(job, job.id) for job in JOBS[:-1]]
-    batch = build_forward_batch(prepared, device=scorer.loaded.device)
+    prepared = [scorer.engine.prepare(job, job.id) for job in JOBS[:-1]]
+    batch = build_forward_batch(prepared, device=scorer.describe().loaded.device)
     a, b = prepared[0], prepared[1]
     assert a.packed and b.packed and a.query == b.query
     # a+b share one sequence, c is single-item (1 pair), d packed, e item_first (2 pairs), f 2 pairs.
@@ -99,9 +99,9 @@ def test_a_job_larger_than_the_budget_is_split_across_forwards_without_changing_
     roomy = Scorer(str(tiny_models.get()), dtype="float32", device="cpu")
     tight = Scorer(str(tiny_models.get()), dtype="float32", device="cpu", max_batch_tokens=64)
     forwards = []
-    original = tight.runner.forward
+    original = tight.describe().runner.forward
     monkeypatch.setattr(
-        tight.runner, "forward", lambda batch: forwards.append(batch.num_tokens) or original(batch)
+        tight.describe().runner, "forward", lambda batch: forwards.append(batch.num_tokens) or original(batch)
     )
     whole, split = roomy.score_jobs([job])[0], tight.score_jobs([job])[0]
     assert len(forwards) > 2 and max(forwards) <= 64 and sum(forwards) == split.prompt_tokens
@@ -137,13 +137,13 @@ def test_a_packed_job_larger_than_the_budget_becomes_several_packed_sequences(
         prefix_cache_mb=0,
     )
     forwards = []
-    original = tight.runner.forward
+    original = tight.describe().runner.forward
 
     def record(batch):
         forwards.append((batch.num_tokens, batch.layout.prefix_lens, batch.layout.item_lens))
         return original(batch)
 
-    monkeypatch.setattr(tight.runner, "forward", record)
+    monkeypatch.setattr(tight.describe().runner, "forward", record)
     (result,) = tight.score_jobs([job])
     assert result.error is None and len(result.scores) == 16
     assert len(forwards) > 1 and all(tokens <= 48 for tokens, _, _ in forwards)
@@ -197,17 +197,17 @@ def test_packing_builds_the_attention_metadata_and_the_runner_moves_it_once_per_
         registry.BACKENDS, backend, dataclasses.replace(entry, prepare=prepare, attend=attend)
     )
     scorer = scorer_for(attention_backend=backend, max_batch_tokens=64)
-    prepared = [scorer.prepare(job, str(i)) for i, job in enumerate(JOBS)]
+    prepared = [scorer.engine.prepare(job, str(i)) for i, job in enumerate(JOBS)]
     prepared = [job for job in prepared if not isinstance(job, Result)]
     with ThreadPoolExecutor(1, thread_name_prefix="packer") as packer:
-        packed = packer.submit(scorer.pack, prepared).result()
+        packed = packer.submit(scorer.engine.pack, prepared).result()
     host = [batch.attention for _, batch in packed.forwards]
     assert len(host) > 1 and all(isinstance(metadata, metadata_type) for metadata in host)
     assert built_on == ["packer_0"] * len(host) and not moved and not read
 
-    results = scorer.run_packed(packed)
+    results = scorer.engine.run_packed(packed)
     assert all(result.error is None for result in results)
     assert [id(m) for m in moved] == [id(m) for m in host], "each forward's metadata moved exactly once"
-    layers = scorer.loaded.model.config.num_hidden_layers
+    layers = scorer.describe().loaded.model.config.num_hidden_layers
     assert len(read) == layers * len(host) and len({id(m) for m in read}) == len(host)
     assert not any(m is h for m in read for h in host), "layers read the moved copy, not the host one"

@@ -134,7 +134,7 @@ def test_mis_packs_all_windows_of_all_items_behind_one_query(causal):
     """SPEC §9 with §5: the windows are items of one packed sequence, so the query runs once."""
     scorer, _ = causal
     job = Job(query=QUERY, items=ITEMS, label_token_ids=LABELS, chunking=Chunking(window=9, overlap=3))
-    prepared = scorer.prepare(job, "j")
+    prepared = scorer.engine.prepare(job, "j")
     windows = sum(len(rule_windows(len(item), 9, 3)) for item in ITEMS)
     assert prepared.packed and len(prepared.items) == windows
     assert prepared.num_tokens == len(QUERY) + sum(map(len, prepared.items))
@@ -152,13 +152,13 @@ def test_the_token_budget_counts_and_cuts_the_windows(tiny_models, multi_item):
     job = Job(
         query=QUERY, items=ITEMS, label_token_ids=LABELS, chunking=Chunking(window=9), multi_item=multi_item
     )
-    prepared = small.prepare(job, "b")
+    prepared = small.engine.prepare(job, "b")
     item_tokens = sum(e - s for item in ITEMS for s, e in rule_windows(len(item), 9, 0))
     windows = sum(len(rule_windows(len(item), 9, 0)) for item in ITEMS)
     assert prepared.num_tokens == (len(QUERY) if multi_item else windows * len(QUERY)) + item_tokens
-    forwards = plan_forwards([prepared], small.max_batch_tokens)
+    forwards = plan_forwards([prepared], small.engine.max_batch_tokens)
     assert len(forwards) > 1 and all(sum(p.num_tokens for _, p in group) <= 40 for group in forwards)
-    (result,) = small.run_batch([prepared])
+    (result,) = small.engine.run_batch([prepared])
     want, _ = reference_job(path, QUERY, ITEMS, 9, 0, "max", 0, LABELS)
     assert_rows_close(result.scores, want)
 
@@ -386,11 +386,11 @@ def test_templated_windows_are_the_whole_prompt_of_each_windows_text(templated, 
 def test_templated_window_null_fits_the_pair_limit(templated):
     scorer, _ = templated
     job = Job(query="Which river is longest?", items=[MULTI_BYTE * 3], chunking=Chunking())
-    prepared = scorer.prepare(job, "t")
+    prepared = scorer.engine.prepare(job, "t")
     assert not isinstance(prepared, Result), prepared.error
     assert prepared.chunks is not None and len(prepared.items) > 1
     assert all(len(prepared.query) + len(part) <= TEMPLATE_LIMIT for part in prepared.items)
-    assert scorer.run_batch([prepared])[0].ok
+    assert scorer.engine.run_batch([prepared])[0].ok
 
 
 # ---- the worker's settings -----------------------------------------------------------------------

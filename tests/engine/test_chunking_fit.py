@@ -63,7 +63,7 @@ def test_a_templated_item_whose_prompt_exactly_fits_is_not_split(templated):
     query = "Which river is longest?"
 
     def prompt_tokens(item: str) -> int:
-        prepared = scorer.prepare(Job(query=query, items=[item]), "fit")
+        prepared = scorer.engine.prepare(Job(query=query, items=[item]), "fit")
         if isinstance(prepared, Result):  # too long
             return TEMPLATE_LIMIT + 1
         return len(prepared.query) + len(prepared.items[0])

@@ -104,8 +104,8 @@ def test_batched_jobs_equal_the_reference_and_hits_equal_misses_bit_for_bit(scor
     """On the CPU the mode keeps the prefix cache: the third round is served from it (each query seen
     twice is admitted, then hit) and gives the first round's scores bit for bit."""
     scorer = scorer_for(deterministic=True, prefix_cache_mb=64)
-    assert scorer.description["deterministic"] == "true"
-    assert scorer.description["prefix_cache_mb"] == "64"
+    assert scorer.describe().fields["deterministic"] == "true"
+    assert scorer.describe().fields["prefix_cache_mb"] == "64"
     queries = [QUERY, QUERY + " Answer briefly.", "Which city is the capital?"]
     jobs = [Job(id=str(n), query=q, items=ITEMS[n:], label_token_ids=LABELS) for n, q in enumerate(queries)]
     rounds = [scorer.score_jobs(jobs) for _ in range(3)]
@@ -214,7 +214,10 @@ def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
     monkeypatch.setenv("KAFKA_SCORER_DETERMINISTIC", "true")
     config = EngineSettings(model=str(tiny_models.get()), dtype="float32", device="cpu").engine_config()
     scorer = Scorer.from_config(config)
-    assert scorer.deterministic and scorer.attention_backend == "segmented"  # the CPU's
+    assert (
+        scorer.describe().strategy.served.config.deterministic
+        and scorer.describe().attention_backend == "segmented"
+    )  # the CPU's
 
 
 def test_the_mode_s_attention_on_each_device(monkeypatch):

@@ -90,7 +90,7 @@ def test_family_scores_equal_the_stock_model(family_scorer, family, backend):
     """Both orders of a pair, an empty item, and pairs longer than ModernBERT's local window, all jobs in
     one flat varlen forward (in deterministic mode: padded to whole row blocks, fixed-shape matmuls)."""
     scorer, path = family_scorer(family, backend)
-    assert scorer.loaded.encoder is not None
+    assert scorer.describe().loaded.encoder is not None
     jobs = [Job(query=QUERY, items=ITEMS), Job(query=QUERY, items=ITEMS, item_first=True)]
     plain, swapped = scorer.score_jobs(jobs)
     assert plain.ok and swapped.ok, (plain.error, swapped.error)
@@ -151,7 +151,7 @@ def test_a_causal_bert_is_refused(tmp_path):
 
 
 def test_decoder_classifiers_stay_decoders(scorer_for):
-    assert scorer_for("qwen3", "classification").loaded.encoder is None
+    assert scorer_for("qwen3", "classification").describe().loaded.encoder is None
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -198,7 +198,7 @@ def test_truncation_keeps_query_and_specials_and_cuts_the_item_end(
 def test_decoder_truncation_is_a_shorter_item(scorer_for, tiny_models, item_first):
     """SPEC §8 for decoders: the cut item scores like the same shorter item sent whole, MIS or not."""
     scorer = scorer_for("qwen3", "causal", max_pair_tokens=24)
-    tokenizer = scorer.loaded.tokenizer
+    tokenizer = scorer.describe().loaded.tokenizer
     query = "Is this review positive?"
     items = [
         "The food was great and the service was friendly. " * 3,

@@ -216,8 +216,8 @@ def test_multi_item_is_unsupported_and_label_ids_are_ignored(served):
 
 def test_the_model_kind_comes_from_the_config(served):
     _, scorer, _ = served
-    assert scorer.loaded.encoder is not None and scorer.loaded.encoder.family == "bert"
-    assert scorer.loaded.max_positions == 512
+    assert scorer.describe().loaded.encoder is not None and scorer.describe().loaded.encoder.family == "bert"
+    assert scorer.describe().loaded.max_positions == 512
 
 
 def test_truncate_and_truncated_items_cross_the_wire(short_limit):

@@ -19,6 +19,7 @@ import msgspec
 import pytest
 
 from kafka_scorer.engine.scorer import Scorer
+from kafka_scorer.engine.scoring_engine import ScoringEngine
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.content import dec_hook
 from kafka_scorer.wire.protocol import ErrorCode, Job
@@ -74,11 +75,11 @@ class ScorerContract(EngineContract):
 
     dtype: ClassVar[str] = "float32"
 
-    def max_items(self, engine: Scorer) -> int:
-        return engine.limits.max_items_per_job
+    def max_items(self, engine: ScoringEngine) -> int:
+        return engine.describe().strategy.preparer.limits.max_items_per_job
 
     @contextmanager
-    def breaking(self, engine: Scorer, fault: Fault) -> Iterator[list[int]]:
+    def breaking(self, engine: ScoringEngine, fault: Fault) -> Iterator[list[int]]:
         sizes: list[int] = []
 
         def hook(module, args, kwargs) -> None:
@@ -86,17 +87,17 @@ class ScorerContract(EngineContract):
             sizes.append(int(ids.numel()))
             fault(ids.flatten().tolist())
 
-        handle = engine.loaded.body.register_forward_pre_hook(hook, with_kwargs=True)
+        handle = engine.describe().loaded.body.register_forward_pre_hook(hook, with_kwargs=True)
         try:
             yield sizes
         finally:
             handle.remove()
 
 
-def deterministic(make) -> Scorer:
-    """The kind's scorer in deterministic mode, or a skip that says why the kind refuses it."""
+def deterministic(make) -> ScoringEngine:
+    """The kind's engine in deterministic mode, or a skip that says why the kind refuses it."""
     try:
-        return make()
+        return make().engine
     except SettingError as exc:
         pytest.skip(f"refuses deterministic mode: {exc}")
 
@@ -105,32 +106,32 @@ class TestCausalLM(ScorerContract):
     labels = CAUSAL_LABELS
 
     @pytest.fixture
-    def engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "causal", dtype=self.dtype)
+    def engine(self, scorer_for) -> ScoringEngine:
+        return scorer_for("qwen3", "causal", dtype=self.dtype).engine
 
     @pytest.fixture
-    def deterministic_engine(self, scorer_for) -> Scorer:
+    def deterministic_engine(self, scorer_for) -> ScoringEngine:
         return deterministic(lambda: scorer_for("qwen3", "causal", deterministic=True, dtype=self.dtype))
 
     @pytest.fixture
-    def cached_engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "causal", prefix_cache_mb=-1, dtype=self.dtype)
+    def cached_engine(self, scorer_for) -> ScoringEngine:
+        return scorer_for("qwen3", "causal", prefix_cache_mb=-1, dtype=self.dtype).engine
 
 
 class TestDecoderClassifier(ScorerContract):
     @pytest.fixture
-    def engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "classification", dtype=self.dtype)
+    def engine(self, scorer_for) -> ScoringEngine:
+        return scorer_for("qwen3", "classification", dtype=self.dtype).engine
 
     @pytest.fixture
-    def deterministic_engine(self, scorer_for) -> Scorer:
+    def deterministic_engine(self, scorer_for) -> ScoringEngine:
         return deterministic(
             lambda: scorer_for("qwen3", "classification", deterministic=True, dtype=self.dtype)
         )
 
     @pytest.fixture
-    def cached_engine(self, scorer_for) -> Scorer:
-        return scorer_for("qwen3", "classification", prefix_cache_mb=-1, dtype=self.dtype)
+    def cached_engine(self, scorer_for) -> ScoringEngine:
+        return scorer_for("qwen3", "classification", prefix_cache_mb=-1, dtype=self.dtype).engine
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +153,11 @@ class TestCrossEncoder(ScorerContract):
     """BERT, the encoder family's reference."""
 
     @pytest.fixture
-    def engine(self, cross_encoder) -> Scorer:
-        return cross_encoder(dtype=self.dtype)
+    def engine(self, cross_encoder) -> ScoringEngine:
+        return cross_encoder(dtype=self.dtype).engine
 
     @pytest.fixture
-    def deterministic_engine(self, cross_encoder) -> Scorer:
+    def deterministic_engine(self, cross_encoder) -> ScoringEngine:
         return deterministic(lambda: cross_encoder(True, self.dtype))
 
 
@@ -164,11 +165,11 @@ class TestLateInteraction(ScorerContract):
     """ColBERT (its embedding cache off: `colbert_scorer`)."""
 
     @pytest.fixture
-    def engine(self, colbert_scorer) -> Scorer:
-        return colbert_scorer(dtype=self.dtype)
+    def engine(self, colbert_scorer) -> ScoringEngine:
+        return colbert_scorer(dtype=self.dtype).engine
 
     @pytest.fixture
-    def deterministic_engine(self, colbert_scorer) -> Scorer:
+    def deterministic_engine(self, colbert_scorer) -> ScoringEngine:
         return deterministic(lambda: colbert_scorer(deterministic=True, dtype=self.dtype))
 
 
@@ -178,22 +179,22 @@ class TestHybrid(ScorerContract):
     labels = CAUSAL_LABELS
 
     @pytest.fixture
-    def engine(self, scorer_for) -> Scorer:
+    def engine(self, scorer_for) -> ScoringEngine:
         _needs_family("qwen3_5")
-        return scorer_for("qwen3_5", "causal", decoder_forward="transformers", dtype=self.dtype)
+        return scorer_for("qwen3_5", "causal", decoder_forward="transformers", dtype=self.dtype).engine
 
     @pytest.fixture
-    def deterministic_engine(self, scorer_for) -> Scorer:
+    def deterministic_engine(self, scorer_for) -> ScoringEngine:
         _needs_family("qwen3_5")
         return deterministic(lambda: scorer_for("qwen3_5", "causal", deterministic=True, dtype=self.dtype))
 
     @pytest.fixture
-    def cached_engine(self, scorer_for) -> Scorer:
+    def cached_engine(self, scorer_for) -> ScoringEngine:
         """Its prefix cache keeps the Gated DeltaNet layers' states too."""
         _needs_family("qwen3_5")
         return scorer_for(
             "qwen3_5", "causal", decoder_forward="transformers", prefix_cache_mb=-1, dtype=self.dtype
-        )
+        ).engine
 
 
 class TestVision(ScorerContract):
@@ -205,11 +206,11 @@ class TestVision(ScorerContract):
     marker = " zqxv"
 
     @pytest.fixture
-    def engine(self, vision_scorer) -> Scorer:
-        return vision_scorer(embedding_cache_mb=0, dtype=self.dtype)
+    def engine(self, vision_scorer) -> ScoringEngine:
+        return vision_scorer(embedding_cache_mb=0, dtype=self.dtype).engine
 
     @pytest.fixture
-    def deterministic_engine(self, vision_scorer) -> Scorer:
+    def deterministic_engine(self, vision_scorer) -> ScoringEngine:
         return deterministic(lambda: vision_scorer(deterministic=True, dtype=self.dtype))
 
     def job(self, job_id: str, seed: int = 0, **fields: Any) -> Job:
@@ -224,7 +225,7 @@ class TestVision(ScorerContract):
     def poisoned(self) -> Job:
         return self.job("poison", query=f"query{self.marker}")
 
-    def invalid(self, engine: Scorer) -> dict[str, tuple[Job, ErrorCode]]:
+    def invalid(self, engine: ScoringEngine) -> dict[str, tuple[Job, ErrorCode]]:
         too_many = 1 + self.max_items(engine)
         return {
             "other-model": (
@@ -235,8 +236,8 @@ class TestVision(ScorerContract):
         }
 
     @contextmanager
-    def breaking(self, engine: Scorer, fault: Fault) -> Iterator[list[int]]:
-        marker = engine.loaded.tokenizer(self.marker, add_special_tokens=False)["input_ids"]
+    def breaking(self, engine: ScoringEngine, fault: Fault) -> Iterator[list[int]]:
+        marker = engine.describe().loaded.tokenizer(self.marker, add_special_tokens=False)["input_ids"]
         sizes: list[int] = []
 
         def hook(module, args) -> None:
@@ -245,7 +246,7 @@ class TestVision(ScorerContract):
             held = any(ids[i : i + len(marker)] == marker for i in range(len(ids)))
             fault([POISON] if held else [-1])
 
-        handle = engine.loaded.body.get_input_embeddings().register_forward_pre_hook(hook)
+        handle = engine.describe().loaded.body.get_input_embeddings().register_forward_pre_hook(hook)
         try:
             yield sizes
         finally:
@@ -288,9 +289,9 @@ def test_a_real_engines_stats_name_what_the_worker_exports(kind, scorer_for, col
     """`Engine.stats()` carries each cache's counters under the names /metrics reads them by
     (worker/cache_metrics.py), so a renamed field fails here, not at a scrape."""
     if kind == "prefix_cache":
-        engine, series = scorer_for("qwen3", "causal", prefix_cache_mb=16), PREFIX_CACHE
+        engine, series = scorer_for("qwen3", "causal", prefix_cache_mb=16).engine, PREFIX_CACHE
     else:
-        engine, series = colbert_scorer(embedding_cache_mb=16), EMBEDDING_CACHE
+        engine, series = colbert_scorer(embedding_cache_mb=16).engine, EMBEDDING_CACHE
     run(engine, [Job(id="a", query=[3, 4, 5], items=[[7], [8]], label_token_ids=[5, 6])])
     part = series.part(engine.stats())
     assert part is not None
@@ -309,11 +310,11 @@ class TestListwise(ScorerContract):
     marker = " zqxv"
 
     @pytest.fixture
-    def engine(self, listwise_scorer) -> Scorer:
-        return listwise_scorer()
+    def engine(self, listwise_scorer) -> ScoringEngine:
+        return listwise_scorer().engine
 
     @pytest.fixture
-    def deterministic_engine(self, listwise_scorer) -> Scorer:
+    def deterministic_engine(self, listwise_scorer) -> ScoringEngine:
         return deterministic(lambda: listwise_scorer(deterministic=True))
 
     def job(self, job_id: str, seed: int = 0, **fields: Any) -> Job:
@@ -323,7 +324,7 @@ class TestListwise(ScorerContract):
     def poisoned(self) -> Job:
         return self.job("poison", query=f"query{self.marker}")
 
-    def invalid(self, engine: Scorer) -> dict[str, tuple[Job, ErrorCode]]:
+    def invalid(self, engine: ScoringEngine) -> dict[str, tuple[Job, ErrorCode]]:
         too_many = 1 + self.max_items(engine)
         return {
             "other-model": (
@@ -334,8 +335,8 @@ class TestListwise(ScorerContract):
         }
 
     @contextmanager
-    def breaking(self, engine: Scorer, fault: Fault) -> Iterator[list[int]]:
-        marker = engine.loaded.tokenizer(self.marker, add_special_tokens=False)["input_ids"]
+    def breaking(self, engine: ScoringEngine, fault: Fault) -> Iterator[list[int]]:
+        marker = engine.describe().loaded.tokenizer(self.marker, add_special_tokens=False)["input_ids"]
         sizes: list[int] = []
 
         def hook(module, args, kwargs) -> None:
@@ -344,7 +345,7 @@ class TestListwise(ScorerContract):
             held = any(row[i : i + len(marker)] == marker for row in rows for i in range(len(row)))
             fault([POISON] if held else [-1])
 
-        handle = engine.loaded.body.register_forward_pre_hook(hook, with_kwargs=True)
+        handle = engine.describe().loaded.body.register_forward_pre_hook(hook, with_kwargs=True)
         try:
             yield sizes
         finally:

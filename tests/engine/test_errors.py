@@ -16,9 +16,9 @@ Q = "What is the capital of California?"
 
 
 def prepared_error(scorer, job: Job) -> Result:
-    result = scorer.prepare(job, "job-1")
+    result = scorer.engine.prepare(job, "job-1")
     assert isinstance(result, Result), "expected an error result, got a prepared job"
-    assert result.scores is None and result.id == "job-1" and result.model == scorer.model_name
+    assert result.scores is None and result.id == "job-1" and result.model == scorer.describe().model_name
     return result
 
 
@@ -79,13 +79,15 @@ def test_too_many_items_and_too_long_pairs(scorer_for):
     )
     assert packed.error.code is ErrorCode.TOO_LONG
     # Without multi_item: true the same job falls back to single pairs, each within the limit.
-    fallback = scorer.prepare(Job(query=[1] * 6, items=[[1] * 3, [2] * 3], label_token_ids=[1]), "ok")
+    fallback = scorer.engine.prepare(Job(query=[1] * 6, items=[[1] * 3, [2] * 3], label_token_ids=[1]), "ok")
     assert not isinstance(fallback, Result) and not fallback.packed
 
 
 def test_model_name_match_is_accepted(scorer_for):
     scorer = scorer_for()
-    ok = scorer.score_jobs([Job(query=Q, items=["a"], label_token_ids=[1], model=scorer.model_name)])[0]
+    ok = scorer.score_jobs(
+        [Job(query=Q, items=["a"], label_token_ids=[1], model=scorer.describe().model_name)]
+    )[0]
     assert ok.error is None
 
 
@@ -103,13 +105,15 @@ def test_text_without_a_tokenizer_is_unsupported(tiny_models, tmp_path):
 
 def test_forward_failure_answers_every_job_with_internal(scorer_for, monkeypatch):
     scorer = scorer_for()
-    jobs = [scorer.prepare(Job(query=Q, items=["a", "b"], label_token_ids=[1]), f"j{i}") for i in range(3)]
+    jobs = [
+        scorer.engine.prepare(Job(query=Q, items=["a", "b"], label_token_ids=[1]), f"j{i}") for i in range(3)
+    ]
 
     def explode(batch):
         raise RuntimeError("device fell over")
 
-    monkeypatch.setattr(scorer.runner, "forward", explode)
-    results = scorer.run_batch(jobs)
+    monkeypatch.setattr(scorer.describe().runner, "forward", explode)
+    results = scorer.engine.run_batch(jobs)
     assert [r.id for r in results] == ["j0", "j1", "j2"]
     assert all(r.error.code is ErrorCode.INTERNAL and "device fell over" in r.error.message for r in results)
 
@@ -139,11 +143,11 @@ class _CountingTokenizer:
 
 def test_a_text_longer_than_any_pair_can_hold_is_too_long_without_tokenizing(scorer_for, monkeypatch):
     scorer = scorer_for("qwen3", "causal", 2, max_pair_tokens=10)
-    preparer = scorer.strategy.preparer
+    preparer = scorer.describe().strategy.preparer
     bound = preparer.max_text_chars
     assert bound == 10 * preparer.longest_token
-    spy = _CountingTokenizer(scorer.loaded.tokenizer)
-    monkeypatch.setattr(scorer.loaded, "tokenizer", spy)
+    spy = _CountingTokenizer(scorer.describe().loaded.tokenizer)
+    monkeypatch.setattr(scorer.describe().loaded, "tokenizer", spy)
     huge = "x" * (bound + 1)
     for job, item in (
         (Job(query=Q[:5], items=["ok", huge], label_token_ids=[1]), 1),
@@ -166,8 +170,8 @@ def test_token_id_lists_over_the_pair_limit_are_too_long_before_per_token_checks
 def test_the_character_bound_never_rejects_a_text_that_fits(scorer_for, text):
     """For any text, characters <= tokens x longest token: a text the bound rejects cannot fit."""
     scorer = scorer_for()
-    preparer = scorer.strategy.preparer
-    tokens = len(scorer.loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
+    preparer = scorer.describe().strategy.preparer
+    tokens = len(scorer.describe().loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert len(text) <= text_char_bound(max(tokens, 1), preparer.longest_token)
 
 
@@ -176,7 +180,7 @@ def test_label_count_is_capped_by_max_labels_per_job(scorer_for):
     result = prepared_error(scorer, Job(query=Q, items=["a"], label_token_ids=[1, 2, 3, 4, 5]))
     assert result.error.code is ErrorCode.TOO_LONG and "max_labels_per_job=4" in result.error.message
     assert not isinstance(
-        scorer.prepare(Job(query=Q, items=["a"], label_token_ids=[1, 2, 3, 4]), "j"), Result
+        scorer.engine.prepare(Job(query=Q, items=["a"], label_token_ids=[1, 2, 3, 4]), "j"), Result
     )
 
 

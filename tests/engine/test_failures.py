@@ -26,7 +26,7 @@ def scorer(scorer_for):
 
 def _inject(monkeypatch, scorer, fault) -> list[int]:
     """Make the model runner call `fault(batch)` first; returns the list of forward sizes seen."""
-    forward = scorer.runner.forward
+    forward = scorer.describe().runner.forward
     sizes: list[int] = []
 
     def failing(batch):
@@ -34,7 +34,7 @@ def _inject(monkeypatch, scorer, fault) -> list[int]:
         fault(batch)
         return forward(batch)
 
-    monkeypatch.setattr(scorer.runner, "forward", failing)
+    monkeypatch.setattr(scorer.describe().runner, "forward", failing)
     return sizes
 
 
@@ -44,8 +44,8 @@ def _flat(rows: list[list[float]] | None) -> list[float]:
 
 
 def _run(scorer, jobs: list[Job]) -> list[Result]:
-    prepared = [scorer.prepare(job, job.id) for job in jobs]
-    return scorer.run_batch(prepared)
+    prepared = [scorer.engine.prepare(job, job.id) for job in jobs]
+    return scorer.engine.run_batch(prepared)
 
 
 def test_the_job_that_breaks_the_forward_is_answered_internal_alone(scorer, monkeypatch) -> None:

@@ -51,14 +51,14 @@ def _scores(scorer: Scorer, jobs: list[Job]) -> list[list[list[float]]]:
 def test_eager_fused_layers_equal_transformers_bit_for_bit(scorer_for, arch, kind) -> None:
     fused = scorer_for(arch, kind, decoder_forward="fused")
     reference = scorer_for(arch, kind, decoder_forward="transformers")
-    assert isinstance(fused.loaded.body, FusedDecoder)
-    assert not isinstance(reference.loaded.body, FusedDecoder)
-    jobs = _jobs(fused.loaded.input_vocab_size, kind == "causal")
+    assert isinstance(fused.describe().loaded.body, FusedDecoder)
+    assert not isinstance(reference.describe().loaded.body, FusedDecoder)
+    jobs = _jobs(fused.describe().loaded.input_vocab_size, kind == "causal")
     assert _scores(fused, jobs) == _scores(reference, jobs)
 
 
 def test_the_default_is_fused_on_the_cpu(scorer_for) -> None:
-    assert isinstance(scorer_for("qwen3", "causal").loaded.body, FusedDecoder)
+    assert isinstance(scorer_for("qwen3", "causal").describe().loaded.body, FusedDecoder)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

@@ -114,7 +114,7 @@ def test_every_job_of_a_mixed_batch_equals_its_pairs_alone(scorer_for, tiny_mode
     scorer = _scorer(scorer_for, arch, kind)
     path = tiny_models.get(arch, kind, 3)
     jobs = _jobs(kind == "causal", multi_item)
-    packed = [scorer.prepare(job, job.id).packed for job in jobs]
+    packed = [scorer.engine.prepare(job, job.id).packed for job in jobs]
     assert packed == [
         multi_item is not False,
         multi_item is not False,

@@ -57,7 +57,7 @@ def test_with_the_state_cache_warm_every_job_equals_its_pairs_alone(scorer_for, 
         _assert_equals_reference(path, job, results[0].scores)
     served = [sum(result.cached_tokens for result in run) for run in runs]
     assert served[-1] > served[0]  # the last call was served from the cache
-    stats = scorer.prefix_cache_stats
+    stats = scorer.describe().prefix_cache
     assert stats is not None and stats.entries > 0 and stats.bytes <= stats.capacity_bytes
 
 
@@ -88,26 +88,26 @@ def test_no_state_leaks_between_jobs_sharing_a_template_head(
     for batch in (jobs, jobs[::-1], [_reversed(job) for job in jobs], jobs[1:]):
         for job, result in zip(batch, scorer.score_jobs(batch)):
             assert result.error is None, result.error
-            prepared = scorer.prepare(job, "p")
+            prepared = scorer.engine.prepare(job, "p")
             _assert_equals_reference(
                 path, Job(query=prepared.query, items=prepared.items, **labels), result.scores
             )
-    assert scorer.prefix_cache_stats.hits > 0 and scorer.prefix_cache_stats.entries >= 2
+    assert scorer.describe().prefix_cache.hits > 0 and scorer.describe().prefix_cache.entries >= 2
 
 
 def test_an_entry_is_the_state_at_the_heads_end(scorer_for):
     """What the cache keeps of a hybrid: keys and values of the full-attention layers only, and each
     Gated DeltaNet layer's recurrent state and convolution window."""
     scorer = _cached(scorer_for, "qwen3_5", "causal")
-    loaded = scorer.loaded
+    loaded = scorer.describe().loaded
     planner = prefix_planner(loaded, 8, loaded.revision)
     assert planner is not None and loaded.recurrent is not None
     shape = planner.shape
     assert shape.recurrent == loaded.recurrent.layers > 0 and len(shape.stateless) == shape.recurrent
-    scorer.forget_prefixes()
+    scorer.describe().strategy.prefixes.cache.clear()
     for _ in range(2):
         scorer.score(LONG_QUERY, [[7]], label_token_ids=[5, 6, 7])
-    entries = list(scorer.strategy.prefixes.cache._entries.values())
+    entries = list(scorer.describe().strategy.prefixes.cache._entries.values())
     assert entries and all(entry.complete for entry in entries)
     for entry in entries:
         assert all(entry.keys[n] is None for n in shape.stateless)

@@ -59,7 +59,7 @@ def test_the_same_job_scored_again_gives_the_same_bits(tiny_models, tmp_path, ki
     # the first call ran its head once (a pair job's other pairs reuse it), the last was served it
     assert served[0] == (0 if multi_item else (len(items) - 1) * served[-1] // len(items))
     assert served[-1] > 0
-    prepared = scorer.prepare(Job(query=query, items=items, label_token_ids=labels), "p")
+    prepared = scorer.engine.prepare(Job(query=query, items=items, label_token_ids=labels), "p")
     assert_identical_and_right(results, path, prepared, labels)
 
 
@@ -78,5 +78,5 @@ def test_a_batch_sharing_new_heads_scored_again_gives_the_same_bits(tiny_models,
     runs = [scorer.score_jobs(jobs) for _ in range(CALLS)]
     assert sum(r.cached_tokens for r in runs[-1]) > sum(r.cached_tokens for r in runs[0])
     for n, job in enumerate(jobs):
-        prepared = scorer.prepare(job, "p")
+        prepared = scorer.engine.prepare(job, "p")
         assert_identical_and_right([run[n] for run in runs], path, prepared, labels)

@@ -20,22 +20,34 @@ CPU = {"dtype": "float32", "device": "cpu"}
 def test_a_colbert_directory_is_served_by_the_late_interaction_kind(tiny_colbert):
     path = str(tiny_colbert())
     opened = Scorer(path, embedding_cache_mb=1, **CPU)
-    assert type(opened.strategy) is LateInteractionKind and opened.kind is ModelKind.LATE_INTERACTION
-    assert opened.description["embedding_cache_mb"] == "1"  # the kind's own setting reached it
+    assert (
+        type(opened.describe().strategy) is LateInteractionKind
+        and opened.describe().loaded.kind is ModelKind.LATE_INTERACTION
+    )
+    assert opened.describe().fields["embedding_cache_mb"] == "1"  # the kind's own setting reached it
     configured = Scorer.from_config(EngineConfig(model=path, embedding_cache_mb=2, **CPU))
-    assert type(configured.strategy) is LateInteractionKind
-    assert configured.description["embedding_cache_mb"] == "2"
-    assert configured.stats().embedding_cache is not None
+    assert type(configured.describe().strategy) is LateInteractionKind
+    assert configured.describe().fields["embedding_cache_mb"] == "2"
+    assert configured.engine.stats().embedding_cache is not None
 
 
 def test_transformers_checkpoints_are_served_by_the_kind_their_config_names(tiny_models, tiny_encoder):
     causal = Scorer(str(tiny_models.get()), **CPU)
-    assert type(causal.strategy) is LabelScorerKind and causal.kind is ModelKind.CAUSAL_LM
+    assert (
+        type(causal.describe().strategy) is LabelScorerKind
+        and causal.describe().loaded.kind is ModelKind.CAUSAL_LM
+    )
     classifier = Scorer(str(tiny_models.get(kind="classification", num_labels=3)), **CPU)
-    assert type(classifier.strategy) is ClassifierKind and classifier.kind is ModelKind.CLASSIFICATION
+    assert (
+        type(classifier.describe().strategy) is ClassifierKind
+        and classifier.describe().loaded.kind is ModelKind.CLASSIFICATION
+    )
     encoder = Scorer.from_config(EngineConfig(model=str(tiny_encoder("bert")), **CPU))
-    assert type(encoder.strategy) is CrossEncoderKind and encoder.kind is ModelKind.CLASSIFICATION
-    assert encoder.stats().embedding_cache is None  # a kind without one reports none
+    assert (
+        type(encoder.describe().strategy) is CrossEncoderKind
+        and encoder.describe().loaded.kind is ModelKind.CLASSIFICATION
+    )
+    assert encoder.engine.stats().embedding_cache is None  # a kind without one reports none
 
 
 def test_each_row_is_as_wide_as_its_kind_says(tiny_models):

@@ -41,8 +41,11 @@ def close(got: list[float], want: list[float]) -> None:
 
 def test_a_jina_for_ranking_config_is_served_by_the_listwise_kind(listwise_scorer):
     scorer = listwise_scorer()
-    assert type(scorer.strategy) is ListwiseKind and scorer.kind is ModelKind.LISTWISE
-    assert scorer.description["kind"] == "listwise"
+    assert (
+        type(scorer.describe().strategy) is ListwiseKind
+        and scorer.describe().loaded.kind is ModelKind.LISTWISE
+    )
+    assert scorer.describe().fields["kind"] == "listwise"
 
 
 def test_each_job_alone_equals_the_reference(listwise_scorer, reference):

@@ -63,7 +63,7 @@ def test_the_checkpoint_has_the_v35_pattern(windowed, scorer):
     config = json.loads((windowed / "config.json").read_text())
     assert "sliding_attention" in config["layer_types"] and "full_attention" in config["layer_types"]
     assert config["sliding_window"] == WINDOW and config["use_sliding_window"] is True
-    assert scorer.loaded.body.config.layer_types == config["layer_types"]
+    assert scorer.describe().loaded.body.config.layer_types == config["layer_types"]
 
 
 def test_each_job_alone_equals_the_reference(scorer, reference):

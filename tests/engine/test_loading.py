@@ -22,10 +22,12 @@ ITEMS = ["Sacramento", "Los Angeles", "yes"]
 def test_kind_comes_from_the_config_not_the_name(tiny_models, tmp_path):
     misleading = tmp_path / "acme-reward-classifier"
     shutil.copytree(tiny_models.get("llama", "causal"), misleading)
-    assert Scorer(str(misleading), dtype="float32", device="cpu").kind is ModelKind.CAUSAL_LM
+    opened = Scorer(str(misleading), dtype="float32", device="cpu")
+    assert opened.describe().loaded.kind is ModelKind.CAUSAL_LM
     named_lm = tmp_path / "acme-causal-lm"
     shutil.copytree(tiny_models.get("qwen2", "classification", 12), named_lm)
-    assert Scorer(str(named_lm), dtype="float32", device="cpu").kind is ModelKind.CLASSIFICATION
+    opened = Scorer(str(named_lm), dtype="float32", device="cpu")
+    assert opened.describe().loaded.kind is ModelKind.CLASSIFICATION
 
 
 def test_unknown_architecture_and_missing_model_fail_with_a_readable_message(tiny_models, tmp_path):
@@ -64,9 +66,9 @@ def test_sliding_window_models_fall_back_to_exact_single_pairs(tmp_path):
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
     scorer = Scorer(str(tmp_path), dtype="float32", device="cpu")
-    assert scorer.loaded.sliding_window == 6
+    assert scorer.describe().loaded.sliding_window == 6
     job = Job(query=Q, items=ITEMS, label_token_ids=[5, 6])
-    assert not scorer.prepare(job, "x").packed  # the packed sequence would exceed the window
+    assert not scorer.engine.prepare(job, "x").packed  # the packed sequence would exceed the window
     result = scorer.score_jobs([job])[0]
     want = reference_scores(tmp_path, Q, ITEMS, [5, 6])  # pairs are longer than the window too
     assert max(abs(g - w) for gr, wr in zip(result.scores, want) for g, w in zip(gr, wr)) <= 1e-5

@@ -74,9 +74,9 @@ def test_pooled_hidden_states_mis_vs_single_vs_reference(scorer_for, tiny_models
 
 def test_mis_is_the_default_for_several_items(scorer_for):
     scorer = scorer_for()
-    auto = scorer.prepare(__job(QUERY, ITEMS), "a")
-    one = scorer.prepare(__job(QUERY, ITEMS[:1]), "b")
-    first = scorer.prepare(__job(QUERY, ITEMS, item_first=True), "c")
+    auto = scorer.engine.prepare(__job(QUERY, ITEMS), "a")
+    one = scorer.engine.prepare(__job(QUERY, ITEMS[:1]), "b")
+    first = scorer.engine.prepare(__job(QUERY, ITEMS, item_first=True), "c")
     assert auto.packed and not one.packed and not first.packed
 
 

@@ -71,14 +71,16 @@ def test_every_kind_auto_may_run_in_bf16_was_measured() -> None:
 def test_the_start_up_line_names_the_precision_and_why(scorer_for) -> None:
     scorer = scorer_for("qwen3", "causal", dtype="auto")
     expected = choose_precision("auto", CPU, "label_scorer")
-    assert (scorer.description["dtype"], scorer.description["dtype_reason"]) == (
+    assert (scorer.describe().fields["dtype"], scorer.describe().fields["dtype_reason"]) == (
         expected.name,
         expected.reason,
     )
-    assert scorer.description["dtype_reason"].startswith(
-        "auto:cpu-no-native-bf16" if native_bf16_feature() is None else "auto:cpu-"
+    assert (
+        scorer.describe()
+        .fields["dtype_reason"]
+        .startswith("auto:cpu-no-native-bf16" if native_bf16_feature() is None else "auto:cpu-")
     )
-    assert scorer_for("qwen3", "causal", dtype="float32").description["dtype_reason"] == "set"
+    assert scorer_for("qwen3", "causal", dtype="float32").describe().fields["dtype_reason"] == "set"
 
 
 @pytest.mark.parametrize("kind", sorted(fidelity.checkpoints(Path("unused"))))

@@ -70,7 +70,7 @@ def test_cached_scores_equal_the_reference_through_hits_misses_and_evictions(
             assert hit.prompt_tokens + hit.cached_tokens == miss.prompt_tokens
             assert miss.cached_tokens == 0
             served += hit.cached_tokens
-    stats = cached.prefix_cache_stats
+    stats = cached.describe().prefix_cache
     assert served > 0 and stats.hits > 0 and stats.misses > 0
     assert stats.evictions > 0
     assert stats.bytes <= stats.capacity_bytes == 1 << 20
@@ -79,7 +79,7 @@ def test_cached_scores_equal_the_reference_through_hits_misses_and_evictions(
 def count_forward_tokens(scorer) -> list[int]:
     """Token counts of every forward from now on, read at the embedding (what the model really runs)."""
     counts: list[int] = []
-    embed = scorer.loaded.model.get_input_embeddings()
+    embed = scorer.describe().loaded.model.get_input_embeddings()
     embed.register_forward_hook(lambda module, args, out: counts.append(int(args[0].numel())))
     return counts
 
@@ -127,11 +127,11 @@ def test_a_template_head_is_shared_across_queries(tiny_models, tmp_path):
     results = [scorer.score(q, ["because of light", "no idea"], label_token_ids=LABELS) for q in questions]
     for question, result in zip(questions, results):
         job = Job(query=question, items=["because of light", "no idea"], label_token_ids=LABELS)
-        prepared = scorer.prepare(job, "x")
+        prepared = scorer.engine.prepare(job, "x")
         want = reference_scores(path, prepared.query, prepared.items, LABELS)
         assert max_diff(result.scores, want) <= 1e-5
     heads = [
-        scorer.prepare(Job(query=q, items=["x"], label_token_ids=LABELS), "h").prefix_marks[-1]
+        scorer.engine.prepare(Job(query=q, items=["x"], label_token_ids=LABELS), "h").prefix_marks[-1]
         for q in questions
     ]
     assert min(heads) > 100 and len(set(heads)) == 1  # one cut for every query
@@ -154,7 +154,7 @@ def test_a_repeated_query_is_cached_whole_after_the_template_head(tiny_models, t
         scorer.score(f"another question number {n}?", ["x"], label_token_ids=LABELS)
     query, items = "what is the boiling point of water at sea level?", ["100 C", "50 C"]
     results = [scorer.score(query, items, label_token_ids=LABELS, multi_item=multi_item) for _ in range(4)]
-    prepared = scorer.prepare(Job(query=query, items=items, label_token_ids=LABELS), "p")
+    prepared = scorer.engine.prepare(Job(query=query, items=items, label_token_ids=LABELS), "p")
     whole, head = prepared.prefix_marks
     pairs = 1 if multi_item is None else len(items)  # pairs count their cached head once each
     assert whole > head
@@ -180,7 +180,7 @@ def test_entries_are_not_shared_between_templated_and_token_id_jobs(tiny_models,
     for _ in range(3):
         templated = scorer.score("q", ["x"], label_token_ids=LABELS)
     assert templated.cached_tokens > 0
-    ids = scorer.prepare(Job(query="q", items=["x", "y"], label_token_ids=LABELS), "p").query
+    ids = scorer.engine.prepare(Job(query="q", items=["x", "y"], label_token_ids=LABELS), "p").query
     by_ids = scorer.score(ids, [[7]], label_token_ids=LABELS)  # same leading ids, no template: no hit
     assert by_ids.cached_tokens == 0
 
@@ -189,8 +189,8 @@ def test_encoders_never_use_the_cache(tiny_encoder):
     from kafka_scorer.engine.scorer import Scorer
 
     scorer = Scorer(str(tiny_encoder("bert")), dtype="float32", device="cpu", prefix_cache_mb=64)
-    assert scorer.prefix_cache_stats is None
-    assert scorer.description["prefix_cache_mb"] == "0"
+    assert scorer.describe().prefix_cache is None
+    assert scorer.describe().fields["prefix_cache_mb"] == "0"
     for _ in range(3):
         result = scorer.score("a query seen again and again", ["item"])
     assert result.cached_tokens == 0

@@ -263,7 +263,7 @@ HOSTILE = [
 @pytest.mark.parametrize(("fields", "needle"), HOSTILE)
 def test_hostile_rerank_fields_are_invalid_requests(any_kind, fields, needle):
     job = Job(**{"query": QUERY, **fields})  # not popped: the parameter's dict serves every kind
-    result = any_kind.prepare(job, "hostile")
+    result = any_kind.engine.prepare(job, "hostile")
     assert isinstance(result, Result) and result.error is not None
     assert result.error.code is ErrorCode.INVALID_REQUEST and needle in result.error.message
     if "document 1" in needle:
@@ -277,7 +277,7 @@ def test_hostile_rerank_fields_are_invalid_requests(any_kind, fields, needle):
 def test_every_kind_answers_a_hostile_job_alike(reranker, colbert, fields, needle):
     """The same code, message and document index whichever kind is served."""
     job = Job(**{"query": QUERY, **fields})  # not popped: the parameter's dict serves every kind
-    errors = [scorer.prepare(job, "hostile").error for scorer in (reranker[0], colbert[0])]
+    errors = [scorer.engine.prepare(job, "hostile").error for scorer in (reranker[0], colbert[0])]
     assert errors[0] == errors[1]
 
 

@@ -35,7 +35,7 @@ def plain(reranker):
 
 
 def test_label_tokens_score_as_the_ids_the_tokenizer_gives(plain):
-    tokenizer = plain.loaded.tokenizer
+    tokenizer = plain.describe().loaded.tokenizer
     ids = [tokenizer.convert_tokens_to_ids(t) for t in ("yes", "no", "<|im_end|>")]
     by_text = plain.score(QUERY, ITEMS, label_tokens=["yes", "no", "<|im_end|>"])
     by_id = plain.score(QUERY, ITEMS, label_token_ids=ids)
@@ -180,12 +180,13 @@ def test_provenance_on_every_result(plain, reranker, tmp_path):
     shutil.copytree(reranker, copy)
     (copy / "README.md").write_text("notes")
     again = Scorer(str(copy), dtype="float32", device="cpu")
-    assert again.revision == plain.revision
+    assert again.engine.served.revision == plain.engine.served.revision
     weights = next(copy.glob("*.safetensors"))
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
-    assert Scorer(str(copy), dtype="float32", device="cpu").revision != plain.revision
+    changed = Scorer(str(copy), dtype="float32", device="cpu")
+    assert changed.engine.served.revision != plain.engine.served.revision
     pinned = Scorer(str(reranker), dtype="float32", device="cpu", model_revision="hub:abc123")
     assert pinned.score(QUERY, ITEMS, label_tokens=["yes"]).model_revision == "hub:abc123"
 

@@ -138,7 +138,7 @@ def test_full_layers_between_windowed_ones_change_the_reference(gemma2: Gemma2Mo
 @pytest.mark.parametrize("apply_softmax", [False, True])
 def test_causal_scores_match_transformers(gemma2, scorer_for, backend: str, apply_softmax: bool) -> None:
     scorer = scorer_for("causal", backend)
-    assert scorer.loaded.final_logit_softcap == FINAL_CAP
+    assert scorer.describe().loaded.final_logit_softcap == FINAL_CAP
     want = reference(gemma2.capped["causal"], QUERY, ITEMS, LABELS, apply_softmax)
     packed = scorer.score(QUERY, ITEMS, label_token_ids=LABELS, apply_softmax=apply_softmax, multi_item=True)
     single = scorer.score(QUERY, ITEMS, label_token_ids=LABELS, apply_softmax=apply_softmax, multi_item=False)
@@ -155,7 +155,7 @@ def test_classification_scores_match_transformers(
 ) -> None:
     scorer = scorer_for("classification", backend)
     # transformers' Gemma2ForSequenceClassification does not cap its score head, so neither do we.
-    assert scorer.loaded.final_logit_softcap is None
+    assert scorer.describe().loaded.final_logit_softcap is None
     want = reference(gemma2.capped["classification"], QUERY, ITEMS, None, apply_softmax)
     packed = scorer.score(QUERY, ITEMS, apply_softmax=apply_softmax, multi_item=True)
     single = scorer.score(QUERY, ITEMS, apply_softmax=apply_softmax, multi_item=False)

@@ -83,7 +83,7 @@ def test_preset_scores_equal_the_model_card_prompt_run_alone(preset_scorer, rera
 def test_the_seam_case_is_exercised(preset_scorer):
     """Qwen's pre-tokenizer joins a query's closing `?` with the template's next newline: without the
     seam repair the pieces would tokenize differently from the whole prompt (the test above would fail)."""
-    tokenizer = preset_scorer.loaded.tokenizer
+    tokenizer = preset_scorer.describe().loaded.tokenizer
     joined = tokenizer(card_prompt("Which river is longest?", "x"))["input_ids"]
     assert tokenizer.convert_tokens_to_ids("?Ċ") in joined
 
@@ -106,8 +106,8 @@ _TEXT = st.text(st.sampled_from(list("ab cd?!.,:\n\t yes no É€😀<>{}")), ma
 @given(query=_TEXT, items=st.lists(_TEXT, min_size=1, max_size=4), instruction=st.none() | _TEXT)
 def test_packed_tokens_are_the_whole_prompt_tokenized_as_one_string(preset_scorer, query, items, instruction):
     job = Job(query=query, items=items, instruction=instruction, multi_item=True)
-    prepared = preset_scorer.prepare(job, "fuzz")
-    tokenizer = preset_scorer.loaded.tokenizer
+    prepared = preset_scorer.engine.prepare(job, "fuzz")
+    tokenizer = preset_scorer.describe().loaded.tokenizer
     used = CARD_INSTRUCTION if instruction is None else instruction
     for index, item in enumerate(items):
         whole = tokenizer(card_prompt(query, item, used))["input_ids"]
@@ -189,7 +189,7 @@ def test_a_template_on_an_encoder_is_refused(tiny_encoder):
 
 
 def test_an_instruction_too_long_to_fit_is_too_long_before_tokenizing(preset_scorer):
-    limit = preset_scorer.strategy.preparer.max_text_chars
+    limit = preset_scorer.describe().strategy.preparer.max_text_chars
     result = preset_scorer.score("q", ["a"], instruction="x" * (limit + 1))
     assert result.error.code is ErrorCode.TOO_LONG and result.error.message.startswith("instruction:")
 

@@ -22,16 +22,16 @@ def _calls(module) -> list[int]:
 
 def test_transformers_layers_run_inside_the_variant_only(scorer_for, tiny_models) -> None:
     scorer = scorer_for("qwen3", "causal", decoder_forward="fused", deterministic=False)
-    assert Layers.TRANSFORMERS in layer_choices(scorer)
-    hf_layers = _calls(scorer.loaded.model.base_model)
-    served = scorer.loaded.body
-    prepared = scorer.prepare(JOB, JOB.id)
-    with variant(scorer, "dense", Layers.TRANSFORMERS).active():
-        inside = scorer.run_batch([prepared])[0]
-        assert scorer.attention_backend == "dense"
+    assert Layers.TRANSFORMERS in layer_choices(scorer.describe().loaded)
+    hf_layers = _calls(scorer.describe().loaded.model.base_model)
+    served = scorer.describe().loaded.body
+    prepared = scorer.engine.prepare(JOB, JOB.id)
+    with scorer.engine.running(variant(scorer.describe().loaded, "dense", Layers.TRANSFORMERS)):
+        inside = scorer.engine.run_batch([prepared])[0]
+        assert scorer.describe().attention_backend == "dense"
     assert hf_layers[0] == 1
-    after = scorer.run_batch([scorer.prepare(JOB, JOB.id)])[0]
-    assert hf_layers[0] == 1 and scorer.loaded.body is served
+    after = scorer.engine.run_batch([scorer.engine.prepare(JOB, JOB.id)])[0]
+    assert hf_layers[0] == 1 and scorer.describe().loaded.body is served
     want = reference_scores(tiny_models.get("qwen3", "causal", 2), JOB.query, JOB.items, JOB.label_token_ids)
     for result in (inside, after):
         for got_row, want_row in zip(result.scores, want):
@@ -40,6 +40,6 @@ def test_transformers_layers_run_inside_the_variant_only(scorer_for, tiny_models
 
 def test_a_variant_the_model_cannot_run_is_refused(scorer_for) -> None:
     scorer = scorer_for("qwen3", "causal", decoder_forward="transformers")
-    assert layer_choices(scorer) == (Layers.SERVED,)
+    assert layer_choices(scorer.describe().loaded) == (Layers.SERVED,)
     with pytest.raises(ValueError, match="cannot run transformers layers"):
-        variant(scorer, None, Layers.TRANSFORMERS)
+        variant(scorer.describe().loaded, None, Layers.TRANSFORMERS)

@@ -272,23 +272,24 @@ def hold_device(monkeypatch, scorer) -> threading.Event:
     again, so jobs stay in flight, unanswered, through whatever the test does meanwhile. Set at first."""
     device = threading.Event()
     device.set()
-    run_packed = scorer.run_packed
+    run_packed = scorer.engine.run_packed
 
     def held_run_packed(packed):
         device.wait(60)
         return run_packed(packed)
 
-    monkeypatch.setattr(scorer, "run_packed", held_run_packed)
+    monkeypatch.setattr(scorer.engine, "run_packed", held_run_packed)
     return device
 
 
 class InProcessWorker:
     """`Worker.run` as a task of the test's event loop; `stop()` is the SIGTERM path without a signal."""
 
-    def __init__(self, settings: Settings, scorer, tracing=None) -> None:
+    def __init__(self, settings: Settings, engine, tracing=None) -> None:
+        """`engine`: the seam the worker drives (a `Scorer`'s `.engine`, or a test's wrapper of one)."""
         from kafka_scorer.worker.service import Worker
 
-        self.worker = Worker(settings, scorer, tracing=tracing)
+        self.worker = Worker(settings, engine, tracing=tracing)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[int] | None = None
 

@@ -59,12 +59,12 @@ def _info(broker) -> BrokerInfo:
 async def _restart_under_a_worker(broker, empty: bool, run: int, model, scorer, reference, monkeypatch):
     info = _info(broker)
     topics = await fresh_topics(info, partitions=PARTITIONS)
-    name = scorer.model_name
+    name = scorer.describe().model_name
     before = mixed_jobs(BEFORE, seed=60 + run, model_name=name, prefix=f"before{run}")
     after = mixed_jobs(AFTER, seed=80 + run, model_name=name, prefix=f"after{run}")
     settings = topics.settings(model, max_batch_tokens=64, rebalance_grace_s=3.0)
     device = hold_device(monkeypatch, scorer)  # cleared: the backlog is in flight at the restart
-    async with InProcessWorker(settings, scorer) as worker:
+    async with InProcessWorker(settings, scorer.engine) as worker:
         await produce(
             info.bootstrap,
             [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(before)],

@@ -52,7 +52,7 @@ async def test_pauses_resumes_and_stays_bounded_while_5000_jobs_drain(
     largest_job = max(len(j.query) * len(j.items) + sum(len(i) for i in j.items) for j in templates)
 
     paused_seen: set[int] = set()
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
 
         async def watch() -> None:
             while True:

@@ -74,12 +74,12 @@ async def test_a_broker_restart_as_the_quickstart_does_answers_each_job_and_neve
         settings = worker_settings(
             info, causal_model, request_topics=[requests], reply_topic=replies, group_id=unique("group")
         )
-        name = causal_scorer.model_name
+        name = causal_scorer.describe().model_name
         before = mixed_jobs(BEFORE, seed=61, model_name=name, prefix="before")
         through = mixed_jobs(THROUGH, seed=62, model_name=name, prefix="through")
         after = mixed_jobs(AFTER, seed=63, model_name=name, prefix="after")
 
-        async with InProcessWorker(settings, causal_scorer) as worker:
+        async with InProcessWorker(settings, causal_scorer.engine) as worker:
             await produce(
                 bootstrap, [to_record(s, requests, i % PARTITIONS, True) for i, s in enumerate(before)]
             )

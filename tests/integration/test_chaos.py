@@ -94,7 +94,9 @@ async def test_a_poison_mix_is_answered_as_the_contract_says_and_never_restarts_
 ) -> None:
     topics = await fresh_topics(kafka, partitions=2, dead_letters=True)
     hostile = hostile_records(POISON_HOSTILE, POISON_SEED, topics.requests)
-    valid = templated_jobs(POISON_VALID, POISON_SEED, causal_scorer.model_name, prefix="poison-valid")
+    valid = templated_jobs(
+        POISON_VALID, POISON_SEED, causal_scorer.describe().model_name, prefix="poison-valid"
+    )
     rng = random.Random(POISON_SEED)
     order = [("hostile", h) for h in hostile] + [("valid", s) for s in valid]
     rng.shuffle(order)

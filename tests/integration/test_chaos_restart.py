@@ -69,8 +69,12 @@ async def _restart_mid_stream(causal_model, causal_scorer, causal_reference) -> 
     worker still holds its old positions (what a topic deleted and recreated is on real Kafka). The
     worker must recover by itself or exit with one clear line, never hang silently; the jobs produced
     after the restart must all be answered, and no commit in the new log may pass an unanswered record."""
-    before = templated_jobs(OUTAGE_BEFORE, OUTAGE_SEED, causal_scorer.model_name, prefix="outage-a")
-    after = templated_jobs(OUTAGE_AFTER, OUTAGE_SEED + 1, causal_scorer.model_name, prefix="outage-b")
+    before = templated_jobs(
+        OUTAGE_BEFORE, OUTAGE_SEED, causal_scorer.describe().model_name, prefix="outage-a"
+    )
+    after = templated_jobs(
+        OUTAGE_AFTER, OUTAGE_SEED + 1, causal_scorer.describe().model_name, prefix="outage-b"
+    )
     broker = EmbeddedBroker().start()
     info = BrokerInfo(
         broker.bootstrap_servers, "tansu (private)", transactions=False, min_session_timeout_ms=0

@@ -143,7 +143,7 @@ async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_
     kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:
     topics = await fresh_topics(kafka, partitions=CHURN_PARTITIONS)
-    sent = templated_jobs(CHURN_JOBS, CHURN_SEED, causal_scorer.model_name, prefix="churn")
+    sent = templated_jobs(CHURN_JOBS, CHURN_SEED, causal_scorer.describe().model_name, prefix="churn")
     records = [
         to_record(s, topics.requests, i % CHURN_PARTITIONS, with_content_type=i % 5 != 0)
         for i, s in enumerate(sent)

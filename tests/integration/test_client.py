@@ -50,10 +50,12 @@ async def test_many_concurrent_calls_each_get_their_own_jobs_result(
     topics = await fresh_topics(kafka, partitions=3)
     sent = [
         Sent(msgspec.structs.replace(s.job, id=None), "json", None, None)  # ids from the client
-        for s in mixed_jobs(CONCURRENT, seed=71, model_name=causal_scorer.model_name, prefix="client")
+        for s in mixed_jobs(
+            CONCURRENT, seed=71, model_name=causal_scorer.describe().model_name, prefix="client"
+        )
     ]
     async with (
-        InProcessWorker(topics.settings(causal_model), causal_scorer),
+        InProcessWorker(topics.settings(causal_model), causal_scorer.engine),
         _client(kafka, topics) as client,
     ):
         fields = [{f: getattr(s.job, f) for f in _FIELDS} for s in sent]
@@ -72,7 +74,7 @@ async def test_an_error_result_raises_job_failed_and_request_returns_it(
     topics = await fresh_topics(kafka, partitions=1)
     bad = Job(id="bad-labels", query=[1, 2], items=[[3]], label_token_ids=[MODEL_VOCAB + 5])
     async with (
-        InProcessWorker(topics.settings(causal_model), causal_scorer),
+        InProcessWorker(topics.settings(causal_model), causal_scorer.engine),
         _client(kafka, topics) as client,
     ):
         with pytest.raises(JobFailed) as failed:
@@ -120,7 +122,7 @@ async def test_a_rerank_shaped_job_crosses_the_worker(kafka, causal_model, causa
     rerank = Job(id="rr", documents=documents, rank_fields=["title", "text"], return_documents=True, **common)
     missing = Job(id="rr-bad", documents=[{"title": "x"}, {"body": "y"}], rank_fields=["title"], **common)
     async with (
-        InProcessWorker(topics.settings(causal_model), causal_scorer),
+        InProcessWorker(topics.settings(causal_model), causal_scorer.engine),
         _client(kafka, topics) as client,
     ):
         got = await client.score_job(rerank)

@@ -46,7 +46,7 @@ def _client(topics: Topics) -> ScoringClient:
 def _jobs(scorer, seed: int, prefix: str, n: int = 4) -> list[Sent]:
     return [
         Sent(msgspec.structs.replace(s.job, id=None), "json", None, None)
-        for s in mixed_jobs(n, seed=seed, model_name=scorer.model_name, prefix=prefix)
+        for s in mixed_jobs(n, seed=seed, model_name=scorer.describe().model_name, prefix=prefix)
     ]
 
 
@@ -86,7 +86,10 @@ async def test_every_call_after_a_broker_restart_is_answered(
     before, after = _jobs(causal_scorer, 91, "before"), _jobs(causal_scorer, 92, "after", n=6)
     async with _own_broker() as (broker, info):
         topics = await fresh_topics(info, partitions=2)
-        async with InProcessWorker(topics.settings(causal_model), causal_scorer), _client(topics) as client:
+        async with (
+            InProcessWorker(topics.settings(causal_model), causal_scorer.engine),
+            _client(topics) as client,
+        ):
             answered_before = await asyncio.gather(*(_call(client, s) for s in before))
             await _restart(broker, topics, caplog)
             answered_after = [await _call(client, s) for s in after]  # one at a time, as a service does

@@ -75,7 +75,7 @@ async def _watch_commits(bootstrap: str, topics, moved_back: list[str], stop: as
 async def _kill_the_transaction_coordinator(cluster, run: int, model, scorer, reference) -> None:
     topics, txn_id, node = await _same_coordinator(cluster, await cluster_topics(cluster, PARTITIONS))
     bootstrap = topics.broker.bootstrap
-    name = scorer.model_name
+    name = scorer.describe().model_name
     before = mixed_jobs(BEFORE, seed=4500 + run, model_name=name, prefix=f"eo-before{run}")
     during = mixed_jobs(DURING, seed=4600 + run, model_name=name, prefix=f"eo-during{run}")
     settings = topics.settings(
@@ -83,7 +83,7 @@ async def _kill_the_transaction_coordinator(cluster, run: int, model, scorer, re
     )
     moved_back: list[str] = []
     stop_watch = asyncio.Event()
-    async with InProcessWorker(settings, scorer) as worker:
+    async with InProcessWorker(settings, scorer.engine) as worker:
         watch = asyncio.create_task(_watch_commits(bootstrap, topics, moved_back, stop_watch))
         await produce(
             bootstrap, [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(before)]

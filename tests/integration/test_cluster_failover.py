@@ -58,12 +58,15 @@ async def _fault(cluster, fault: str, topics) -> str:
 async def _under_load(cluster, fault: str, run: int, model, scorer, reference, monkeypatch) -> None:
     topics = await cluster_topics(cluster, PARTITIONS)
     bootstrap = topics.broker.bootstrap
-    name = scorer.model_name
+    name = scorer.describe().model_name
     before = mixed_jobs(BEFORE, seed=4700 + run, model_name=name, prefix=f"fo-before{run}")
     during = mixed_jobs(DURING, seed=4800 + run, model_name=name, prefix=f"fo-during{run}")
     settings = topics.settings(model, max_batch_tokens=64, rebalance_grace_s=3.0)
     device = hold_device(monkeypatch, scorer)
-    async with InProcessWorker(settings, scorer) as one, InProcessWorker(settings, scorer) as two:
+    async with (
+        InProcessWorker(settings, scorer.engine) as one,
+        InProcessWorker(settings, scorer.engine) as two,
+    ):
         await produce(
             bootstrap, [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(before)]
         )

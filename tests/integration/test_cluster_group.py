@@ -62,14 +62,14 @@ async def _settle_time(workers: list[InProcessWorker], timeout_s: float) -> floa
 async def _start_together(kafka_cluster, count: int, run: int, causal_model, causal_scorer) -> float:
     topics = await cluster_topics(kafka_cluster, PARTITIONS)
     settings = topics.settings(causal_model, max_batch_tokens=64)
-    workers = [InProcessWorker(settings, causal_scorer) for _ in range(count)]
+    workers = [InProcessWorker(settings, causal_scorer.engine) for _ in range(count)]
     tasks = [asyncio.create_task(w.worker.run(w._stop)) for w in workers]
     for w, task in zip(workers, tasks, strict=True):
         w._task = task
     try:
         settle_s = await _settle_time(workers, SETTLE_S + STABLE_S + 10)
         jobs = mixed_jobs(
-            2 * PARTITIONS, seed=450 + run, model_name=causal_scorer.model_name, prefix=f"g{run}"
+            2 * PARTITIONS, seed=450 + run, model_name=causal_scorer.describe().model_name, prefix=f"g{run}"
         )
         await produce(
             topics.broker.bootstrap,

@@ -63,10 +63,10 @@ async def _reported(worker: InProcessWorker, timeout_s: float) -> tuple[float, s
 async def _offline(cluster, run: int, model, scorer, reference, monkeypatch) -> str:
     topics = await cluster_topics(cluster, PARTITIONS)
     bootstrap = topics.broker.bootstrap
-    sent = mixed_jobs(JOBS, seed=5100 + run, model_name=scorer.model_name, prefix=f"off{run}")
+    sent = mixed_jobs(JOBS, seed=5100 + run, model_name=scorer.describe().model_name, prefix=f"off{run}")
     settings = topics.settings(model, max_batch_tokens=64, rebalance_grace_s=3.0)
     device = hold_device(monkeypatch, scorer)
-    async with InProcessWorker(settings, scorer) as worker:
+    async with InProcessWorker(settings, scorer.engine) as worker:
         device.clear()  # every job stays in flight, to be answered once the nodes are gone
         await produce(
             bootstrap, [to_record(s, topics.requests, i % PARTITIONS, True) for i, s in enumerate(sent)]
@@ -143,9 +143,9 @@ async def test_min_insync_at_the_replication_factor_is_named(
     bootstrap = topics.broker.bootstrap
     replies = topics.replies + "-strict"
     await _reply_topic_with(bootstrap, replies, {"min.insync.replicas": "3"})
-    sent = mixed_jobs(3, seed=5200, model_name=causal_scorer.model_name, prefix="strict")
+    sent = mixed_jobs(3, seed=5200, model_name=causal_scorer.describe().model_name, prefix="strict")
     settings = topics.settings(causal_model, reply_topic=replies)
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         busy = {
             await asyncio.to_thread(kafka_cluster.leader_of, replies, 0),
             await asyncio.to_thread(kafka_cluster.group_coordinator, topics.group),

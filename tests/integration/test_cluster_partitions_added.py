@@ -38,11 +38,14 @@ async def _answered(bootstrap: str, topic: str, want: set[str], timeout_s: float
 async def _grow(cluster, run: int, model, scorer, reference) -> float:
     topics = await cluster_topics(cluster, BEFORE)
     bootstrap = topics.broker.bootstrap
-    name = scorer.model_name
+    name = scorer.describe().model_name
     old = mixed_jobs(JOBS, seed=4900 + run, model_name=name, prefix=f"pa-old{run}")
     new = mixed_jobs(JOBS, seed=5000 + run, model_name=name, prefix=f"pa-new{run}")
     settings = topics.settings(model, max_batch_tokens=64, rebalance_grace_s=3.0)
-    async with InProcessWorker(settings, scorer) as one, InProcessWorker(settings, scorer) as two:
+    async with (
+        InProcessWorker(settings, scorer.engine) as one,
+        InProcessWorker(settings, scorer.engine) as two,
+    ):
         await produce(bootstrap, [to_record(s, topics.requests, i % BEFORE, True) for i, s in enumerate(old)])
         await _answered(bootstrap, topics.replies, {expected_id(s) for s in old}, 60)
         await asyncio.to_thread(cluster.add_partitions, topics.requests, AFTER)

@@ -36,14 +36,14 @@ async def test_every_job_answered_once_with_reference_scores_and_offsets_committ
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
     stream = await mixed_stream(
-        kafka, N_JOBS, seed=1, model_name=causal_scorer.model_name, prefix="job", bare_every=4
+        kafka, N_JOBS, seed=1, model_name=causal_scorer.describe().model_name, prefix="job", bare_every=4
     )
     by_id = {expected_id(s): s for s in stream.sent}
     assert len(by_id) == N_JOBS
     port = free_port()
     settings = stream.settings(causal_model, metrics_port=port)
 
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         assert (await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/readyz"))[0] == 200
         await produce(kafka.bootstrap, stream.records)
         got = await stream.read_replies(N_JOBS, timeout_s=90, settle_s=0.5)
@@ -64,7 +64,7 @@ async def test_every_job_answered_once_with_reference_scores_and_offsets_committ
         assert headers["content-type"].decode() == want_type
         if job.correlation is not None:
             assert headers["correlation_id"] == job.correlation
-        assert result.model == causal_scorer.model_name
+        assert result.model == causal_scorer.describe().model_name
     assert_answers(results, stream.sent, causal_reference)
     assert committed == ends and sum(ends.values()) == N_JOBS
     assert _metric(metrics, "kafka_scorer_jobs_total") == N_JOBS
@@ -96,11 +96,11 @@ async def test_exactly_once_degrades_with_a_clear_log_line_where_the_broker_refu
     if kafka.transactions:
         pytest.skip(f"the session broker ({kafka.name}) grants transactions; nothing degrades there")
     stream = await mixed_stream(
-        kafka, 5, seed=9, model_name=causal_scorer.model_name, prefix="degraded", partitions=1
+        kafka, 5, seed=9, model_name=causal_scorer.describe().model_name, prefix="degraded", partitions=1
     )
     settings = stream.settings(causal_model, delivery="exactly_once")
     with caplog.at_level("INFO", logger="kafka_scorer"):
-        async with InProcessWorker(settings, causal_scorer) as worker:
+        async with InProcessWorker(settings, causal_scorer.engine) as worker:
             assert worker.worker.producer.mode == "plain"
             await produce(kafka.bootstrap, stream.records)
             got = await stream.read_replies(len(stream.sent), timeout_s=30)

@@ -46,7 +46,7 @@ async def test_refused_reply_topic_falls_back_and_an_undeliverable_answer_stops_
     redirected.headers.append(("reply_topic", f"{topics.requests}.denied".encode()))
     undecodable = Out(topics.requests, b"\xc1 neither JSON nor MessagePack", partition=0)
 
-    async with InProcessWorker(topics.settings(causal_model), causal_scorer) as worker:
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer.engine) as worker:
         await produce(kafka.bootstrap, [to_record(_job("plain"), topics.requests, 0, True), redirected])
         replies = {r.id: r for r in await topics.read_answers(2, timeout_s=60)}
         committed, _ = await topics.wait_for_commits(2)

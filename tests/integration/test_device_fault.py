@@ -54,7 +54,9 @@ def _unanswered_below_commit(stream, committed: dict[int, int | None], answered:
 async def test_a_poisoned_device_stops_the_worker_non_zero_without_committing_unanswered_jobs(
     kafka, causal_model, causal_scorer
 ) -> None:
-    stream = await mixed_stream(kafka, 60, seed=61, model_name=causal_scorer.model_name, prefix="fault")
+    stream = await mixed_stream(
+        kafka, 60, seed=61, model_name=causal_scorer.describe().model_name, prefix="fault"
+    )
     settings = stream.settings(causal_model, max_batch_tokens=64)
     env = {
         "PYTHONPATH": os.pathsep.join([str(FAULTS), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -83,14 +85,18 @@ async def test_a_poisoned_device_stops_the_worker_non_zero_without_committing_un
 async def test_probes_turn_red_when_the_device_is_poisoned(
     kafka, causal_model, causal_scorer, monkeypatch
 ) -> None:
-    stream = await mixed_stream(kafka, 6, seed=62, model_name=causal_scorer.model_name, prefix="red")
+    stream = await mixed_stream(
+        kafka, 6, seed=62, model_name=causal_scorer.describe().model_name, prefix="red"
+    )
     port = free_port()
 
     def poisoned(batch):
         raise RuntimeError("CUDA error: device-side assert triggered")
 
-    monkeypatch.setattr(causal_scorer.runner, "forward", poisoned)
-    async with InProcessWorker(stream.settings(causal_model, metrics_port=port), causal_scorer) as worker:
+    monkeypatch.setattr(causal_scorer.describe().runner, "forward", poisoned)
+    async with InProcessWorker(
+        stream.settings(causal_model, metrics_port=port), causal_scorer.engine
+    ) as worker:
         assert await asyncio.to_thread(_status, f"http://127.0.0.1:{port}/readyz") == 200
         leave = worker.worker.consumer.stop
         probed = asyncio.Event()

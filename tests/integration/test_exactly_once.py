@@ -81,7 +81,9 @@ async def test_exactly_once_under_repeated_sigkills_shows_each_result_once_to_a_
     a dead worker as before, and the model loads are paid alongside the steps, not between them."""
     kafka = transactional_kafka
     topics = await fresh_topics(kafka, partitions=3)
-    sent = templated_jobs(EOS_JOBS, EOS_SEED, causal_scorer.model_name, prefix="eos-chaos", pooled_every=20)
+    sent = templated_jobs(
+        EOS_JOBS, EOS_SEED, causal_scorer.describe().model_name, prefix="eos-chaos", pooled_every=20
+    )
     rng = random.Random(EOS_SEED)
     plan = [
         ("hang", rng.randint(2, 6)),

@@ -33,7 +33,7 @@ async def test_json_results_are_framed_per_reply_topic_msgpack_and_dead_letters_
     garbage = b"{not json"
     with FakeRegistry() as registry:
         settings = topics.settings(causal_model, schema_registry_url=registry.url)
-        async with InProcessWorker(settings, causal_scorer):
+        async with InProcessWorker(settings, causal_scorer.engine):
             await produce(
                 kafka.bootstrap,
                 [

@@ -58,7 +58,7 @@ async def test_the_worker_serves_a_qwen35_checkpoint_made_by_the_model_command(k
     topics = await fresh_topics(kafka, partitions=1)
     client = ScoringClient(kafka.bootstrap, topics.requests, topics.replies, fetch_max_wait_ms=20)
     jobs = _jobs([5, 6])
-    async with InProcessWorker(topics.settings(path), scorer), client:
+    async with InProcessWorker(topics.settings(path), scorer.engine), client:
         results = await asyncio.gather(*(client.request(job) for job in jobs))
     for job, result in zip(jobs, results):
         assert result.error is None, (job.id, result.error)

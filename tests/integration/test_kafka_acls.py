@@ -126,7 +126,7 @@ async def test_the_documented_acls_are_enough_to_serve(
     settings = _settings(acl_kafka, topics, causal_model, delivery=delivery)
     await acl_kafka.grant(*documented_acls(settings))
     caplog.set_level(logging.INFO, logger="kafka_scorer")
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         await produce(acl_kafka.info.bootstrap, [Out(topics.requests, msgspec.json.encode(JOB), b"k")])
         (result,) = await topics.read_answers(1, timeout_s=60, committed_only=delivery == "exactly_once")
         assert await worker.stop() == 0
@@ -151,7 +151,7 @@ async def test_a_missing_acl_stops_the_worker_with_one_line_naming_it(
     if missing == "the group":
         await acl_kafka.grant(*(g for g in grants if g[0] != "GROUP"))
     caplog.set_level(logging.INFO, logger="kafka_scorer")
-    rc = await asyncio.wait_for(Worker(settings, causal_scorer).run(asyncio.Event()), 60)
+    rc = await asyncio.wait_for(Worker(settings, causal_scorer.engine).run(asyncio.Event()), 60)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("kafka_scorer")]
     assert rc == 1 and len(errors) == 1, [r.getMessage() for r in errors]
     line = errors[0].getMessage()
@@ -167,7 +167,7 @@ async def test_a_missing_transactional_id_acl_is_named_where_exactly_once_degrad
     settings = _settings(acl_kafka, topics, causal_model, delivery="exactly_once")
     await acl_kafka.grant(*(g for g in documented_acls(settings) if g[0] != "TRANSACTIONAL_ID"))
     caplog.set_level(logging.INFO, logger="kafka_scorer")
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         assert worker.worker.producer.mode == "idempotent"
         assert await worker.stop() == 0
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

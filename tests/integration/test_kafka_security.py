@@ -105,7 +105,7 @@ async def test_worker_answers_and_client_gets_the_result_through_the_listener(
     client = ScoringClient(
         secured.bootstrap(mode), topics.requests, topics.replies, fetch_max_wait_ms=20, timeout=60, **security
     )
-    async with InProcessWorker(settings, causal_scorer), client:
+    async with InProcessWorker(settings, causal_scorer.engine), client:
         results = await asyncio.gather(*(client.request(job) for job in JOBS))
     for job, result in zip(JOBS, results, strict=True):
         _check_answer(result, job, causal_reference)

@@ -25,7 +25,7 @@ async def test_the_worker_serves_a_colbert_checkpoint(kafka, tmp_path) -> None:
     scorer = Scorer(str(path), dtype="float32", device="cpu")
     topics = await fresh_topics(kafka, partitions=1)
     client = ScoringClient(kafka.bootstrap, topics.requests, topics.replies, fetch_max_wait_ms=20)
-    async with InProcessWorker(topics.settings(path), scorer), client:
+    async with InProcessWorker(topics.settings(path), scorer.engine), client:
         first = await client.score(QUERIES[0], PASSAGES[:4])
         second = await client.score(QUERIES[1], PASSAGES[:4], top_n=2)
         refused = await client.request(Job(id="labels", query="q", items=["d"], label_token_ids=[1]))

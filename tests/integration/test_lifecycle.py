@@ -18,7 +18,9 @@ pytestmark = pytest.mark.integration
 async def test_sigkill_mid_stream_and_restart_answers_every_job(
     kafka, causal_model, causal_scorer, causal_reference, tmp_path
 ) -> None:
-    stream = await mixed_stream(kafka, 240, seed=21, model_name=causal_scorer.model_name, prefix="kill")
+    stream = await mixed_stream(
+        kafka, 240, seed=21, model_name=causal_scorer.describe().model_name, prefix="kill"
+    )
     settings = stream.settings(causal_model, max_batch_tokens=64)
     gate = tmp_path / "restart-gate"
     # The restart's process loads its model meanwhile; its Kafka clients wait for the gate (fault_injection)
@@ -52,7 +54,9 @@ async def test_sigkill_mid_stream_and_restart_answers_every_job(
 async def test_sigterm_answers_and_commits_all_in_flight_work_before_exit(
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
-    stream = await mixed_stream(kafka, 300, seed=31, model_name=causal_scorer.model_name, prefix="term")
+    stream = await mixed_stream(
+        kafka, 300, seed=31, model_name=causal_scorer.describe().model_name, prefix="term"
+    )
     settings = stream.settings(
         causal_model,
         max_batch_tokens=48,

@@ -52,7 +52,7 @@ async def test_the_worker_serves_a_listwise_checkpoint_made_by_the_model_command
     topics = await fresh_topics(kafka, partitions=1)
     client = ScoringClient(kafka.bootstrap, topics.requests, topics.replies, fetch_max_wait_ms=20)
     jobs = _jobs()
-    async with InProcessWorker(topics.settings(path, max_items_per_job=256), scorer), client:
+    async with InProcessWorker(topics.settings(path, max_items_per_job=256), scorer.engine), client:
         results = {r.id: r for r in await asyncio.gather(*(client.request(job) for job in jobs))}
     reference = Reference(path)
     refused = results.pop("refused").error

@@ -49,12 +49,12 @@ async def test_no_new_job_is_lost_and_no_commit_passes_the_log_end_after_the_bro
     try:
         info = BrokerInfo(broker.bootstrap_servers, "tansu", transactions=False, min_session_timeout_ms=0)
         topics = await fresh_topics(info, partitions=3)
-        old = mixed_jobs(OLD_JOBS, seed=51, model_name=causal_scorer.model_name, prefix="old")
-        new = mixed_jobs(NEW_JOBS, seed=52, model_name=causal_scorer.model_name, prefix="new")
+        old = mixed_jobs(OLD_JOBS, seed=51, model_name=causal_scorer.describe().model_name, prefix="old")
+        new = mixed_jobs(NEW_JOBS, seed=52, model_name=causal_scorer.describe().model_name, prefix="new")
         settings = topics.settings(causal_model, max_batch_tokens=64, rebalance_grace_s=3.0)
         device = hold_device(monkeypatch, causal_scorer)  # cleared: forward passes wait
 
-        async with InProcessWorker(settings, causal_scorer) as worker:
+        async with InProcessWorker(settings, causal_scorer.engine) as worker:
             await produce(
                 info.bootstrap, [to_record(s, topics.requests, i % 3, True) for i, s in enumerate(old)]
             )
@@ -109,7 +109,7 @@ async def test_a_committed_offset_beyond_the_log_end_is_reset_not_trusted(
     """The group already holds offsets past the log's end when the worker joins (written into a log
     that was then recreated). Reading on from there would skip every record of the new log."""
     topics = await fresh_topics(kafka, partitions=2)
-    sent = mixed_jobs(24, seed=53, model_name=causal_scorer.model_name, prefix="beyond")
+    sent = mixed_jobs(24, seed=53, model_name=causal_scorer.describe().model_name, prefix="beyond")
     await produce(kafka.bootstrap, [to_record(s, topics.requests, i % 2, True) for i, s in enumerate(sent)])
     stale = AIOKafkaConsumer(
         bootstrap_servers=kafka.bootstrap, group_id=topics.group, enable_auto_commit=False
@@ -122,7 +122,7 @@ async def test_a_committed_offset_beyond_the_log_end_is_reset_not_trusted(
     finally:
         await stale.stop()
 
-    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer.engine):
         results = await topics.read_answers(len(sent), timeout_s=60)
         committed, ends = await topics.wait_for_commits(len(sent))
     assert_answers(results, sent, causal_reference, once=False)
@@ -150,8 +150,8 @@ async def test_a_fresh_log_filled_past_the_old_positions_before_the_next_fetch_l
     try:
         info = BrokerInfo(broker.bootstrap_servers, "tansu", transactions=False, min_session_timeout_ms=0)
         topics = await fresh_topics(info, partitions=2)
-        old = mixed_jobs(RACE_OLD, seed=54, model_name=causal_scorer.model_name, prefix="before")
-        new = mixed_jobs(RACE_NEW, seed=55, model_name=causal_scorer.model_name, prefix="after")
+        old = mixed_jobs(RACE_OLD, seed=54, model_name=causal_scorer.describe().model_name, prefix="before")
+        new = mixed_jobs(RACE_NEW, seed=55, model_name=causal_scorer.describe().model_name, prefix="after")
 
         def refill() -> None:
             """On a thread with its own loop, while the worker's loop is blocked."""
@@ -165,7 +165,7 @@ async def test_a_fresh_log_filled_past_the_old_positions_before_the_next_fetch_l
 
             asyncio.run(fill())
 
-        async with InProcessWorker(topics.settings(causal_model), causal_scorer) as worker:
+        async with InProcessWorker(topics.settings(causal_model), causal_scorer.engine) as worker:
             await produce(
                 info.bootstrap, [to_record(s, topics.requests, i % 2, True) for i, s in enumerate(old)]
             )

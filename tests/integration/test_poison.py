@@ -43,7 +43,7 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
         kafka,
         30,
         seed=3,
-        model_name=causal_scorer.model_name,
+        model_name=causal_scorer.describe().model_name,
         prefix="after",
         partitions=2,
         dead_letters=True,
@@ -103,7 +103,7 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
         record.partition = 0
     total = len(poison) + len(stream.sent)
 
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         await produce(kafka.bootstrap, [r for r, *_ in poison], max_request_size=12 << 20)
         await produce(kafka.bootstrap, stream.records)
         got = await stream.read_replies(total, timeout_s=60, settle_s=0.3)
@@ -120,8 +120,10 @@ async def test_poison_records_get_typed_errors_and_do_not_stop_the_worker(
     results = decode_replies(got)
     assert len(results) == total
     # provenance on every result (SPEC §8), also on those the worker answered without the engine
-    assert causal_scorer.revision.startswith("sha256:")
-    assert {(r.model_revision, r.dtype) for r in results} == {(causal_scorer.revision, "float32")}
+    assert causal_scorer.engine.served.revision.startswith("sha256:")
+    assert {(r.model_revision, r.dtype) for r in results} == {
+        (causal_scorer.engine.served.revision, "float32")
+    }
     by_id = {r.id: r for r in results}
     errors = [r for r in results if r.error is not None]
     assert len(errors) == len(poison)
@@ -179,7 +181,13 @@ async def test_records_that_used_to_be_fatal_get_typed_answers_between_valid_job
     kafka, causal_model, causal_scorer, causal_reference
 ) -> None:
     stream = await mixed_stream(
-        kafka, 16, seed=12, model_name=causal_scorer.model_name, prefix="mid", partitions=2, dead_letters=True
+        kafka,
+        16,
+        seed=12,
+        model_name=causal_scorer.describe().model_name,
+        prefix="mid",
+        partitions=2,
+        dead_letters=True,
     )
     requests = stream.requests
     deep = b"[" * 10_000 + b"]" * 10_000
@@ -217,7 +225,7 @@ async def test_records_that_used_to_be_fatal_get_typed_answers_between_valid_job
     total = len(mixed)
 
     settings = stream.settings(causal_model)
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         await produce(kafka.bootstrap, mixed, max_request_size=4 << 20)
         got = await stream.read_replies(total, timeout_s=60, settle_s=0.3)
         dead = await read_topic(
@@ -252,7 +260,7 @@ async def test_a_huge_record_on_one_partition_does_not_hold_up_small_jobs_on_ano
     """A 7 MiB text and a 7 MiB, 1,024-item job (each item short enough to be tokenized, so its prepare
     takes seconds) sit on partition 0; small jobs on partition 1 are answered while they are prepared."""
     stream = await mixed_stream(
-        kafka, 6, seed=5, model_name=causal_scorer.model_name, prefix="s", partitions=2
+        kafka, 6, seed=5, model_name=causal_scorer.describe().model_name, prefix="s", partitions=2
     )
     requests = stream.requests
     words = " ".join(["capital", "California", "rivers", "mountains", "fox"] * 1500)  # ~37 KB
@@ -263,7 +271,7 @@ async def test_a_huge_record_on_one_partition_does_not_hold_up_small_jobs_on_ano
     small = [dataclasses.replace(r, partition=1) for r in stream.records]
     warm = Out(requests, _job("warm"), b"warm", partition=1)
 
-    async with InProcessWorker(stream.settings(causal_model), causal_scorer) as worker:
+    async with InProcessWorker(stream.settings(causal_model), causal_scorer.engine) as worker:
         await produce(kafka.bootstrap, [warm])
         await stream.read_replies(1, timeout_s=30)
         await produce(
@@ -340,7 +348,7 @@ async def test_a_record_the_client_cannot_parse_is_answered_and_skipped_not_fata
     import sys
 
     stream = await mixed_stream(
-        kafka, 6, seed=21, model_name=causal_scorer.model_name, prefix="beside", partitions=2
+        kafka, 6, seed=21, model_name=causal_scorer.describe().model_name, prefix="beside", partitions=2
     )
     values = [_job(f"raw-{i}").decode() for i in range(5)]
     env = {**os.environ, "AIOKAFKA_NO_EXTENSIONS": "1"}
@@ -348,7 +356,7 @@ async def test_a_record_the_client_cannot_parse_is_answered_and_skipped_not_fata
     subprocess.run([sys.executable, "-c", _RAW_HEADER_PRODUCER, *args], env=env, check=True, timeout=60)
     for record in stream.records:
         record.partition = 1
-    async with InProcessWorker(stream.settings(causal_model), causal_scorer) as worker:
+    async with InProcessWorker(stream.settings(causal_model), causal_scorer.engine) as worker:
         await produce(kafka.bootstrap, stream.records)
         got = await stream.read_replies(5 + len(stream.records), timeout_s=60, settle_s=0.3)
         # The request topic cannot be read back by the test's own aiokafka reader either: the ends are

@@ -35,7 +35,7 @@ async def test_one_of_two_workers_leaves_without_losing_or_doubling_a_job(
         kafka,
         WAVES * PER_WAVE,
         seed=11,
-        model_name=causal_scorer.model_name,
+        model_name=causal_scorer.describe().model_name,
         prefix="rb",
         partitions=PARTITIONS,
     )
@@ -45,8 +45,8 @@ async def test_one_of_two_workers_leaves_without_losing_or_doubling_a_job(
         return stream.settings(causal_model, client_id=name, max_batch_tokens=256)
 
     second_scorer = Scorer(str(causal_model), dtype="float32", device="cpu")  # one device thread per worker
-    async with InProcessWorker(settings("worker-a"), causal_scorer) as a:
-        b = InProcessWorker(settings("worker-b"), second_scorer)
+    async with InProcessWorker(settings("worker-a"), causal_scorer.engine) as a:
+        b = InProcessWorker(settings("worker-b"), second_scorer.engine)
         await b.__aenter__()
         both = lambda: a.worker.consumer.assignment() and b.worker.consumer.assignment()  # noqa: E731
         await _wait(both, 30, "both workers to hold partitions")

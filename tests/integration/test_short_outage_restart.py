@@ -99,12 +99,12 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
     bootstrap = broker.bootstrap_servers
     info = BrokerInfo(bootstrap, "tansu", transactions=False, min_session_timeout_ms=0)
     settings = worker_settings(info, model, request_topics=[requests], reply_topic=replies, group_id=group)
-    jobs = endless_jobs(scorer.model_name, prefix=f"outage{run}", n=3_000)
+    jobs = endless_jobs(scorer.describe().model_name, prefix=f"outage{run}", n=3_000)
     by_key = {s.key: expected_id(s) for s in jobs}
     device = hold_device(monkeypatch, scorer)
     samples = CommitSamples(bootstrap, group, requests)
     feeding = Feeder(bootstrap, requests, PARTITIONS, jobs, every_s=0.01)
-    async with feeding as feeder, InProcessWorker(settings, scorer) as worker:
+    async with feeding as feeder, InProcessWorker(settings, scorer.engine) as worker:
         sampler = asyncio.create_task(samples.run())
         try:
             await asyncio.sleep(2.0)

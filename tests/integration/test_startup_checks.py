@@ -105,7 +105,7 @@ async def test_a_pattern_matching_nothing_turns_unready_until_a_topic_appears(
         causal_model, request_topic_pattern=f"{prefix}-.*", topic_grace_s=1.0, metrics_port=port
     )
     caplog.set_level(logging.INFO, logger="kafka_scorer.kafka.topic_watch")
-    async with InProcessWorker(settings, causal_scorer) as worker:
+    async with InProcessWorker(settings, causal_scorer.engine) as worker:
         await _wait_readyz(port, 503, timeout_s=30)
         assert worker.running, "an unmatched pattern must not stop the worker"
         watch = [r for r in caplog.records if r.name == "kafka_scorer.kafka.topic_watch"]

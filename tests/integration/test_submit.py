@@ -118,7 +118,7 @@ async def test_submit_file_to_file_every_result_checked_and_failure_reported(
     out_file = tmp_path / "results.jsonl"
     # The worker's own reply topic is another: the answers must follow the jobs' reply_topic header.
     settings = topics.settings(causal_model, reply_topic="unused-default")
-    async with InProcessWorker(settings, causal_scorer):
+    async with InProcessWorker(settings, causal_scorer.engine):
         rc, stdout, stderr, _ = await _submit(
             str(jobs_file), "-o", str(out_file), "--bootstrap-servers", kafka.bootstrap,
             "--request-topic", topics.requests, "--reply-topic", topics.replies, "--timeout", "60",
@@ -138,7 +138,7 @@ async def test_submit_msgpack_from_stdin_to_stdout_all_ok(
 ) -> None:
     topics = await fresh_topics(kafka, partitions=2)
     jobs = [j for j in _jobs() if j.get("id") != "bad-labels"]
-    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer.engine):
         rc, stdout, stderr, _ = await _submit(
             "--format", "msgpack", "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
             "--reply-topic", topics.replies, "--no-progress",
@@ -202,7 +202,7 @@ async def test_submit_skip_invalid_sends_the_valid_lines_and_names_the_bad_ones(
     lines += [msgspec.json.encode(good[1]), b"not json at all"]
     jobs_file = tmp_path / "jobs.jsonl"
     jobs_file.write_bytes(b"\n".join(lines) + b"\n")
-    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer.engine):
         rc, stdout, stderr, _ = await _submit(
             str(jobs_file), "--skip-invalid", "--bootstrap-servers", kafka.bootstrap,
             "--request-topic", topics.requests, "--reply-topic", topics.replies, "--no-progress",
@@ -225,7 +225,7 @@ async def test_submit_into_a_pipe_nobody_reads_ends_quietly(
     jobs_file.write_bytes(b"".join(msgspec.json.encode(j) + b"\n" for j in _jobs()[:4]))
     read_end, write_end = os.pipe()
     os.close(read_end)  # before the child starts: its first write meets a closed pipe
-    async with InProcessWorker(topics.settings(causal_model), causal_scorer):
+    async with InProcessWorker(topics.settings(causal_model), causal_scorer.engine):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "kafka_scorer", "submit", str(jobs_file), "--no-progress",
             "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
@@ -287,7 +287,7 @@ async def test_submit_flags_make_plain_text_jobs_a_reranking_run_and_print_it_re
     flag_instruction = "Given a question, retrieve passages that answer it"
     topics = await fresh_topics(kafka, partitions=1)
     scorer = Scorer(str(reranker), dtype="float32", device="cpu", template="qwen3-reranker")
-    async with InProcessWorker(topics.settings(reranker, template="qwen3-reranker"), scorer):
+    async with InProcessWorker(topics.settings(reranker, template="qwen3-reranker"), scorer.engine):
         rc, stdout, stderr, _ = await _submit(
             str(jobs_file), "--bootstrap-servers", kafka.bootstrap, "--request-topic", topics.requests,
             "--reply-topic", topics.replies, "--no-progress", "--top-n", "3", "--label-tokens", "yes,no",

@@ -46,25 +46,25 @@ class CountingEngine:
     tiny model's take milliseconds, less than the embedded broker's fetch round trip)."""
 
     def __init__(self, scorer: Any, forward_s: float = 0.0) -> None:
-        self.scorer = scorer
+        self.engine = scorer.engine
         self.forward_s = forward_s
         self.ran: list[str] = []
         self.first_live_read: int | None = None  # forwards run when the first live job was read
-        self.served = scorer.served
-        self.max_batch_tokens = scorer.max_batch_tokens
+        self.served = self.engine.served
+        self.max_batch_tokens = self.engine.max_batch_tokens
 
     def prepare(self, job: Job, job_id: str) -> Any:
         if job_id.startswith("live-") and self.first_live_read is None:
             self.first_live_read = len(self.ran)
-        return self.scorer.prepare(job, job_id)
+        return self.engine.prepare(job, job_id)
 
     def pack(self, jobs: Sequence[Any]) -> Any:
-        return self.scorer.pack(jobs)
+        return self.engine.pack(jobs)
 
     def run_packed(self, packed: Any) -> list[Result]:
         self.ran.extend(job.job_id for job in packed.jobs)
         started = time.monotonic()
-        results = self.scorer.run_packed(packed)
+        results = self.engine.run_packed(packed)
         time.sleep(max(0.0, self.forward_s - (time.monotonic() - started)))
         return results
 
@@ -155,7 +155,9 @@ async def test_high_priority_jobs_over_half_the_budget_overtake_a_bulk_backlog_o
         priority_starve_ms=0,
     )
     job = msgspec.json.decode(high[0], type=Job)
-    assert causal_scorer.prepare(job, job.id).num_tokens > settings.max_batch_tokens // 2, "precondition"
+    assert causal_scorer.engine.prepare(job, job.id).num_tokens > settings.max_batch_tokens // 2, (
+        "precondition"
+    )
     await produce(kafka.bootstrap, [Out(topic, value, key=b"k") for value in bulk + high])
     engine = CountingEngine(causal_scorer, forward_s=0.05)
     async with InProcessWorker(settings, engine) as worker:

@@ -152,7 +152,7 @@ async def test_worker_and_submit_score_through_the_listener(
     security = _security(mode, listener.material)
     topics = await _topics(listener, security)
     settings = topics.settings(causal_model, **security)
-    async with InProcessWorker(settings, causal_scorer):
+    async with InProcessWorker(settings, causal_scorer.engine):
         rc, stdout, stderr = await _submit(listener, topics, security)
     assert rc == 0, stderr
     assert f"{len(JOBS)} jobs: {len(JOBS)} ok" in stderr

@@ -77,8 +77,8 @@ async def _one_run(broker, run: int, model, scorer, reference, caplog) -> str:
         info, model, request_topics=[requests], reply_topic=replies, group_id=group, rebalance_grace_s=3.0
     )
     caplog.clear()
-    jobs = endless_jobs(scorer.model_name, prefix=f"late{run}", n=4_000)
-    async with InProcessWorker(settings, scorer) as worker:
+    jobs = endless_jobs(scorer.describe().model_name, prefix=f"late{run}", n=4_000)
+    async with InProcessWorker(settings, scorer.engine) as worker:
         async with Feeder(bootstrap, requests, PARTITIONS, jobs, every_s=0.02) as feeder:
             await asyncio.sleep(3.0)  # under load: jobs in flight, offsets committed
             killed_at = time.monotonic()

@@ -42,7 +42,7 @@ async def test_a_jobs_trace_reaches_its_result_through_the_workers_spans(
         Out(topics.requests, b"\x00 not a job", key=b"bad", headers=[("traceparent", TRACEPARENT.encode())]),
     ]
     worker = InProcessWorker(
-        topics.settings(causal_model), causal_scorer, Tracing(provider.get_tracer("test"))
+        topics.settings(causal_model), causal_scorer.engine, Tracing(provider.get_tracer("test"))
     )
     with caplog.at_level(logging.INFO, logger="kafka_scorer.worker"):
         async with worker:

@@ -57,7 +57,7 @@ async def test_the_worker_answers_image_rerank_jobs_from_the_client_and_submit(k
     client = ScoringClient(
         kafka.bootstrap, topics.requests, topics.replies, fetch_max_wait_ms=20, format="msgpack"
     )
-    async with InProcessWorker(topics.settings(path, template="qwen3-vl-reranker"), scorer), client:
+    async with InProcessWorker(topics.settings(path, template="qwen3-vl-reranker"), scorer.engine), client:
         reranked = await client.request(
             Job(id="from-client", query="which is red?", documents=["a blue sky", image_document], top_n=2)
         )

@@ -44,10 +44,10 @@ def test_cuda_graph_replays_are_read_from_a_real_engine(tiny_models):
     options = dict(attention_backend="flex", max_batch_tokens=512, cuda_graph_tokens=256, prefix_cache_mb=0)
     scorer = Scorer(str(tiny_models.get()), dtype="float32", device="cpu", **options)
     metrics = WorkerMetrics()
-    CUDA_GRAPHS.watch(metrics.registry, scorer)
+    CUDA_GRAPHS.watch(metrics.registry, scorer.engine)
     assert "cuda_graph" not in metrics.render().decode()  # nothing captured before the warm-up
-    scorer.warm_up()
-    before = scorer.graph_stats.replays
+    scorer.engine.warm_up()
+    before = scorer.describe().cuda_graphs.replays
     scorer.score_jobs([Job(query=[5, 6, 7], items=[[8, 9]], label_token_ids=[3])])
     text = metrics.render().decode()
     assert f"kafka_scorer_cuda_graph_replays_total {before + 1:.1f}" in text

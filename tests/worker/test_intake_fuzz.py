@@ -216,7 +216,7 @@ def _run(scorer: Scorer, record: Rec) -> tuple[Inbound | Rejected, PreparedJob |
             assert error.code in (ErrorCode.INVALID_REQUEST, ErrorCode.TOO_LONG), error
             assert decoded.dead_letter is None
         return decoded, None
-    prepared = scorer.prepare(decoded.job, decoded.job_id)
+    prepared = scorer.engine.prepare(decoded.job, decoded.job_id)
     if isinstance(prepared, Result):
         if prepared.error is not None:
             assert prepared.error.code in ENGINE_CODES, prepared.error
@@ -384,7 +384,7 @@ def test_chunked_jobs_are_scored_or_answered_with_a_typed_error(
         return
     if not isinstance(prepared, PreparedJob):
         return  # a typed error, checked by _run
-    (result,) = scorer.run_batch([prepared])
+    (result,) = scorer.engine.run_batch([prepared])
     if result.error is not None:
         assert result.error.code in ENGINE_CODES, result.error
         return
@@ -426,7 +426,7 @@ def test_rerank_shaped_jobs_are_answered_with_results_or_a_typed_error(
         event(f"prepare: {prepared.error.code.value if prepared.error else 'no documents'}")
         assert prepared.error is not None or (prepared.results == [] and prepared.ranking is None)
         return
-    (result,) = scorer.run_batch([prepared])
+    (result,) = scorer.engine.run_batch([prepared])
     if result.error is not None:
         assert result.error.code in ENGINE_CODES, result.error
         return

@@ -1,8 +1,8 @@
-"""What a model kind is to the engine: the one protocol `Scorer` holds, whatever the checkpoint.
+"""What a model kind is to the engine: the one protocol `ScoringEngine` holds, whatever the checkpoint.
 
 A kind prepares jobs its way (its preparer), builds the forwards of a planned batch and runs one of
 them into per-job score rows; everything else (validation of the seam, the token budget, the failure
-bisection, results, ranking, provenance) is `Scorer`'s and the same for every kind. The kinds are
+bisection, results, ranking, provenance) is `ScoringEngine`'s and the same for every kind. The kinds are
 chosen in one place (`choice.py`); adding one is a file implementing this protocol and one line there.
 """
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
     from kafka_scorer.engine.kinds.served import Served
     from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
-    from kafka_scorer.engine.load.scorer_view import ScorerView
+    from kafka_scorer.engine.load.start_up import StartUp
     from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
     from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
     from kafka_scorer.engine.run.runner import ModelRunner
@@ -29,7 +29,7 @@ Group = list[tuple[int, "PreparedJob"]]
 
 class Preparer(Protocol):
     """Job -> PreparedJob on the CPU; a job that needs no forward comes back as its Result, and bad
-    input raises `InputError` (`engine/prepare/prepared.py`), answered by the Scorer."""
+    input raises `InputError` (`engine/prepare/prepared.py`), answered by the engine."""
 
     @property
     def limits(self) -> InputLimits: ...
@@ -90,4 +90,7 @@ class Kind(Protocol):
         """The start-up line's fields: the common ones, as this kind overrides them."""
         ...
 
-    def warm_up(self, scorer: ScorerView) -> None: ...
+    def warm_up(self, parts: StartUp, backend: str) -> str:
+        """The start-up stage (`engine/load/warm_up.py`, or the kind's own) on the engine that starts
+        on `backend`; returns the backend it serves with, which the engine keeps."""
+        ...

@@ -19,7 +19,7 @@ from kafka_scorer.engine.late_interaction.forward import LateForward, build_late
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
 from kafka_scorer.engine.late_interaction.spec import LateModel
-from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
@@ -76,12 +76,13 @@ class LateInteractionKind:
         shown = backend if self.served.config.deterministic else "cascade"
         return {**common, "attention_backend": shown, "embedding_cache_mb": mb}
 
-    def warm_up(self, scorer: ScorerView) -> None:
+    def warm_up(self, parts: StartUp, backend: str) -> str:
         from kafka_scorer.engine.load.warm_up import warm_up
 
-        warm_up(scorer)
+        chosen = warm_up(parts, backend)
         if self.embeddings is not None:
             self.embeddings.clear()  # the warm-up's documents are no traffic's
+        return chosen
 
 
 def same_rows_for_equal_documents(job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:

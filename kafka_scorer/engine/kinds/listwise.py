@@ -22,7 +22,7 @@ from kafka_scorer.engine.listwise.checkpoint import ListwiseModel, load_listwise
 from kafka_scorer.engine.listwise.forward import ListwiseForward, build_listwise_forward, run_listwise_forward
 from kafka_scorer.engine.listwise.fusion import fused_scores, own_scores
 from kafka_scorer.engine.listwise.preparer import ListwiseJob, ListwisePreparer
-from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
@@ -89,9 +89,10 @@ class ListwiseKind:
     def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
         return {**common, "attention_backend": "transformers", "kind": "listwise"}
 
-    def warm_up(self, scorer: ScorerView) -> None:
+    def warm_up(self, parts: StartUp, backend: str) -> str:
         """One two-document job through the whole path, so a broken checkpoint stops the worker at start."""
         job = Job(id="warm-up", query="warm-up", items=["first document", "second document"])
-        for result in scorer.score_jobs([job]):
+        for result in parts.score_jobs([job], backend):
             if not result.ok:
                 raise RuntimeError(f"listwise warm-up failed: {result.error}")
+        return backend

@@ -3,7 +3,7 @@
 The pair limit is the model's positions unless the operator set a smaller one; the token budget the
 device's default unless set; the attention backend the device's choice unless named, or deterministic
 mode's (which also decides whether the prefix cache can stay exact); the template read once. A kind
-takes what applies to it (`kind.py`); the Scorer reads the same record for what it reports.
+takes what applies to it (`kind.py`); the engine reads the same record for what it reports.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Served:
     limits: InputLimits
     template: PromptTemplate | None
     attention_backend: str
-    """The backend forwards start with; the warm-up may change the Scorer's copy (its fallbacks)."""
+    """The backend forwards start with; the engine keeps the one the warm-up returns (its fallbacks)."""
     auto_backend: bool
     """Whether the engine chose the backend (and the warm-up may change it)."""
     max_batch_tokens: int

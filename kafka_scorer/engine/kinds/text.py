@@ -13,7 +13,7 @@ from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
 from kafka_scorer.engine.kinds.kind import Group, PieceScores
 from kafka_scorer.engine.kinds.served import Served
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
-from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
 from kafka_scorer.engine.prepare.inputs import JobPreparer
@@ -108,7 +108,7 @@ class TextKind:
     def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
         return common
 
-    def warm_up(self, scorer: ScorerView) -> None:
+    def warm_up(self, parts: StartUp, backend: str) -> str:
         from kafka_scorer.engine.load.warm_up import warm_up
 
-        warm_up(scorer)
+        return warm_up(parts, backend)

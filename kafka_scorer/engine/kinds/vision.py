@@ -16,7 +16,7 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kinds.kind import Group, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
-from kafka_scorer.engine.load.scorer_view import ScorerView
+from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
@@ -79,13 +79,14 @@ class VisionKind:
         described = {**common, "attention_backend": "transformers", "kind": "vision-language"}
         return {**described, "embedding_cache_mb": mb}
 
-    def warm_up(self, scorer: ScorerView) -> None:
+    def warm_up(self, parts: StartUp, backend: str) -> str:
         """One text pair and one image pair through the whole path, so a broken checkpoint or image
         processor stops the worker at start, not at its first job."""
         from kafka_scorer.engine.vision.warm_up import warm_up_jobs
 
-        for result in scorer.score_jobs(warm_up_jobs(self.served.template is not None)):
+        for result in parts.score_jobs(warm_up_jobs(self.served.template is not None), backend):
             if not result.ok:
                 raise RuntimeError(f"vision warm-up failed: {result.error}")
         if self.embeddings is not None:
             self.embeddings.clear()  # the warm-up's image is no traffic's
+        return backend

@@ -57,7 +57,7 @@ def content_key(ids: list[int]) -> bytes:
 
 
 class LatePreparer:
-    """What `Scorer` asks of a preparer (`prepare`, `template_for`, `limits`) for this kind."""
+    """What the engine asks of a preparer (`prepare`, `template_for`, `limits`) for this kind."""
 
     def __init__(self, model: LateModel, limits: InputLimits) -> None:
         self.model = model
@@ -69,7 +69,7 @@ class LatePreparer:
 
     def prepare(self, job: Job, job_id: str) -> LateJob | Result:
         """A job that needs no forward (no items) comes back as its Result; bad input raises
-        `InputError`, which the Scorer answers as the job's error result (the same for every kind)."""
+        `InputError`, which the engine answers as the job's error result (the same for every kind)."""
         job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         warnings = rank_fields_warnings(job)

@@ -49,7 +49,7 @@ class ListwiseJob(PreparedJob):
 
 
 class ListwisePreparer:
-    """What `Scorer` asks of a preparer (`prepare`, `template_for`, `limits`) for this kind."""
+    """What the engine asks of a preparer (`prepare`, `template_for`, `limits`) for this kind."""
 
     def __init__(self, model: ListwiseModel, limits: InputLimits) -> None:
         self.model = model

@@ -1,2 +1,3 @@
 """The load stage: a checkpoint read once into a `LoadedModel` (family, head, layers, revision),
-which Scorer class serves it, deterministic mode's layers, the warm-up before ready."""
+deterministic mode's layers, and start-up (`start_up.py`): the warm-up before ready, its fallbacks and
+the description, which take narrow capabilities and return what they chose."""

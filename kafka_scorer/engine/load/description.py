@@ -1,42 +1,54 @@
-"""What a Scorer serves and how, as plain strings: the worker's start-up line and its info metric."""
+"""What an engine serves and how, as plain strings: the worker's start-up line and its info metric."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-    from kafka_scorer.engine.load.scorer_view import ScorerView
+    from kafka_scorer.engine.load.start_up import StartUp
 
 
-def describe(scorer: ScorerView) -> dict[str, str]:
-    prefixes = scorer.prefix_cache_capacity_mb
-    graphs = scorer.graphs
+@dataclass(frozen=True)
+class Settled:
+    """What the engine settled at load (beside what the start-up stage reads of it), for the line."""
+
+    dtype: str
+    deterministic: bool
+    revision: str
+    template: str
+    """The template's name, or "" for none."""
+    prefix_cache_mb: float
+
+
+def describe(parts: StartUp, backend: str, settled: Settled) -> dict[str, str]:
+    loaded, graphs = parts.loaded, parts.graphs
     return {
-        "model": scorer.model_name,
-        "kind": scorer.kind.value,
-        "device": str(scorer.loaded.device),
-        "dtype": scorer.dtype_name,
-        "dtype_reason": scorer.loaded.dtype_reason,
-        "attention_backend": scorer.attention_backend,
-        "deterministic": str(scorer.deterministic).lower(),
-        "decoder_forward": _decoder_forward(scorer),
-        "label_kernels": scorer.runner.label_kernels,
-        "max_batch_tokens": str(scorer.max_batch_tokens),
-        "max_pair_tokens": str(scorer.limits.max_pair_tokens),
-        "revision": scorer.revision,
-        "template": scorer.template.name if scorer.template else "",
-        "prefix_cache_mb": f"{prefixes:g}",
+        "model": loaded.name,
+        "kind": loaded.kind.value,
+        "device": str(loaded.device),
+        "dtype": settled.dtype,
+        "dtype_reason": loaded.dtype_reason,
+        "attention_backend": backend,
+        "deterministic": str(settled.deterministic).lower(),
+        "decoder_forward": _decoder_forward(parts),
+        "label_kernels": parts.runner.label_kernels,
+        "max_batch_tokens": str(parts.max_batch_tokens),
+        "max_pair_tokens": str(parts.limits.max_pair_tokens),
+        "revision": settled.revision,
+        "template": settled.template,
+        "prefix_cache_mb": f"{settled.prefix_cache_mb:g}",
         "cuda_graphs": _graphs(graphs) if graphs is not None and graphs.ready else "off",
     }
 
 
-def _decoder_forward(scorer: ScorerView) -> str:
+def _decoder_forward(parts: StartUp) -> str:
     """fused-compiled, fused-eager (as asked, or after the warm-up found compiling broken), or the
     checkpoint's own body class (transformers' layers, an encoder)."""
     from kafka_scorer.engine.models.decoder import FusedDecoder
 
-    body = scorer.loaded.body
+    body = parts.loaded.body
     if isinstance(body, FusedDecoder):
         return "fused-compiled" if body.regions.compiled else "fused-eager"
     return type(body).__name__

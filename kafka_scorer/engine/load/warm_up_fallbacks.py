@@ -29,13 +29,21 @@ from kafka_scorer.engine.models.decoder import FusedDecoder
 from kafka_scorer.engine.models.decoder_layer import Regions
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.load.scorer_view import ScorerView
+    from kafka_scorer.engine.load.start_up import StartUp
 
 log = logging.getLogger(__name__)
 
 FALLBACKS = {"flex": "cascade", SPANS_BACKEND: BACKEND}
 """A backend chosen automatically that fails the warm-up -> the portable one that serves instead: for
 FlexAttention the cascade, for deterministic mode's span kernel on CUDA the tiles (both exact)."""
+
+
+@dataclass
+class Chosen:
+    """The attention backend the warm-up serves with so far: the stage's own record, which a fallback
+    changes and the stage returns (the engine keeps what it returns)."""
+
+    backend: str
 
 
 @dataclass(frozen=True)
@@ -48,21 +56,21 @@ class Fallback:
     """What changed, with a `%s` for the failure that made it: the one line the operator reads."""
 
 
-def fallbacks(scorer: ScorerView) -> list[Fallback]:
-    """The fallbacks that apply to `scorer` as it is now: its compiled regions, its automatic attention
+def fallbacks(parts: StartUp, chosen: Chosen) -> list[Fallback]:
+    """The fallbacks that apply to the engine as it is now: its compiled regions, its automatic attention
     backend, its Triton label kernels."""
-    found = (_eager_regions(scorer), _portable_attention(scorer), torch_label_scores(scorer))
+    found = (_eager_regions(parts), _portable_attention(parts, chosen), torch_label_scores(parts))
     return [f for f in found if f is not None]
 
 
-def recover(scorer: ScorerView, failed: str, failure: Callable[[], str | None]) -> str | None:
+def recover(parts: StartUp, chosen: Chosen, failed: str, failure: Callable[[], str | None]) -> str | None:
     """After the warm-up failed with `failed`: the fallbacks one at a time, then two at a time, then all,
     until `failure()` (the warm-up's batches again) passes. Returns None once a set serves, else the last
     failure, with every fallback left applied (the most portable setup, as the caller serves anyway).
 
     Each fallback's line quotes the failure it removed: the one the same set without it still had (a
     smaller set, so tried before), not the first failure, which may have been another part's."""
-    options = fallbacks(scorer)
+    options = fallbacks(parts, chosen)
     sizes = range(1, len(options) + 1)
     trials = [frozenset(chosen) for size in sizes for chosen in itertools.combinations(options, size)]
     seen: dict[frozenset[Fallback], str | None] = {frozenset(): failed}
@@ -80,8 +88,8 @@ def recover(scorer: ScorerView, failed: str, failure: Callable[[], str | None]) 
     return failed
 
 
-def _eager_regions(scorer: ScorerView) -> Fallback | None:
-    body = scorer.loaded.body
+def _eager_regions(parts: StartUp) -> Fallback | None:
+    body = parts.loaded.body
     if not isinstance(body, FusedDecoder) or not body.regions.compiled:
         return None
     compiled = body.regions
@@ -101,26 +109,26 @@ def _eager_regions(scorer: ScorerView) -> Fallback | None:
     )
 
 
-def _portable_attention(scorer: ScorerView) -> Fallback | None:
-    chosen = scorer.attention_backend
-    portable = FALLBACKS.get(chosen)
-    if not scorer.auto_backend or portable is None:
+def _portable_attention(parts: StartUp, chosen: Chosen) -> Fallback | None:
+    automatic = chosen.backend
+    portable = FALLBACKS.get(automatic)
+    if not parts.auto_backend or portable is None:
         return None
 
     def apply() -> None:
-        scorer.attention_backend = portable
+        chosen.backend = portable
 
     def undo() -> None:
-        scorer.attention_backend = chosen
+        chosen.backend = automatic
 
-    line = f"attention backend {chosen!r} failed at the model's shapes (%s); using {portable!r}"
+    line = f"attention backend {automatic!r} failed at the model's shapes (%s); using {portable!r}"
     return Fallback(apply, undo, line)
 
 
-def torch_label_scores(scorer: ScorerView) -> Fallback | None:
+def torch_label_scores(parts: StartUp) -> Fallback | None:
     """The Triton label kernels -> torch's chunked log-sum-exp (None where they are not served): also the
     warm-up's answer when tuning them fails (`warm_up._ready_label_kernels`)."""
-    runner = scorer.runner
+    runner = parts.runner
     if runner.label_kernels != "triton":
         return None
     chosen = runner.label_backend

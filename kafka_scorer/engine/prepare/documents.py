@@ -46,8 +46,8 @@ def is_rerank(job: Job) -> bool:
 def item_list(job: Job) -> list[str | list[int]]:
     """The items of a job `as_items` returned; `InputError` (`invalid_request`) for a job with none.
 
-    Texts or token ids: a job with content parts never reaches a text kind's preparer (`Scorer.prepare`
-    answers it `unsupported`), and the vision kind reads its items as they are."""
+    Texts or token ids: a job with content parts never reaches a text kind's preparer (the engine's
+    `prepare` answers it `unsupported`), and the vision kind reads its items as they are."""
     if job.items is msgspec.UNSET:
         raise InputError(ErrorCode.INVALID_REQUEST, "items: missing; send `items` or `documents`")
     return cast("list[str | list[int]]", job.items)

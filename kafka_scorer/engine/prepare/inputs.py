@@ -77,7 +77,7 @@ class JobPreparer(ItemWindows):
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """A job that needs no forward (no items) comes back as its Result; bad input raises
-        `InputError`, which the Scorer answers as the job's error result (the same for every kind)."""
+        `InputError`, which the engine answers as the job's error result (the same for every kind)."""
         model = self.model
         job = first_checks(job, model.name, self.limits)
         fields = self.fields

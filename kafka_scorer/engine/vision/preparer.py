@@ -53,7 +53,7 @@ class VisionPreparer:
 
     def prepare(self, job: Job, job_id: str) -> VisionJob | Result:
         """A job that needs no forward (no items) comes back as its Result; bad input raises
-        `InputError`, which the Scorer answers as the job's error result (the same for every kind)."""
+        `InputError`, which the engine answers as the job's error result (the same for every kind)."""
         job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         items = item_list(job)

@@ -63,7 +63,7 @@ def score_deterministic(model: str, jobs: list[dict], mate: dict) -> dict:
         "alone": [r.scores for r in alone],
         "batched": [by_id[job["id"]].scores for job in jobs],
         "errors": [r.error for r in alone + batched],
-        "backend": scorer.attention_backend,
+        "backend": scorer.describe().attention_backend,
         "launched": launched[0],
     }
 

@@ -17,7 +17,6 @@ import torch
 
 def main(in_path: str, out_path: str) -> None:
     import kafka_scorer.engine.kernels.label_scores_triton as kernels
-    from kafka_scorer.engine.load.warm_up import warm_up
     from kafka_scorer.engine.scorer import Scorer
     from kafka_scorer.wire.protocol import Job
 
@@ -41,14 +40,17 @@ def main(in_path: str, out_path: str) -> None:
         scorer = Scorer(
             case["path"], dtype="float32", device="cpu", max_batch_tokens=64, max_labels_per_job=4
         )
-        scorer.runner.label_backend = "triton"
+        scorer.describe().runner.label_backend = "triton"
         return scorer
 
     scorer = serve()
-    warm_up(scorer)
+    scorer.engine.warm_up()
     job = Job(id="j", query=case["query"], items=case["items"], label_token_ids=case["labels"])
     result = scorer.score_jobs([job])[0]
-    saw = {"launches": {k: list(v) for k, v in launches.items()}, "backend": scorer.runner.label_kernels}
+    saw = {
+        "launches": {k: list(v) for k, v in launches.items()},
+        "backend": scorer.describe().runner.label_kernels,
+    }
 
     def broken(hidden, w, b, ids):  # the warm-up's batches (one label) pass; a wider tile fails
         if ids.shape[1] >= 4:
@@ -58,13 +60,13 @@ def main(in_path: str, out_path: str) -> None:
     kernels.label_dots = broken
     failing = serve()
     del records[:]
-    warm_up(failing)
+    failing.engine.warm_up()
     torch.save(
         {
             **saw,
             "scores": result.scores,
             "error": None if result.error is None else str(result.error),
-            "failed_backend": failing.runner.label_kernels,
+            "failed_backend": failing.describe().runner.label_kernels,
             "failed_lines": list(records),
         },
         out_path,

@@ -18,17 +18,17 @@ def scores(result) -> list[float]:
 
 def test_second_query_over_the_same_documents_reads_the_cache(colbert_scorer):
     cached = colbert_scorer(embedding_cache_mb=4)
-    cached.clear_embedding_cache()
+    cached.describe().strategy.embeddings.clear()
     plain = colbert_scorer()
     first = cached.score(QUERIES[0], PASSAGES[:6])
     second = cached.score(QUERIES[1], PASSAGES[:6])
     assert first.cached_tokens == 0
-    doc_tokens = first.prompt_tokens - cached.loaded.late.settings.query_length
+    doc_tokens = first.prompt_tokens - cached.describe().loaded.late.settings.query_length
     assert second.cached_tokens == doc_tokens
-    assert second.prompt_tokens == cached.loaded.late.settings.query_length
+    assert second.prompt_tokens == cached.describe().loaded.late.settings.query_length
     assert scores(second) == pytest.approx(scores(plain.score(QUERIES[1], PASSAGES[:6])), abs=1e-5)
     assert scores(first) == pytest.approx(scores(plain.score(QUERIES[0], PASSAGES[:6])), abs=1e-5)
-    stats = cached.embedding_cache_stats
+    stats = cached.describe().embedding_cache
     assert stats.hits == 6 and stats.entries == 6
 
 
@@ -36,10 +36,12 @@ def test_a_document_twice_in_one_batch_is_encoded_once(colbert_scorer):
     from kafka_scorer.engine.late_interaction.forward import build_late_forward
 
     scorer = colbert_scorer()
-    jobs = [scorer.prepare(Job(query=q, items=PASSAGES[:3]), str(i)) for i, q in enumerate(QUERIES[:3])]
-    forward = build_late_forward(list(enumerate(jobs)), scorer.loaded, None)
+    jobs = [
+        scorer.engine.prepare(Job(query=q, items=PASSAGES[:3]), str(i)) for i, q in enumerate(QUERIES[:3])
+    ]
+    forward = build_late_forward(list(enumerate(jobs)), scorer.describe().loaded, None)
     assert len(forward.fills) == 3
-    results = scorer.run_batch(jobs)
+    results = scorer.engine.run_batch(jobs)
     for query, result in zip(QUERIES[:3], results):
         assert scores(result) == pytest.approx(scores(scorer.score(query, PASSAGES[:3])), abs=1e-5)
 

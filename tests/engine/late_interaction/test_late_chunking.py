@@ -19,7 +19,7 @@ WINDOW, OVERLAP = 10, 3
 
 @pytest.fixture(scope="module")
 def words(colbert_scorer) -> list[str]:
-    vocab = colbert_scorer().loaded.tokenizer.get_vocab()
+    vocab = colbert_scorer().describe().loaded.tokenizer.get_vocab()
     return sorted(w for w in vocab if w.isalpha() and w.islower() and len(w) > 2)
 
 
@@ -44,7 +44,7 @@ def test_windows_score_as_documents_of_their_own(colbert_scorer, reference_encod
     short = " ".join(rng.choice(words) for _ in range(6))
     long = " ".join(rng.choice(words) for _ in range(31))
     query = " ".join(rng.choice(words) for _ in range(5))
-    tokenizer = colbert_scorer().loaded.tokenizer
+    tokenizer = colbert_scorer().describe().loaded.tokenizer
     assert len(tokenizer(long, add_special_tokens=False)["input_ids"]) == 31  # one token per word
     chunking = Chunking(window=WINDOW, overlap=OVERLAP, aggregate=aggregate)
     result = colbert_scorer().score(query, [short, long], chunking=chunking)

@@ -37,7 +37,7 @@ def test_mixed_and_out_of_vocabulary_inputs_are_invalid(colbert_scorer):
     scorer = colbert_scorer()
     mixed = scorer.score_jobs([Job(query="q", items=["a", [1, 2]])])[0]
     assert mixed.error.code == ErrorCode.INVALID_REQUEST
-    vocab = scorer.loaded.input_vocab_size
+    vocab = scorer.describe().loaded.input_vocab_size
     bad = scorer.score([1, 2], [[3], [vocab + 5]])
     assert bad.error.code == ErrorCode.INVALID_REQUEST and bad.error.item == 1
     assert scorer.score("q", ["d"], rank_by=1).error.code == ErrorCode.INVALID_REQUEST
@@ -68,12 +68,12 @@ _ids = st.lists(st.integers(min_value=-5, max_value=600), max_size=60)
 )
 def test_any_job_is_prepared_or_answered_with_a_typed_error(colbert_scorer, query, items, **fields):
     scorer = colbert_scorer()
-    prepared = scorer.prepare(Job(query=query, items=items, **fields), "fuzz")
+    prepared = scorer.engine.prepare(Job(query=query, items=items, **fields), "fuzz")
     if isinstance(prepared, Result):
         assert prepared.error is None or isinstance(prepared.error.code, ErrorCode)
         return
     assert isinstance(prepared, LateJob)
-    [result] = scorer.run_batch([prepared])
+    [result] = scorer.engine.run_batch([prepared])
     assert result.error is None and len(result.scores) == len(items)
     assert all(len(row) == 1 and row[0] == row[0] for row in result.scores)  # one finite column
 
@@ -149,7 +149,7 @@ def test_the_revision_covers_the_projection(tiny_colbert, tmp_path):
 
     path = tmp_path / "colbert"
     shutil.copytree(tiny_colbert(), path)
-    before = Scorer(str(path), device="cpu", dtype="float32").revision
+    before = Scorer(str(path), device="cpu", dtype="float32").engine.served.revision
     weights = load_file(str(path / "1_Dense" / "model.safetensors"))
     save_file({k: v * 2 for k, v in weights.items()}, str(path / "1_Dense" / "model.safetensors"))
-    assert Scorer(str(path), device="cpu", dtype="float32").revision != before
+    assert Scorer(str(path), device="cpu", dtype="float32").engine.served.revision != before

@@ -48,7 +48,7 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
 )
 def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint, deterministic):
     scorer = colbert_scorer(checkpoint, deterministic=deterministic)
-    assert isinstance(scorer.strategy, LateInteractionKind)
+    assert isinstance(scorer.describe().strategy, LateInteractionKind)
     encoder = reference_encoder(**checkpoint)
     for query in QUERIES[:2]:
         result = scorer.score(query, PASSAGES)
@@ -88,7 +88,7 @@ def test_a_batch_of_jobs_scores_as_each_job_alone(colbert_scorer):
 
 def test_token_id_jobs_get_the_same_markers_as_text(colbert_scorer):
     scorer = colbert_scorer()
-    tokenizer = scorer.loaded.tokenizer
+    tokenizer = scorer.describe().loaded.tokenizer
 
     def ids(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])

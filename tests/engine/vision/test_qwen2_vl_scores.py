@@ -28,7 +28,9 @@ def qwen2(request, tmp_path_factory):
 def test_the_checkpoint_is_served_by_the_vision_kind(qwen2) -> None:
     scorer, reference, _ = qwen2
     assert reference.model.config.model_type in ("qwen2_vl", "qwen2_5_vl")
-    assert scorer.reads_images and type(scorer.loaded.body) is type(reference.model.model)
+    assert scorer.describe().strategy.reads_images and type(scorer.describe().loaded.body) is type(
+        reference.model.model
+    )
 
 
 @pytest.mark.parametrize("name", list(JOBS))

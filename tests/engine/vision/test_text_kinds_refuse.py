@@ -26,7 +26,7 @@ def _assert_refused_beside_a_text_job(scorer, text_job: Job) -> None:
     for result in results[:-1]:
         assert result.error is not None and result.error.code is ErrorCode.UNSUPPORTED, result
         assert "vision-language" in result.error.message
-        assert result.model == scorer.model_name
+        assert result.model == scorer.describe().model_name
     assert results[-1].ok and results[-1].scores
 
 

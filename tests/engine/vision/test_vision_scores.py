@@ -170,16 +170,16 @@ def test_an_image_seen_again_reuses_its_vision_features(vision_scorer, reference
     scorer = vision_scorer(template="qwen3-vl-reranker", embedding_cache_mb=8)
     first = Job(id="first", query="red?", items=[content(RED), content("caption", BLUE)])
     second = Job(id="second", query="blue?", items=[content(BLUE), content(RED, WIDE)])
-    before = scorer.embedding_cache_stats
+    before = scorer.describe().embedding_cache
     scorer.score_jobs([first])
-    middle = scorer.embedding_cache_stats
+    middle = scorer.describe().embedding_cache
     [result] = scorer.score_jobs([second])
-    after = scorer.embedding_cache_stats
+    after = scorer.describe().embedding_cache
     assert before is not None and middle is not None and after is not None
     assert (middle.misses - before.misses, middle.hits - before.hits) == (2, 0)
     assert (after.hits - middle.hits, after.misses - middle.misses) == (2, 1)  # RED and BLUE; WIDE is new
     assert_close(result.scores, expected(reference, second, labels))
-    assert scorer.stats().embedding_cache is not None
+    assert scorer.engine.stats().embedding_cache is not None
 
 
 def test_pooled_states_and_item_first_without_a_template(vision_scorer, reference, labels) -> None:

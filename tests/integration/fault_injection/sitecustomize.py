@@ -53,11 +53,11 @@ if os.environ.get("SCORER_TEST_HANG_IN_COMMIT_AFTER"):
 
 if os.environ.get("SCORER_TEST_DEVICE_FAULT_AFTER"):
     from kafka_scorer.engine.run import runner
-    from kafka_scorer.engine.scorer import Scorer
+    from kafka_scorer.engine.scoring_engine import ScoringEngine
 
     _forwards_left = int(os.environ["SCORER_TEST_DEVICE_FAULT_AFTER"])
     _forward = runner.ModelRunner.forward
-    _warm_up = Scorer.warm_up
+    _warm_up = ScoringEngine.warm_up
     _armed = []
 
     def _warm_up_then_arm(self):  # type: ignore[no-untyped-def]
@@ -78,4 +78,4 @@ if os.environ.get("SCORER_TEST_DEVICE_FAULT_AFTER"):
         return _forward(self, batch)
 
     runner.ModelRunner.forward = _forward_or_fault
-    Scorer.warm_up = _warm_up_then_arm
+    ScoringEngine.warm_up = _warm_up_then_arm
