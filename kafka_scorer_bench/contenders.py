@@ -121,6 +121,24 @@ class BaselineContender(Contender):
         return done
 
 
+class OneJobAtATime(Contender):
+    """A library's own call per job, as its users write it: jobs in submission order, one per step."""
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[int, Job]] = deque()
+
+    def submit(self, index: int, job: Job) -> None:
+        self.queue.append((index, job))
+
+    def step(self) -> list[Answer]:
+        index, job = self.queue.popleft()
+        return [(index, self.score(job), None)]
+
+    def score(self, job: Job) -> Scores:
+        """One row of scores per item of `job`."""
+        raise NotImplementedError
+
+
 def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: RunProbe) -> RunRecord:
     """The closed-loop client: `window` jobs outstanding, the next submitted as soon as one is answered."""
     n = len(jobs)

@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.wire.protocol import Job
-from kafka_scorer_bench.contenders import Contender, EngineContender, drive, warmup_jobs
-from kafka_scorer_bench.probes import RunProbe, fastest_call
+from kafka_scorer_bench.contenders import Contender, EngineContender, OneJobAtATime, drive, warmup_jobs
+from kafka_scorer_bench.matmul_peak import gemm_rate
+from kafka_scorer_bench.probes import RunProbe
 from kafka_scorer_bench.records import RunRecord, repeated
 from kafka_scorer_bench.summary import max_abs_diff
 
@@ -84,45 +85,38 @@ def build_cross_encoder_jobs(
     return jobs
 
 
-class CrossEncoderContender(Contender):
-    """sentence-transformers' `CrossEncoder.predict`, default batch size, raw logits; one job per step."""
+class CrossEncoderContender(OneJobAtATime):
+    """sentence-transformers' `CrossEncoder.predict`, default batch size, raw logits."""
 
     def __init__(self, cross_encoder) -> None:
+        super().__init__()
         self.cross_encoder = cross_encoder
-        self.queue: list[tuple[int, Job]] = []
 
-    def submit(self, index: int, job: Job) -> None:
-        self.queue.append((index, job))
-
-    def step(self):
-        index, job = self.queue.pop(0)
+    def score(self, job: Job) -> list[list[float]]:
         pairs = [(job.query, item) for item in job.items]
-        scores = self.cross_encoder.predict(pairs, batch_size=CROSS_ENCODER_BATCH, show_progress_bar=False)
-        rows = torch.as_tensor(scores).reshape(len(pairs), -1).tolist()
-        return [(index, rows, None)]
+        scores = self.cross_encoder.predict(
+            pairs, batch_size=CROSS_ENCODER_BATCH, show_progress_bar=False, convert_to_tensor=True
+        )
+        return scores.float().reshape(len(pairs), -1).tolist()
 
 
-class PaddedContender(Contender):
+class PaddedContender(OneJobAtATime):
     """Plain transformers: the job's pairs in batches of 32, each padded to its longest pair."""
 
     def __init__(self, model, tokenizer) -> None:
+        super().__init__()
         self.model = model
         self.tokenizer = tokenizer
-        self.queue: list[tuple[int, Job]] = []
-
-    def submit(self, index: int, job: Job) -> None:
-        self.queue.append((index, job))
 
     @torch.inference_mode()
-    def step(self):
-        index, job = self.queue.pop(0)
+    def score(self, job: Job) -> list[list[float]]:
         rows: list[list[float]] = []
         for start in range(0, len(job.items), CROSS_ENCODER_BATCH):
             items = job.items[start : start + CROSS_ENCODER_BATCH]
             encoded = self.tokenizer([job.query] * len(items), items, padding=True, return_tensors="pt")
             self.forward_tokens += int(encoded["input_ids"].numel())
             rows.extend(self.model(**encoded).logits.float().tolist())
-        return [(index, rows, None)]
+        return rows
 
 
 def run_cross_encoder_bench(
@@ -190,7 +184,9 @@ def run_cross_encoder_bench(
         * (4 * config.hidden_size**2 + 2 * config.hidden_size * config.intermediate_size)
     )
     attention = sum(4 * config.num_hidden_layers * config.hidden_size * n * n for job in lengths for n in job)
-    floor_s = (dense * pair_tokens + attention) / _matmul_peak(config.hidden_size, config.intermediate_size)
+    floor_s = (dense * pair_tokens + attention) / gemm_rate(
+        (4096, config.hidden_size, config.intermediate_size), torch.device("cpu"), torch.float32, 5, warm=0
+    )
     reference = runs["cross-encoder"].scores
     contenders = {
         key: {
@@ -228,13 +224,6 @@ def run_cross_encoder_bench(
             c["errors"] == 0 and c["max_abs_diff_vs_cross_encoder"] <= 1e-4 for c in contenders.values()
         ),
     }
-
-
-def _matmul_peak(hidden: int, intermediate: int, rows: int = 4096, repeats: int = 5) -> float:
-    """Best FLOP/s of `[rows, hidden] @ [hidden, intermediate]` in float32 on the CPU."""
-    a, b = torch.randn(rows, hidden), torch.randn(hidden, intermediate)
-    best, _ = fastest_call(lambda: torch.mm(a, b), torch.device("cpu"), repeats, warm=0)
-    return 2 * rows * hidden * intermediate / best
 
 
 def _length_sorted_padding(lengths: list[int], batch: int = CROSS_ENCODER_BATCH) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.contenders import OneJobAtATime
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,24 @@ def build_late_jobs(
         for q in range(shape.cache_queries)
     ]
     return distinct, repeated
+
+
+def reference_scores(reference, job: Job) -> list[float]:
+    """The library's own way: `encode_query`, `encode_document` at its default batch size, MaxSim."""
+    query = reference.encode_query([job.query])
+    docs = reference.encode_document(list(job.items))
+    return reference.similarity(query, docs)[0].float().tolist()
+
+
+class MultiVectorContender(OneJobAtATime):
+    """`MultiVectorEncoder` (`reference_scores`) as a contender `drive` can time."""
+
+    def __init__(self, reference) -> None:
+        super().__init__()
+        self.reference = reference
+
+    def score(self, job: Job) -> list[list[float]]:
+        return [[score] for score in reference_scores(self.reference, job)]
 
 
 def _best(run: Callable[[], list[list[float]]], repeats: int) -> tuple[float, float, list[list[float]]]:
@@ -114,9 +133,7 @@ def run_late_interaction_bench(
     )
 
     def by_reference(job: Job) -> list[float]:
-        query = reference.encode_query([job.query])
-        docs = reference.encode_document(list(job.items))
-        return reference.similarity(query, docs)[0].tolist()
+        return reference_scores(reference, job)
 
     def by_engine(scorer, job: Job) -> list[float]:
         result = scorer.score_jobs([job])[0]
