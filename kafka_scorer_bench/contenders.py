@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 from kafka_scorer.wire.protocol import Job, Result
 from kafka_scorer_bench.baseline import BaselineScorer
 from kafka_scorer_bench.probes import RunProbe
-from kafka_scorer_bench.records import RunLog, RunRecord, Scores, error_text
+from kafka_scorer_bench.records import RunLog, RunRecord, Scores, error_text, repeated
 from kafka_scorer_bench.workloads import Workload
 
 Answer = tuple[int, Scores | None, str | None]
@@ -167,6 +167,19 @@ def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: RunProb
             fill()
         wall = time.perf_counter() - start
     return log.record(wall, contender.forward_tokens, contender.lm_head_rows, peak)
+
+
+def timed(
+    make: Callable[[], Contender],
+    jobs: Sequence[Job],
+    window: int,
+    probe: RunProbe,
+    repeats: int,
+    budget_s: float,
+) -> RunRecord:
+    """A fresh contender per run: one warm-up on a slice of `jobs`, then `repeated` timed runs."""
+    drive(make(), warmup_jobs(jobs), window, probe)
+    return repeated(lambda _: drive(make(), jobs, window, probe), repeats, budget_s)
 
 
 def warmup_jobs(jobs: Sequence[Job], count: int = 2, max_items: int = 4) -> list[Job]:

@@ -17,7 +17,6 @@ Every contender's scores are raw logits, compared with `CrossEncoder.predict`'s.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,11 +25,13 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.wire.protocol import Job
-from kafka_scorer_bench.contenders import Contender, EngineContender, OneJobAtATime, drive, warmup_jobs
+from kafka_scorer_bench.contenders import Contender, EngineContender, OneJobAtATime
+from kafka_scorer_bench.contenders import timed as timed_run
 from kafka_scorer_bench.matmul_peak import gemm_rate
 from kafka_scorer_bench.probes import RunProbe
-from kafka_scorer_bench.records import RunRecord, repeated
+from kafka_scorer_bench.records import RunRecord
 from kafka_scorer_bench.summary import max_abs_diff
+from kafka_scorer_bench.workloads import passage_length, words_text
 
 CROSS_ENCODER_BATCH = 32
 """`CrossEncoder.predict`'s default batch size, used by the padded contender too."""
@@ -68,11 +69,10 @@ def build_cross_encoder_jobs(
     words = _vocabulary_words(tokenizer)
 
     def text(n: int) -> str:
-        return " ".join(rng.choice(words) for _ in range(n))
+        return words_text(rng, words, n)
 
     def doc_len() -> int:
-        drawn = rng.lognormvariate(math.log(shape.doc_median), 0.6)
-        return min(shape.doc_max, max(shape.doc_min, round(drawn)))
+        return passage_length(rng, shape.doc_median, shape.doc_min, shape.doc_max)
 
     jobs: list[Job] = []
     for q in range(num_queries):
@@ -159,8 +159,7 @@ def run_cross_encoder_bench(
         window = 4
 
         def timed(make: Callable[[], Contender]) -> RunRecord:
-            drive(make(), warmup_jobs(jobs), window, probe)
-            return repeated(lambda _: drive(make(), jobs, window, probe), repeats, repeat_budget_s)
+            return timed_run(make, jobs, window, probe, repeats, repeat_budget_s)
 
         runs: dict[str, RunRecord] = {}
         log("  CrossEncoder.predict ...")

@@ -29,6 +29,7 @@ import torch
 
 from kafka_scorer.wire.protocol import Job
 from kafka_scorer_bench.contenders import OneJobAtATime
+from kafka_scorer_bench.workloads import passage_length, words_text
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,14 @@ def build_late_jobs(
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.islower() and len(w) > 2)
 
     def text(n: int) -> str:
-        return " ".join(rng.choice(words) for _ in range(n))
+        return words_text(rng, words, n)
 
     def documents() -> list[str]:
-        lengths = (rng.lognormvariate(math.log(shape.doc_median), 0.6) for _ in range(shape.docs_per_query))
-        return [text(min(shape.doc_max, max(shape.doc_min, round(n)))) for n in lengths]
+        lengths = (
+            passage_length(rng, shape.doc_median, shape.doc_min, shape.doc_max)
+            for _ in range(shape.docs_per_query)
+        )
+        return [text(n) for n in lengths]
 
     distinct = [
         Job(id=f"li-{q}", query=text(shape.query_words), items=documents()) for q in range(shape.queries)

@@ -150,6 +150,18 @@ def _run_precision_floor(args: argparse.Namespace) -> int:
     return _finish(args, "bf16-floor", report, format_precision_floor_report(report), failed)
 
 
+def _run_listwise(args: argparse.Namespace) -> int:
+    from kafka_scorer_bench.listwise import format_listwise_report, run_listwise_bench
+    from kafka_scorer_bench.models import SHAPES
+
+    shape = SHAPES[args.model_shape or ("tiny" if args.quick else "cpu-small")]
+    report = run_listwise_bench(
+        model_shape=shape, jobs=args.jobs, repeat_budget_s=args.repeat_budget, **_timed_run(args)
+    )
+    failed = "the engine's listwise scores disagree with the transformers reference"
+    return _finish(args, "listwise", report, format_listwise_report(report), failed)
+
+
 def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
     """Print a named workload's report, write it as JSON if asked; 1 when its cross-check failed."""
     print()
@@ -171,5 +183,6 @@ NAMED_ONLY = {
     "late-interaction": _run_late_interaction,
     "images": _run_images,
     "bf16-floor": _run_precision_floor,
+    "listwise": _run_listwise,
 }
 """The workloads that run only when named, in the order they run, each with its own report."""
