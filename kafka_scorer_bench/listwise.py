@@ -2,7 +2,7 @@
 
 Issue 48's question: what reading a job's documents in one causal sequence costs and gains. Random
 weights in the published layout (`checkpoints/tiny_listwise.py`), a Qwen3 body of `--model-shape`'s
-hidden size and depth; queries of ~8 words against documents of 20-120 words (log-normal, median 50),
+hidden size and depth; queries of 8 words against 32 documents of 10-60 words (log-normal, median 25),
 words the tiny chat tokenizer knows whole (`templated.WORDS`). Contenders, CPU float32, the same jobs:
 - `engine listwise`: this engine's listwise kind, jobs batched as the worker batches them (closed loop);
 - `transformers reference`: the tests' independent reference (`listwise_reference.py`: transformers'
@@ -41,10 +41,13 @@ class ListwiseShape:
     jobs: int = 4
     query_words: int = 8
     docs_per_job: int = 32
-    doc_min: int = 20
-    doc_max: int = 120
-    doc_median: int = 50
+    doc_min: int = 10
+    doc_max: int = 60
+    doc_median: int = 25
 
+
+QWEN3_POSITIONS = 40960
+"""The pointwise reranker's context, as Qwen3-Reranker publishes it: a job's MIS-packed sequence fits."""
 
 QUICK_SHAPE = ListwiseShape(jobs=3, query_words=4, docs_per_job=5, doc_min=3, doc_max=12, doc_median=6)
 """Seconds instead of minutes, for the tests."""
@@ -98,7 +101,9 @@ def build_checkpoints(root: Path, shape: ModelShape, seed: int) -> tuple[Path, P
     if not (listwise / "config.json").exists():
         build_tiny_listwise(listwise, seed=seed, hidden_size=hidden, num_layers=layers)
     if not (pointwise / "config.json").exists():
-        build_tiny_reranker(pointwise, seed=seed, hidden_size=hidden, num_layers=layers)
+        build_tiny_reranker(
+            pointwise, seed=seed, hidden_size=hidden, num_layers=layers, max_positions=QWEN3_POSITIONS
+        )
     return listwise, pointwise
 
 
@@ -166,6 +171,7 @@ def listwise_report(runs: dict[str, RunRecord], shape: ListwiseShape, model_shap
             "wall_s": record.wall_s,
             "score_rows": sum(len(scores) for scores in record.scores if scores is not None),
             "errors": sum(1 for error in record.errors if error),
+            "first_error": next((error for error in record.errors if error), None),
             "foreign_cpu_load": record.foreign_cpu_load,
             "runs": record.runs,
         }
@@ -205,6 +211,8 @@ def format_listwise_report(report: dict) -> str:
             f"{name:<26}{c['items_per_s']:>10,.1f}{c['tokens_per_s']:>10,.0f}{c['tokens_per_job']:>12,.0f}"
             f"{c['wall_s']:>9.2f}{fmt_load(c['foreign_cpu_load']):>8}{c['runs']:>6}"
         )
+        if c["errors"]:
+            lines.append(f"  {c['errors']} errors, first: {c['first_error']}")
     r = report["ratios"]
     lines += [
         f"ratios (items/s): listwise / transformers reference {r['listwise_over_reference']:.2f}; "

@@ -103,3 +103,19 @@ def test_the_cross_check_bites() -> None:
     assert not listwise_report({"engine listwise": _record(off), **runs}, shape, SHAPES["tiny"])["ok"]
     missing = [[[0.25]]]
     assert not listwise_report({"engine listwise": _record(missing), **runs}, shape, SHAPES["tiny"])["ok"]
+
+
+def test_a_full_size_job_fits_both_contexts(tmp_path) -> None:
+    """The full workload's jobs are answered by both engine contenders, each job whole: MIS packs a
+    job's 32 documents into one sequence (the pointwise checkpoint has Qwen3-Reranker's 40,960 positions,
+    so longer documents fit too)."""
+    from kafka_scorer.engine.api import Scorer
+    from kafka_scorer_bench.listwise import build_checkpoints
+
+    listwise, pointwise = build_checkpoints(tmp_path, SHAPES["tiny"], seed=0)
+    [job] = build_listwise_jobs(ListwiseShape(jobs=1))
+    options = dict(dtype="float32", device="cpu")
+    [lw] = Scorer(str(listwise), **options).score_jobs([job])
+    [pw] = Scorer(str(pointwise), template="qwen3-reranker", **options).score_jobs(as_pointwise([job]))
+    assert lw.error is None and pw.error is None, (lw.error, pw.error)
+    assert len(lw.scores) == len(pw.scores) == len(job.items)
