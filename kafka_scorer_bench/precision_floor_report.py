@@ -6,7 +6,7 @@ from kafka_scorer_bench.report_text import fmt_load
 
 HEADER = (
     f"{'contender':<22}{'fp32 items/s':>14}{'bf16 items/s':>14}{'fp32 tok/s':>12}{'bf16 tok/s':>12}"
-    f"{'bf16/fp32':>10}{'floor':>7}{'bf16 vs fp32':>14}{'fp32 vs ref':>13}{'others':>10}"
+    f"{'bf16/fp32':>11}{'floor':>7}{'bf16 vs fp32':>14}{'fp32 vs ref':>13}{'others':>10}"
 )
 
 
@@ -23,7 +23,7 @@ def _row(name: str, c: dict) -> str:
     others = f"{fmt_load(fp32['foreign_cpu_load'])}/{fmt_load(bf16['foreign_cpu_load'])}"
     return (
         f"{name:<22}{fp32['items_per_s']:>14,.1f}{bf16['items_per_s']:>14,.1f}"
-        f"{fp32['tokens_per_s']:>12,.0f}{bf16['tokens_per_s']:>12,.0f}{c['bf16_over_fp32']:>10.2f}"
+        f"{fp32['tokens_per_s']:>12,.0f}{bf16['tokens_per_s']:>12,.0f}{c['bf16_over_fp32']:>11.2f}"
         f"{c['floor_fraction']:>7.2f}{c['max_abs_diff_bf16_vs_fp32']:>14.1e}"
         f"{c['max_abs_diff_fp32_vs_reference']:>13.1e}{others:>10}"
     )
