@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import msgspec
@@ -141,7 +141,7 @@ def run_listwise_bench(
     from kafka_scorer_bench.probes import RunProbe
 
     shape = QUICK_SHAPE if quick else ListwiseShape()
-    shape = ListwiseShape(**{**asdict(shape), "jobs": jobs or shape.jobs})
+    shape = replace(shape, jobs=jobs or shape.jobs)
     listwise_jobs = build_listwise_jobs(shape, seed=seed)
     pointwise_jobs = as_pointwise(listwise_jobs)
     with tempfile.TemporaryDirectory(prefix="kafka-scorer-listwise-") as scratch:
