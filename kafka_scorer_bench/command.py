@@ -25,6 +25,8 @@ WORKLOAD_CHOICES = (
     "open-loop",
     "late-interaction",
     "images",
+    "bf16-floor",
+    "listwise",
     "all",
 )
 """`all`: the decoder workloads; these run only when named: `cross-encoder` (a real MiniLM cross-encoder
@@ -34,8 +36,12 @@ scored with `chunking`, `long_docs.py`) and `judge` (the prefix cache on and off
 the rerank template, no shared prefix; `prefix.py`), `open-loop` (Poisson arrivals at a list of
 rates to `kafka-scorer worker` in its own process, latency percentiles per rate; `open_loop.py`) and
 `late-interaction` (a ColBERT reranker against sentence-transformers' MultiVectorEncoder, and its embedding
-cache on and off; `late_interaction.py`) and `images` (a Qwen3-VL reranker over photo documents:
-MIS, pairs and transformers pair by pair; `images.py`)."""
+cache on and off; `late_interaction.py`), `images` (a Qwen3-VL reranker over photo documents:
+MIS, pairs and transformers pair by pair; `images.py`), `bf16-floor` (the cross-encoder, rerank and
+late-interaction kinds in float32 and bfloat16 side by side on the CPU, each against the GEMM probe's
+bf16/fp32 ratio on its own matmul shape; `precision_floor.py`) and `listwise` (a jina-reranker-v3-layout
+model against the transformers reference one job at a time and against pointwise MIS on a body of the
+same size; `listwise.py`)."""
 SHAPE_CHOICES = ("tiny", "cpu-small", "qwen3-0.6b", "qwen3-8b", "qwen3.5-tiny", "qwen3.5-cpu-small")
 BACKEND_CHOICES = ("dense", "cascade", "flex", "spans", "varlen", "all")
 
@@ -62,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         choices=WORKLOAD_CHOICES,
         help="repeat to pick several (default: all, the decoder workloads; cross-encoder, backlog, "
-        "long-docs, judge and open-loop only when named)",
+        "long-docs, judge, open-loop, late-interaction, images, bf16-floor and listwise only when named)",
     )
     parser.add_argument(
         "--model-shape",
@@ -91,7 +97,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="jobs per workload (default: per workload and device); cross-encoder: queries of 100 documents "
-        "(default 2)",
+        "(default 2); bf16-floor: queries of 100 documents for its encoder kinds, rerank jobs "
+        "(default 1, 2); listwise: jobs of 32 documents (default 4)",
     )
     parser.add_argument(
         "--max-batch-tokens",

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 from kafka_scorer.wire.protocol import Job, Result
 from kafka_scorer_bench.baseline import BaselineScorer
 from kafka_scorer_bench.probes import RunProbe
-from kafka_scorer_bench.records import RunLog, RunRecord, Scores, error_text
+from kafka_scorer_bench.records import RunLog, RunRecord, Scores, error_text, repeated
 from kafka_scorer_bench.workloads import Workload
 
 Answer = tuple[int, Scores | None, str | None]
@@ -121,6 +121,24 @@ class BaselineContender(Contender):
         return done
 
 
+class OneJobAtATime(Contender):
+    """A library's own call per job, as its users write it: jobs in submission order, one per step."""
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[int, Job]] = deque()
+
+    def submit(self, index: int, job: Job) -> None:
+        self.queue.append((index, job))
+
+    def step(self) -> list[Answer]:
+        index, job = self.queue.popleft()
+        return [(index, self.score(job), None)]
+
+    def score(self, job: Job) -> Scores:
+        """One row of scores per item of `job`."""
+        raise NotImplementedError
+
+
 def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: RunProbe) -> RunRecord:
     """The closed-loop client: `window` jobs outstanding, the next submitted as soon as one is answered."""
     n = len(jobs)
@@ -149,6 +167,19 @@ def drive(contender: Contender, jobs: Sequence[Job], window: int, probe: RunProb
             fill()
         wall = time.perf_counter() - start
     return log.record(wall, contender.forward_tokens, contender.lm_head_rows, peak)
+
+
+def timed(
+    make: Callable[[], Contender],
+    jobs: Sequence[Job],
+    window: int,
+    probe: RunProbe,
+    repeats: int,
+    budget_s: float,
+) -> RunRecord:
+    """A fresh contender per run: one warm-up on a slice of `jobs`, then `repeated` timed runs."""
+    drive(make(), warmup_jobs(jobs), window, probe)
+    return repeated(lambda _: drive(make(), jobs, window, probe), repeats, budget_s)
 
 
 def warmup_jobs(jobs: Sequence[Job], count: int = 2, max_items: int = 4) -> list[Job]:

@@ -17,7 +17,6 @@ Every contender's scores are raw logits, compared with `CrossEncoder.predict`'s.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,10 +25,13 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.wire.protocol import Job
-from kafka_scorer_bench.contenders import Contender, EngineContender, drive, warmup_jobs
-from kafka_scorer_bench.probes import RunProbe, fastest_call
-from kafka_scorer_bench.records import RunRecord, repeated
+from kafka_scorer_bench.contenders import Contender, EngineContender, OneJobAtATime
+from kafka_scorer_bench.contenders import timed as timed_run
+from kafka_scorer_bench.matmul_peak import gemm_rate
+from kafka_scorer_bench.probes import RunProbe
+from kafka_scorer_bench.records import RunRecord
 from kafka_scorer_bench.summary import max_abs_diff
+from kafka_scorer_bench.workloads import passage_length, words_text
 
 CROSS_ENCODER_BATCH = 32
 """`CrossEncoder.predict`'s default batch size, used by the padded contender too."""
@@ -67,11 +69,10 @@ def build_cross_encoder_jobs(
     words = _vocabulary_words(tokenizer)
 
     def text(n: int) -> str:
-        return " ".join(rng.choice(words) for _ in range(n))
+        return words_text(rng, words, n)
 
     def doc_len() -> int:
-        drawn = rng.lognormvariate(math.log(shape.doc_median), 0.6)
-        return min(shape.doc_max, max(shape.doc_min, round(drawn)))
+        return passage_length(rng, shape.doc_median, shape.doc_min, shape.doc_max)
 
     jobs: list[Job] = []
     for q in range(num_queries):
@@ -84,45 +85,38 @@ def build_cross_encoder_jobs(
     return jobs
 
 
-class CrossEncoderContender(Contender):
-    """sentence-transformers' `CrossEncoder.predict`, default batch size, raw logits; one job per step."""
+class CrossEncoderContender(OneJobAtATime):
+    """sentence-transformers' `CrossEncoder.predict`, default batch size, raw logits."""
 
     def __init__(self, cross_encoder) -> None:
+        super().__init__()
         self.cross_encoder = cross_encoder
-        self.queue: list[tuple[int, Job]] = []
 
-    def submit(self, index: int, job: Job) -> None:
-        self.queue.append((index, job))
-
-    def step(self):
-        index, job = self.queue.pop(0)
+    def score(self, job: Job) -> list[list[float]]:
         pairs = [(job.query, item) for item in job.items]
-        scores = self.cross_encoder.predict(pairs, batch_size=CROSS_ENCODER_BATCH, show_progress_bar=False)
-        rows = torch.as_tensor(scores).reshape(len(pairs), -1).tolist()
-        return [(index, rows, None)]
+        scores = self.cross_encoder.predict(
+            pairs, batch_size=CROSS_ENCODER_BATCH, show_progress_bar=False, convert_to_tensor=True
+        )
+        return scores.float().reshape(len(pairs), -1).tolist()
 
 
-class PaddedContender(Contender):
+class PaddedContender(OneJobAtATime):
     """Plain transformers: the job's pairs in batches of 32, each padded to its longest pair."""
 
     def __init__(self, model, tokenizer) -> None:
+        super().__init__()
         self.model = model
         self.tokenizer = tokenizer
-        self.queue: list[tuple[int, Job]] = []
-
-    def submit(self, index: int, job: Job) -> None:
-        self.queue.append((index, job))
 
     @torch.inference_mode()
-    def step(self):
-        index, job = self.queue.pop(0)
+    def score(self, job: Job) -> list[list[float]]:
         rows: list[list[float]] = []
         for start in range(0, len(job.items), CROSS_ENCODER_BATCH):
             items = job.items[start : start + CROSS_ENCODER_BATCH]
             encoded = self.tokenizer([job.query] * len(items), items, padding=True, return_tensors="pt")
             self.forward_tokens += int(encoded["input_ids"].numel())
             rows.extend(self.model(**encoded).logits.float().tolist())
-        return [(index, rows, None)]
+        return rows
 
 
 def run_cross_encoder_bench(
@@ -165,8 +159,7 @@ def run_cross_encoder_bench(
         window = 4
 
         def timed(make: Callable[[], Contender]) -> RunRecord:
-            drive(make(), warmup_jobs(jobs), window, probe)
-            return repeated(lambda _: drive(make(), jobs, window, probe), repeats, repeat_budget_s)
+            return timed_run(make, jobs, window, probe, repeats, repeat_budget_s)
 
         runs: dict[str, RunRecord] = {}
         log("  CrossEncoder.predict ...")
@@ -190,7 +183,9 @@ def run_cross_encoder_bench(
         * (4 * config.hidden_size**2 + 2 * config.hidden_size * config.intermediate_size)
     )
     attention = sum(4 * config.num_hidden_layers * config.hidden_size * n * n for job in lengths for n in job)
-    floor_s = (dense * pair_tokens + attention) / _matmul_peak(config.hidden_size, config.intermediate_size)
+    floor_s = (dense * pair_tokens + attention) / gemm_rate(
+        (4096, config.hidden_size, config.intermediate_size), torch.device("cpu"), torch.float32, 5, warm=0
+    )
     reference = runs["cross-encoder"].scores
     contenders = {
         key: {
@@ -228,13 +223,6 @@ def run_cross_encoder_bench(
             c["errors"] == 0 and c["max_abs_diff_vs_cross_encoder"] <= 1e-4 for c in contenders.values()
         ),
     }
-
-
-def _matmul_peak(hidden: int, intermediate: int, rows: int = 4096, repeats: int = 5) -> float:
-    """Best FLOP/s of `[rows, hidden] @ [hidden, intermediate]` in float32 on the CPU."""
-    a, b = torch.randn(rows, hidden), torch.randn(hidden, intermediate)
-    best, _ = fastest_call(lambda: torch.mm(a, b), torch.device("cpu"), repeats, warm=0)
-    return 2 * rows * hidden * intermediate / best
 
 
 def _length_sorted_padding(lengths: list[int], batch: int = CROSS_ENCODER_BATCH) -> int:

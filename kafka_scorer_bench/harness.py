@@ -45,7 +45,7 @@ from kafka_scorer_bench.contenders import (
 from kafka_scorer_bench.environment import Environment
 from kafka_scorer_bench.matmul_peak import measure_matmul_peak
 from kafka_scorer_bench.models import SHAPES, ModelShape
-from kafka_scorer_bench.probes import RunProbe
+from kafka_scorer_bench.probes import RunProbe, cpu_model
 from kafka_scorer_bench.records import RunRecord, repeated
 from kafka_scorer_bench.steady import MAX_JOBS, QUICK_MAX_JOBS, ROUNDS, steadiest, steady_stream
 from kafka_scorer_bench.summary import (
@@ -365,7 +365,7 @@ def _meta(
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:
-        device_name = _cpu_model()
+        device_name = cpu_model()
     return {
         "device": str(device),
         "device_name": device_name,
@@ -387,11 +387,3 @@ def _meta(
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": time.time() - started,
     }
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "cpu"

@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.wire.protocol import Job
+from kafka_scorer_bench.contenders import OneJobAtATime
+from kafka_scorer_bench.workloads import passage_length, words_text
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,14 @@ def build_late_jobs(
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.islower() and len(w) > 2)
 
     def text(n: int) -> str:
-        return " ".join(rng.choice(words) for _ in range(n))
+        return words_text(rng, words, n)
 
     def documents() -> list[str]:
-        lengths = (rng.lognormvariate(math.log(shape.doc_median), 0.6) for _ in range(shape.docs_per_query))
-        return [text(min(shape.doc_max, max(shape.doc_min, round(n)))) for n in lengths]
+        lengths = (
+            passage_length(rng, shape.doc_median, shape.doc_min, shape.doc_max)
+            for _ in range(shape.docs_per_query)
+        )
+        return [text(n) for n in lengths]
 
     distinct = [
         Job(id=f"li-{q}", query=text(shape.query_words), items=documents()) for q in range(shape.queries)
@@ -68,6 +73,24 @@ def build_late_jobs(
         for q in range(shape.cache_queries)
     ]
     return distinct, repeated
+
+
+def reference_scores(reference, job: Job) -> list[float]:
+    """The library's own way: `encode_query`, `encode_document` at its default batch size, MaxSim."""
+    query = reference.encode_query([job.query])
+    docs = reference.encode_document(list(job.items))
+    return reference.similarity(query, docs)[0].float().tolist()
+
+
+class MultiVectorContender(OneJobAtATime):
+    """`MultiVectorEncoder` (`reference_scores`) as a contender `drive` can time."""
+
+    def __init__(self, reference) -> None:
+        super().__init__()
+        self.reference = reference
+
+    def score(self, job: Job) -> list[list[float]]:
+        return [[score] for score in reference_scores(self.reference, job)]
 
 
 def _best(run: Callable[[], list[list[float]]], repeats: int) -> tuple[float, float, list[list[float]]]:
@@ -114,9 +137,7 @@ def run_late_interaction_bench(
     )
 
     def by_reference(job: Job) -> list[float]:
-        query = reference.encode_query([job.query])
-        docs = reference.encode_document(list(job.items))
-        return reference.similarity(query, docs)[0].tolist()
+        return reference_scores(reference, job)
 
     def by_engine(scorer, job: Job) -> list[float]:
         result = scorer.score_jobs([job])[0]

@@ -13,6 +13,18 @@ from kafka_scorer_bench.models import ModelShape
 from kafka_scorer_bench.probes import fastest_call
 
 
+def gemm_rate(
+    shape: tuple[int, int, int], device: torch.device, dtype: torch.dtype, repeats: int, warm: int = 2
+) -> float:
+    """FLOP/s of the fastest of `repeats` `[m, k] @ [k, n]` products in `dtype`: the GEMM probe that the
+    compute floor (here) and the bf16 floor (`precision_floor.py`) are read against."""
+    m, k, n = shape
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    b = torch.randn(k, n, device=device, dtype=dtype)
+    fastest_s, _ = fastest_call(lambda: torch.mm(a, b), device, repeats, warm)
+    return 2 * m * k * n / fastest_s
+
+
 def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelShape, quick: bool) -> dict:
     """The best FLOP rate of a few matmuls: a square one and the model's own MLP shape.
 
@@ -27,13 +39,10 @@ def measure_matmul_peak(device: torch.device, dtype: torch.dtype, shape: ModelSh
         shapes = [(n, n, n), (rows, shape.hidden_size, shape.intermediate_size)]
         repeats = 30 if gpu else 10
     best: dict = {"flops_per_s": 0.0}
-    for m, k, n in shapes:
-        a = torch.randn(m, k, device=device, dtype=dtype)
-        b = torch.randn(k, n, device=device, dtype=dtype)
-        fastest_s, _ = fastest_call(lambda: torch.mm(a, b), device, repeats)  # noqa: B023  (called at once)
-        rate = 2 * m * k * n / fastest_s
+    for mkn in shapes:
+        rate = gemm_rate(mkn, device, dtype, repeats)
         if rate > best["flops_per_s"]:
-            best = {"shape": [m, k, n], "flops_per_s": rate}
+            best = {"shape": list(mkn), "flops_per_s": rate}
     best["dtype"] = str(dtype).removeprefix("torch.")
     best["repeats"] = repeats
     return best

@@ -18,6 +18,17 @@ def budget(args: argparse.Namespace) -> int:
     return args.max_batch_tokens or DEFAULT_BUDGET
 
 
+def _timed_run(args: argparse.Namespace) -> dict:
+    """The flags every timed named workload reads the same way."""
+    return dict(
+        quick=args.quick,
+        seed=args.seed,
+        model_dir=args.model_dir,
+        repeats=max(1, args.repeats),
+        max_batch_tokens=budget(args),
+    )
+
+
 def _run_cross_encoder(args: argparse.Namespace) -> int:
     from kafka_scorer_bench.cross_encoder import format_cross_encoder_report, run_cross_encoder_bench
 
@@ -115,13 +126,7 @@ def _run_open_loop(args: argparse.Namespace) -> int:
 def _run_late_interaction(args: argparse.Namespace) -> int:
     from kafka_scorer_bench.late_interaction import format_late_interaction_report, run_late_interaction_bench
 
-    report = run_late_interaction_bench(
-        quick=args.quick,
-        seed=args.seed,
-        model_dir=args.model_dir,
-        repeats=max(1, args.repeats),
-        max_batch_tokens=budget(args),
-    )
+    report = run_late_interaction_bench(**_timed_run(args))
     failed = "late-interaction scores disagree with MultiVectorEncoder's"
     return _finish(args, "late-interaction", report, format_late_interaction_report(report), failed)
 
@@ -134,6 +139,27 @@ def _run_images(args: argparse.Namespace) -> int:
     )
     failed = "the engine's image scores disagree with transformers pair by pair"
     return _finish(args, "images", report, format_images_report(report), failed)
+
+
+def _run_precision_floor(args: argparse.Namespace) -> int:
+    from kafka_scorer_bench.precision_floor import run_precision_floor_bench
+    from kafka_scorer_bench.precision_floor_report import format_precision_floor_report
+
+    report = run_precision_floor_bench(model_shape=args.model_shape, jobs=args.jobs, **_timed_run(args))
+    failed = "a precision's run answered other jobs, or a float32 contender disagrees with the reference"
+    return _finish(args, "bf16-floor", report, format_precision_floor_report(report), failed)
+
+
+def _run_listwise(args: argparse.Namespace) -> int:
+    from kafka_scorer_bench.listwise import format_listwise_report, run_listwise_bench
+    from kafka_scorer_bench.models import SHAPES
+
+    shape = SHAPES[args.model_shape or ("tiny" if args.quick else "cpu-small")]
+    report = run_listwise_bench(
+        model_shape=shape, jobs=args.jobs, repeat_budget_s=args.repeat_budget, **_timed_run(args)
+    )
+    failed = "the engine's listwise scores disagree with the transformers reference"
+    return _finish(args, "listwise", report, format_listwise_report(report), failed)
 
 
 def _finish(args: argparse.Namespace, name: str, report: dict, text: str, failed: str = "") -> int:
@@ -156,5 +182,7 @@ NAMED_ONLY = {
     "cross-encoder": _run_cross_encoder,
     "late-interaction": _run_late_interaction,
     "images": _run_images,
+    "bf16-floor": _run_precision_floor,
+    "listwise": _run_listwise,
 }
 """The workloads that run only when named, in the order they run, each with its own report."""

@@ -227,9 +227,9 @@ def _device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(device)
-    from kafka_scorer_bench.harness import _cpu_model
+    from kafka_scorer_bench.probes import cpu_model
 
-    return _cpu_model()
+    return cpu_model()
 
 
 def worker_flags(

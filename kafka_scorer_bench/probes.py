@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import math
 import os
+import platform
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -100,6 +101,15 @@ def fastest_call(call: Callable[[], T], device: torch.device, repeats: int, warm
         sync(device)
         best = min(best, time.perf_counter() - started)
     return best, result  # type: ignore[return-value]  # repeats + warm >= 1 at every caller
+
+
+def cpu_model() -> str:
+    """The processor's name as /proc/cpuinfo gives it (a report's first line names the machine)."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "cpu"
 
 
 def _cpu_snapshot() -> tuple[float, int, int] | None:

@@ -10,7 +10,7 @@ def _fmt_bytes(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
-def _fmt_load(load: float | None) -> str:
+def fmt_load(load: float | None) -> str:
     return "?" if load is None else f"{load:.0%}"
 
 
@@ -83,7 +83,7 @@ def format_report(report: dict) -> str:
                 f"{key:<11}{c['label']:<32}{c['items_per_s']:>10,.1f}{c['tokens_per_s']:>10,.0f}"
                 f"{c['pair_tokens_per_s']:>12,.0f}{c['latency_p50_s']:>9.3f}{c['latency_p99_s']:>9.3f}"
                 f"{_fmt_bytes(c['peak_memory_bytes']):>11}{c['floor_fraction']:>7.2f}"
-                f"{'' if diff is None else f'{diff:.1e}':>11}{_fmt_load(c['foreign_cpu_load']):>8}"
+                f"{'' if diff is None else f'{diff:.1e}':>11}{fmt_load(c['foreign_cpu_load']):>8}"
                 f"{c['runs']:>6}"
             )
             if c["errors"]:

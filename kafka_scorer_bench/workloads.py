@@ -15,7 +15,9 @@ Shapes (full size; `quick` shrinks them for tests):
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import msgspec
@@ -166,6 +168,17 @@ def _mixed_jobs(spec: WorkloadSpec, rng: random.Random, tokens) -> list[Job]:
         jobs.append(job)
         previous = job
     return jobs
+
+
+def passage_length(rng: random.Random, median: int, low: int, high: int) -> int:
+    """A document's length in words, spread like web passages: log-normal around `median` (sigma 0.6),
+    clipped to `[low, high]` (the text workloads' documents: cross-encoder, late interaction, listwise)."""
+    return min(high, max(low, round(rng.lognormvariate(math.log(median), 0.6))))
+
+
+def words_text(rng: random.Random, words: Sequence[str], n: int) -> str:
+    """`n` words drawn from `words`: text whose token count the vocabulary fixes."""
+    return " ".join(rng.choice(words) for _ in range(n))
 
 
 def with_multi_item(jobs: list[Job], multi_item: bool) -> list[Job]:

@@ -126,10 +126,16 @@ def build_chat_tokenizer(directory: Path, vocab_size: int = 512, extra_specials:
 
 
 def build_tiny_reranker(
-    directory: str | Path, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2
+    directory: str | Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    max_positions: int = 4096,
 ) -> Path:
     """A random Qwen3-shaped CausalLM with a Qwen-style chat tokenizer: what `template=qwen3-reranker`
-    serves in tests and in the demo (the real Qwen3-Reranker weights are not reachable here)."""
+    serves in tests and in the demo (the real Qwen3-Reranker weights are not reachable here).
+    `max_positions`: the context, which bounds a MIS-packed job (the published model has 40960)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_chat_tokenizer(path)
@@ -142,6 +148,7 @@ def build_tiny_reranker(
         num_layers=num_layers,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
+        overrides={"max_position_embeddings": max_positions},
     )
     return save_random_model(config, "causal", path, seed=seed)
 

@@ -1,6 +1,6 @@
 """`kafka-scorer model jina-reranker-v3 DIR` (and `jina-reranker-v3.5`) writes a checkpoint the worker
 serves as the listwise kind, and the job it prints is scored as the independent reference scores it
-(tests/engine/listwise_reference.py); v3.5's config carries the windowed layer pattern."""
+(kafka_scorer_bench/listwise_reference.py); v3.5's config carries the windowed layer pattern."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kafka_scorer.cli.main import main
 from kafka_scorer.engine.kinds.listwise import ListwiseKind
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import decode_job
-from tests.engine.listwise_reference import TOLERANCE, Reference
+from kafka_scorer_bench.listwise_reference import TOLERANCE, Reference
 
 
 @pytest.mark.parametrize("name", ["jina-reranker-v3", "jina-reranker-v3.5"])

@@ -1,6 +1,6 @@
 """The listwise kind (jina-reranker-v3's `JinaForRanking`) against an independent reference.
 
-The reference (tests/engine/listwise_reference.py) is written from the model's published code, not
+The reference (kafka_scorer_bench/listwise_reference.py) is written from the model's published code, not
 from the engine's: the prompt string, a plain transformers forward one prompt at a time, the projector,
 the cosine, and the published block policy and fusion. float32 throughout: scores agree within 1e-5.
 """
@@ -13,7 +13,7 @@ import pytest
 from kafka_scorer.engine.kinds.listwise import ListwiseKind
 from kafka_scorer.engine.models.loaded import ModelKind
 from kafka_scorer.wire.protocol import ErrorCode, Job
-from tests.engine.listwise_reference import DOC, QUERY, TOLERANCE, Reference
+from kafka_scorer_bench.listwise_reference import DOC, QUERY, TOLERANCE, Reference
 
 
 @pytest.fixture(scope="module")

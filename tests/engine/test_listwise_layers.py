@@ -4,7 +4,7 @@ transformers' `Qwen3Config` says per layer which attention it runs (`layer_types
 or `full_attention`) and how wide the window is (`sliding_window`, kept only with `use_sliding_window`
 true); vLLM's Qwen3 reads the same fields (vllm-project/vllm PR 39515). The tiny checkpoint here has
 that pattern with a 24-token window, far shorter than any prompt, so a forward that ignored the layer
-types would be far off. The reference (tests/engine/listwise_reference.py) is a plain transformers
+types would be far off. The reference (kafka_scorer_bench/listwise_reference.py) is a plain transformers
 `Qwen3Model` forward, one prompt at a time, which honours the layer types itself.
 """
 
@@ -19,7 +19,7 @@ import torch
 from kafka_scorer.engine.models.loaded import ModelLoadError
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
-from tests.engine.listwise_reference import TOLERANCE, Reference
+from kafka_scorer_bench.listwise_reference import TOLERANCE, Reference
 
 WINDOW = 24
 QUERIES = ["what is green tea good for?", "Kafka consumer groups"]

@@ -1,6 +1,6 @@
 """A listwise checkpoint (jina-reranker-v3's layout) made by `kafka-scorer model` and served by the
 worker through a real broker: jobs sent together, so the worker batches them, each answered with the
-scores the independent reference gives the job alone (tests/engine/listwise_reference.py): items read
+scores the independent reference gives the job alone (kafka_scorer_bench/listwise_reference.py): items read
 together, the rerank shape, a job past one block, `multi_item: false`, and a refused field typed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from kafka_scorer.client import ScoringClient
 from kafka_scorer.wire.protocol import ErrorCode, Job
-from tests.engine.listwise_reference import TOLERANCE, Reference
+from kafka_scorer_bench.listwise_reference import TOLERANCE, Reference
 from tests.integration.kafka_helpers import InProcessWorker, fresh_topics
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,9 @@ Written from the model's published code, not from the engine's: the prompt strin
 marker states, the cosine, and the block policy and fusion of its `rerank` (blocks of at most 125
 documents or until the context less twice the query has room for no more than one 2048-token
 document; one query vector averaged over blocks, weighted by each block's best (1 + cosine) / 2, in
-float64). Used by tests/engine/test_listwise*.py and the worker test.
+float64). Used by tests/engine/test_listwise*.py, the worker test and the `listwise` bench workload
+(`listwise.py`, where it is the transformers contender): it lives in the bench, beside the engine rather
+than in it, so both can read it and neither the engine nor its tests' reference depends on the other.
 """
 
 from __future__ import annotations
@@ -55,12 +57,15 @@ class Reference:
         with safe_open(str(path / "model.safetensors"), framework="pt") as handle:
             self.w1 = handle.get_tensor("projector.0.weight")
             self.w2 = handle.get_tensor("projector.2.weight")
+        self.tokens_read = 0
+        """Prompt tokens run so far (the bench's tokens/s)."""
         self.doc_id = self.tokenizer.convert_tokens_to_ids(DOC)
         self.query_id = self.tokenizer.convert_tokens_to_ids(QUERY)
 
     @torch.no_grad()
     def block(self, query: str, docs: list[str], instruction: str | None = None):
         ids = self.tokenizer(reference_prompt(query, docs, instruction), return_tensors="pt")["input_ids"]
+        self.tokens_read += ids.shape[1]
         hidden = self.model(input_ids=ids).last_hidden_state[0]
         projected = torch.relu(hidden @ self.w1.T) @ self.w2.T
         d = projected[ids[0] == self.doc_id].numpy().astype(np.float64)
@@ -93,7 +98,7 @@ class Reference:
     def cut(self, text: str, limit: int) -> tuple[str, int]:
         ids = self.tokenizer(text)["input_ids"]
         if len(ids) >= limit:
-            return self.tokenizer.decode(ids[:limit]), limit
+            return str(self.tokenizer.decode(ids[:limit])), limit
         return text, len(ids)
 
 
