@@ -109,7 +109,7 @@ def test_pinned_packing_and_device_thread_over_many_batches(scorer_for, tiny_mod
 
     async def run() -> None:
         batcher = Batcher(
-            scorer,
+            scorer.engine,
             lambda batch: done.update({t.job_id: t.result for t in batch.tickets}),
             max_batch_tokens=2048 if on_cuda(device) else 512,
             max_batch_wait_ms=1,
