@@ -15,7 +15,13 @@ The delivery contract, checked here: every job the last broker acknowledged and 
 answered (as the reference scores it; tansu also acknowledges some records no reader ever gets, which
 nobody can answer, and a record that shares its offset with another is skipped by any client fetching
 from inside its batch, so those are counted, not required); no committed offset ever stands ahead of
-a job not yet answered (sampled through the run); the worker never exits. `RUNS` runs, one test each
+a job not yet answered (sampled through the run); the worker never exits.
+
+The race loses acknowledged replies too: a job the worker answered, whose reply the restarted broker
+acknowledged at an offset where no reader later finds it (1-2 jobs in 4 of 12 runs). It looked like a
+job committed past unanswered until the test recorded the acknowledgements (`RepliesAcked`): the
+worker's commit rightly follows its reply's acknowledgement, so such a job counts as answered when the
+acknowledgement came, and the run line counts them. `RUNS` runs, one test each
 (`KAFKA_SCORER_FAULT_RUNS` sets more: 50 of 50 while developing).
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections import Counter
@@ -75,6 +82,63 @@ class CommitSamples:
             await asyncio.sleep(self.every_s)
 
 
+@dataclass
+class HandedOut:
+    """Which records the worker's consumer was handed at each (partition, offset) of the request topic
+    since `since` (monotonic): the keys, so a lost job can be told apart from a record the broker served
+    under the same offset to the worker and later shows a reader under another."""
+
+    topic: str
+    since: float = 0.0
+    keys: dict[tuple[int, int], set[bytes | None]] = field(default_factory=dict)
+
+    def install(self, monkeypatch) -> None:
+        from kafka_scorer.kafka.consumer import JobConsumer
+
+        fetch = JobConsumer.fetch
+
+        async def recorded(consumer, timeout_ms: int, max_records: int):
+            got = await fetch(consumer, timeout_ms, max_records)
+            if self.since and time.monotonic() >= self.since:
+                for tp, records in got.items():
+                    for r in records if tp.topic == self.topic else ():
+                        self.keys.setdefault((tp.partition, r.offset), set()).add(getattr(r, "key", None))
+            return got
+
+        monkeypatch.setattr(JobConsumer, "fetch", recorded)
+
+
+@dataclass
+class RepliesAcked:
+    """Where the broker acknowledged each reply the worker sent to `topic` since `since` (monotonic), by
+    the request's key: a job whose answer the broker acknowledged and then lost is the broker's loss, not
+    a skip (the worker's commit rightly follows that acknowledgement)."""
+
+    topic: str
+    since: float = 0.0
+    at: dict[bytes | None, tuple[int, int]] = field(default_factory=dict)
+    when_ms: dict[bytes | None, float] = field(default_factory=dict)
+    """The wall-clock time of each acknowledgement, in ms, as a reply's timestamp is."""
+
+    def install(self, monkeypatch) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        send = AIOKafkaProducer.send
+
+        async def recorded(producer, topic, value=None, key=None, *args, **kwargs):
+            future = await send(producer, topic, value, key, *args, **kwargs)
+            if topic == self.topic and self.since and time.monotonic() >= self.since:
+                future.add_done_callback(lambda f, key=key: self._acked(key, f))
+            return future
+
+        monkeypatch.setattr(AIOKafkaProducer, "send", recorded)
+
+    def _acked(self, key: bytes | None, future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.at[key] = (future.result().partition, future.result().offset)
+            self.when_ms.setdefault(key, time.time() * 1000)
+
+
 async def _restart(broker: EmbeddedBroker, down_s: float, topics: list[str]) -> float:
     """Killed (its memory gone), down `down_s`, started empty on the same port, its topics created again
     at once while the producers retry into it: the race of issue 26 (seeded_broker.py), in which tansu
@@ -93,7 +157,9 @@ async def _restart(broker: EmbeddedBroker, down_s: float, topics: list[str]) -> 
     return down_at
 
 
-async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, monkeypatch) -> str:
+async def _one_run(
+    broker: EmbeddedBroker, run: int, scorer, model, reference, monkeypatch, caplog=None
+) -> str:
     requests, replies, group = unique("s4.requests"), unique("s4.replies"), unique("group")
     await create_topics(broker.bootstrap_servers, [requests, replies], PARTITIONS)
     bootstrap = broker.bootstrap_servers
@@ -102,6 +168,9 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
     jobs = endless_jobs(scorer.describe().model_name, prefix=f"outage{run}", n=3_000)
     by_key = {s.key: expected_id(s) for s in jobs}
     device = hold_device(monkeypatch, scorer)
+    handed, replied = HandedOut(requests), RepliesAcked(replies)
+    handed.install(monkeypatch)
+    replied.install(monkeypatch)
     samples = CommitSamples(bootstrap, group, requests)
     feeding = Feeder(bootstrap, requests, PARTITIONS, jobs, every_s=0.01)
     async with feeding as feeder, InProcessWorker(settings, scorer.engine) as worker:
@@ -112,6 +181,7 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
             await asyncio.sleep(3.0)
             device.clear()  # jobs of this life stay in flight, fetched and buffered, through the outage
             await asyncio.sleep(0.5)
+            handed.since = replied.since = time.monotonic() + OUTAGE_S / 2  # the restarted broker's part
             killed_at = await _restart(broker, OUTAGE_S, [requests, replies])
             await asyncio.sleep(0.3)
             device.set()  # their answers finish on the new broker's watch
@@ -138,35 +208,56 @@ async def _one_run(broker: EmbeddedBroker, run: int, scorer, model, reference, m
     # the records that own their offset, and the others are counted.
     missed = (want & doubled) - {r.id for r in answers}
     lost = (want - doubled) - {r.id for r in answers}
+    # Answered, and the answer acknowledged by the restarted broker, which then lost it: tansu's restart
+    # race drops acknowledged records of the reply topic as well (a reader finds another record, or none,
+    # at the acknowledged offset). The worker's commit rightly followed that acknowledgement, so these
+    # are the broker's loss: counted, not required.
+    key_of = {expected_id(s): s.key for s in jobs}
+    reply_lost = {j for j in lost if key_of[j] in replied.at}
+    lost -= reply_lost
     if lost:
         where = sorted((r.partition, r.offset) for r in logged if by_key.get(r.key) in lost)
         first = [
             (round(at - time.time(), 1), offsets) for at, offsets in samples.seen if any(offsets.values())
         ][:3]
+        said = [
+            r.getMessage()[:240]
+            for r in (caplog.records if caplog is not None else [])
+            if r.name.startswith("kafka_scorer") and any(f"[{p}]" in r.getMessage() for p, _ in where)
+        ]
         raise AssertionError(
             f"{len(lost)} of {len(want)} acknowledged jobs never answered, at (partition, offset) "
             f"{where[:6]}...{where[-3:]}; the group's first commits (s ago, offsets): {first}; "
-            f"offsets the broker gave two records: {sorted(k for k, n in shared.items() if n > 1)[:12]}"
+            f"offsets the broker gave two records: {sorted(k for k, n in shared.items() if n > 1)[:12]}; "
+            f"keys handed to the worker at those offsets (None: never): "
+            f"{[handed.keys.get(p) for p in where][:6]}; "
+            f"the worker said of those partitions: {said[-12:]}"
         )
-    answerable = [s for s in jobs if expected_id(s) in want]
+    answerable = [s for s in jobs if expected_id(s) in want - missed]  # the answered ones, checked
     sample = answerable[:: max(1, len(answerable) // 30)]
     assert_answers(
         [r for r in answers if r.id in {expected_id(s) for s in sample}], sample, reference, once=False
     )
-    await _assert_no_commit_ahead_of_an_answer(bootstrap, requests, records, samples, by_key, killed_at)
+    acked_at = {by_key[key]: ms for key, ms in replied.when_ms.items() if key in by_key}
+    await _assert_no_commit_ahead_of_an_answer(
+        bootstrap, requests, records, samples, by_key, killed_at, acked_at
+    )
     return (
         f"run {run}: {len(want)} jobs acknowledged by the restarted broker and readable, all answered "
         f"except {len(missed)} of the {len(want & doubled)} that share an offset with another record "
-        f"({len(acked - readable)} acknowledged but never delivered to a reader)"
+        f"({len(acked - readable)} acknowledged but never delivered to a reader; {len(reply_lost)} "
+        "answered, the answer acknowledged by the broker and lost by it)"
     )
 
 
 async def _assert_no_commit_ahead_of_an_answer(
-    bootstrap, requests, replies, samples, by_key, killed_at
+    bootstrap, requests, replies, samples, by_key, killed_at, acked_at: dict[str, float]
 ) -> None:
     """At each sample after the last restart, every request below a partition's committed offset was
-    answered by then (a reply's timestamp is when the worker made it)."""
-    answered_at: dict[str, int] = {}
+    answered by then (a reply's timestamp is when the worker made it). A reply the broker acknowledged
+    and then lost (`acked_at`, by job id: when the acknowledgement came) counts as answered at its
+    acknowledgement, which is what the worker's commit waits for."""
+    answered_at: dict[str, float] = dict(acked_at)
     for record in replies:
         (result,) = decode_replies([record])
         answered_at.setdefault(result.id, record.timestamp)
@@ -199,14 +290,12 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.mark.parametrize("run", range(RUNS))
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 45, open: about 1 run in 7 one acknowledged job at a partition's first offsets is "
-    "committed past after tansu's restart race (e.g. 1 of 666 at (2, 1)); the cause is not found yet. "
-    "Known and reported here rather than left to turn CI red at random; KAFKA_SCORER_FAULT_RUNS=50 "
-    "repeats it",
-)
 async def test_a_short_outage_with_producers_running_skips_nothing(
-    embedded_broker, run, causal_model, causal_scorer, causal_reference, monkeypatch
+    embedded_broker, run, causal_model, causal_scorer, causal_reference, monkeypatch, caplog
 ) -> None:
-    print(await _one_run(embedded_broker, run, causal_scorer, causal_model, causal_reference, monkeypatch))
+    caplog.set_level(logging.INFO, logger="kafka_scorer")
+    print(
+        await _one_run(
+            embedded_broker, run, causal_scorer, causal_model, causal_reference, monkeypatch, caplog
+        )
+    )
