@@ -21,11 +21,10 @@ from kafka_scorer.engine.prepare.chunking import (
     ChunkPlan,
     WindowedItem,
     char_spans,
-    count_windows,
     window_ranges,
 )
-from kafka_scorer.engine.prepare.prepared import InputError
-from kafka_scorer.wire.protocol import Chunking, ErrorCode
+from kafka_scorer.engine.prepare.windows import lay_out, long_items, window_size
+from kafka_scorer.wire.protocol import Chunking
 
 Offsets = list[tuple[int, int]]
 
@@ -39,37 +38,18 @@ def split_documents(
 ) -> tuple[list[list[int]], ChunkPlan | None]:
     """Documents' own tokens -> the windows to encode (a fitting document is one), and the plan mapping
     their rows back; `offsets` (text jobs) give each window's span in characters."""
-    window = room if chunking.window is None else min(chunking.window, room)
-    if chunking.overlap >= window:
-        raise InputError(
-            ErrorCode.INVALID_REQUEST,
-            f"chunking: overlap {chunking.overlap} must be below the window, {window} tokens "
-            "(at most what fits the checkpoint's document_length)",
-        )
-    over = {index: len(ids) for index, ids in enumerate(documents) if len(ids) > window}
+    window = window_size(chunking, room, "at most what fits the checkpoint's document_length")
+    over = long_items(dict(enumerate(map(len, documents))), window, chunking.overlap, max_windows)
     if not over:
         return documents, None
-    total = sum(count_windows(n, window, chunking.overlap) for n in over.values())
-    if total > max_windows:
-        raise InputError(
-            ErrorCode.TOO_LONG,
-            f"chunking: the job's long items make {total} windows; the limit is "
-            f"max_chunks_per_job={max_windows}",
-        )
-    windows: list[list[int]] = []
-    counts: list[int] = []
-    chunked: list[WindowedItem] = []
-    for index, ids in enumerate(documents):
-        if index not in over:
-            windows.append(ids)
-            counts.append(1)
-            continue
+    windows: dict[int, tuple[list[list[int]], WindowedItem]] = {}
+    for index in over:
+        ids = documents[index]
         ranges = window_ranges(len(ids), window, chunking.overlap)
-        windows.extend(ids[start:end] for start, end in ranges)
-        counts.append(len(ranges))
         if offsets is None:
-            chunked.append(WindowedItem(index, ranges, "tokens"))
+            windowed = WindowedItem(index, ranges, "tokens")
         else:
             own = offsets[index]
-            chunked.append(WindowedItem(index, char_spans(own, ranges) if own else None, "characters"))
-    return windows, ChunkPlan(chunking.aggregate, counts, chunked)
+            windowed = WindowedItem(index, char_spans(own, ranges) if own else None, "characters")
+        windows[index] = ([ids[start:end] for start, end in ranges], windowed)
+    return lay_out(documents, windows, chunking.aggregate)

@@ -13,13 +13,13 @@ from kafka_scorer.engine.prepare.chunking import (
     ChunkPlan,
     WindowedItem,
     char_spans,
-    count_windows,
     window_ranges,
 )
 from kafka_scorer.engine.prepare.documents import item_list
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
 from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
+from kafka_scorer.engine.prepare.windows import lay_out, long_items, window_size
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job
 
 if TYPE_CHECKING:
@@ -45,27 +45,10 @@ class ItemWindows:
                 f"chunking: the query leaves no room for an item's tokens within the limit "
                 f"{self.limits.max_pair_tokens}",
             )
-        window = room if chunking.window is None else min(chunking.window, room)
-        if chunking.overlap >= window:
-            fits = (
-                ""
-                if chunking.window is not None and chunking.window <= room
-                else " (what fits the pair limit)"
-            )
-            raise InputError(
-                ErrorCode.INVALID_REQUEST,
-                f"chunking: overlap {chunking.overlap} must be below the window, {window} tokens{fits}",
-            )
-        return window
+        return window_size(chunking, room, "what fits the pair limit")
 
-    def _check_window_count(self, lengths: dict[int, int], window: int, overlap: int) -> None:
-        total = sum(count_windows(n, window, overlap) for n in lengths.values())
-        if total > self.limits.max_chunks_per_job:
-            raise InputError(
-                ErrorCode.TOO_LONG,
-                f"chunking: the job's long items make {total} windows; the limit is "
-                f"max_chunks_per_job={self.limits.max_chunks_per_job}",
-            )
+    def _long_items(self, lengths: dict[int, int], window: int, overlap: int) -> dict[int, int]:
+        return long_items(lengths, window, overlap, self.limits.max_chunks_per_job)
 
     def _split_decoder_items(
         self, job: Job, query: list[int], items: list[list[int]], chunking: Chunking
@@ -100,27 +83,21 @@ class ItemWindows:
         """
         window = self._window(chunking, room)
         lengths = own if own is not None else [len(item) for item in items]
-        over = {index: n for index, n in enumerate(lengths) if n > window}
+        over = self._long_items(dict(enumerate(lengths)), window, chunking.overlap)
         if not over:
             return items, None
-        self._check_window_count(over, window, chunking.overlap)
         text = isinstance(job.query, str)
         raw = {i: (items[i], None) for i in over} if not text else self._own_tokens(job, sorted(over))
-        windows: list[list[int]] = []
-        counts: list[int] = []
-        chunked: list[WindowedItem] = []
-        for index, item in enumerate(items):
-            if index not in over:
-                windows.append(item)
-                counts.append(1)
-                continue
+        windows: dict[int, tuple[list[list[int]], WindowedItem]] = {}
+        for index in over:
             ids, offsets = raw[index]
             ranges = window_ranges(len(ids), window, chunking.overlap)
-            windows.extend((wrap or list)(ids[start:end]) for start, end in ranges)
-            counts.append(len(ranges))
             spans = ranges if not text else (char_spans(offsets, ranges) if offsets is not None else None)
-            chunked.append(WindowedItem(index, spans, "characters" if text else "tokens"))
-        return windows, ChunkPlan(chunking.aggregate, counts, chunked)
+            windows[index] = (
+                [(wrap or list)(ids[start:end]) for start, end in ranges],
+                WindowedItem(index, spans, "characters" if text else "tokens"),
+            )
+        return lay_out(items, windows, chunking.aggregate)
 
     def _own_tokens(
         self, job: Job, indices: list[int]
@@ -193,24 +170,20 @@ class ItemWindows:
     ) -> tuple[list[str], ChunkPlan | None]:
         """Each item of `own` (the items to split) over `window` own tokens replaced by its windows'
         texts, and the plan; the items unchanged and None when none is over."""
-        over = {i: len(ids) for i, (ids, _) in own.items() if len(ids) > window}
+        over = self._long_items({i: len(ids) for i, (ids, _) in own.items()}, window, chunking.overlap)
         if not over:
             return items, None
-        self._check_window_count(over, window, chunking.overlap)
         if any(own[i][1] is None for i in over):
             raise InputError(
                 ErrorCode.UNSUPPORTED,
                 "chunking a templated text needs the tokenizer's character offsets (a fast tokenizer)",
             )
-        texts, counts, chunked = [], [], []
-        for index, item in enumerate(items):
-            if index not in over:
-                texts.append(item)
-                counts.append(1)
-                continue
+        windows: dict[int, tuple[list[str], WindowedItem]] = {}
+        for index in over:
             ids, offsets = own[index]
             spans = char_spans(offsets, window_ranges(len(ids), window, chunking.overlap))  # type: ignore[arg-type]  # offsets exist for text items, the only ones given spans
-            texts.extend(item[start:end] for start, end in spans)
-            counts.append(len(spans))
-            chunked.append(WindowedItem(index, spans, "characters"))
-        return texts, ChunkPlan(chunking.aggregate, counts, chunked)
+            windows[index] = (
+                [items[index][start:end] for start, end in spans],
+                WindowedItem(index, spans, "characters"),
+            )
+        return lay_out(items, windows, chunking.aggregate)
