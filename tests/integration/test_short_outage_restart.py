@@ -18,7 +18,7 @@ from inside its batch, so those are counted, not required); no committed offset 
 a job not yet answered (sampled through the run); the worker never exits.
 
 The race loses acknowledged replies too: a job the worker answered, whose reply the restarted broker
-acknowledged at an offset where no reader later finds it (1-2 jobs in 9 of 32 runs). It looked like a
+acknowledged at an offset where no reader later finds it (1-2 jobs in 14 of 50 runs). It looked like a
 job committed past unanswered until the test recorded the acknowledgements (`RepliesAcked`): the
 worker's commit rightly follows its reply's acknowledgement, so such a job counts as answered when the
 acknowledgement came, and the run line counts them. `RUNS` runs, one test each
