@@ -110,15 +110,14 @@ class HandedOut:
 
 @dataclass
 class RepliesAcked:
-    """Where the broker acknowledged each reply the worker sent to `topic` since `since` (monotonic), by
-    the request's key: a job whose answer the broker acknowledged and then lost is the broker's loss, not
-    a skip (the worker's commit rightly follows that acknowledgement)."""
+    """When the broker first acknowledged each reply the worker sent to `topic` since `since`
+    (monotonic), by the request's key: a job whose answer the broker acknowledged and then lost is the
+    broker's loss, not a skip (the worker's commit rightly follows that acknowledgement)."""
 
     topic: str
     since: float = 0.0
-    at: dict[bytes | None, tuple[int, int]] = field(default_factory=dict)
     when_ms: dict[bytes | None, float] = field(default_factory=dict)
-    """The wall-clock time of each acknowledgement, in ms, as a reply's timestamp is."""
+    """The wall-clock time of each first acknowledgement, in ms, as a reply's timestamp is."""
 
     def install(self, monkeypatch) -> None:
         from aiokafka import AIOKafkaProducer
@@ -135,7 +134,6 @@ class RepliesAcked:
 
     def _acked(self, key: bytes | None, future: asyncio.Future) -> None:
         if not future.cancelled() and future.exception() is None:
-            self.at[key] = (future.result().partition, future.result().offset)
             self.when_ms.setdefault(key, time.time() * 1000)
 
 
@@ -213,7 +211,7 @@ async def _one_run(
     # at the acknowledged offset). The worker's commit rightly followed that acknowledgement, so these
     # are the broker's loss: counted, not required.
     key_of = {expected_id(s): s.key for s in jobs}
-    reply_lost = {j for j in lost if key_of[j] in replied.at}
+    reply_lost = {j for j in lost if key_of[j] in replied.when_ms}
     lost -= reply_lost
     if lost:
         where = sorted((r.partition, r.offset) for r in logged if by_key.get(r.key) in lost)
