@@ -54,7 +54,7 @@ class EngineContender(Contender):
         self.scheduler = TokenBudgetScheduler(self.engine.max_batch_tokens)
         self.index_of: dict[str, int] = {}
         self.ready: list[Answer] = []
-        self.causal = scorer.describe().loaded.kind.value == "causal_lm"
+        self.causal = scorer.describe().loaded.architecture.value == "causal_lm"
 
     def submit(self, index: int, job: Job) -> None:
         job_id = f"{index}"

@@ -248,7 +248,7 @@ def run_workload(
 
 def _template_tokens(workload: Workload, scorer) -> dict | None:
     """Per job, the tokens MIS and no-MIS compute under the template (None: the jobs are not text)."""
-    template = scorer.describe().strategy.served.template
+    template = scorer.describe().kind.served.template
     if workload.sent is None or template is None:
         return None
     from kafka_scorer_bench.templated import template_tokens

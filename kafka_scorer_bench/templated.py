@@ -58,7 +58,7 @@ def templated_workload(spec: WorkloadSpec, scorer, *, seed: int = 0) -> Workload
     from kafka_scorer.engine.api import tokenize_templated
 
     view = scorer.describe()
-    template = view.strategy.served.template
+    template = view.kind.served.template
     tokenizer = view.loaded.tokenizer
     if template is None or tokenizer is None:
         raise ValueError("the templated workload needs a scorer with a template and a tokenizer")

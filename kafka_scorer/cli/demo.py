@@ -72,7 +72,7 @@ _ITEMS = [
 def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> list[DemoModel]:
     """The user's model if it loads, else a random tiny CausalLM and classifier built in `workdir`."""
     from kafka_scorer.cli.model_source import check_model_source
-    from kafka_scorer.engine.models.loaded import ModelKind
+    from kafka_scorer.engine.models.loaded import Architecture
     from kafka_scorer.engine.scorer import Scorer
 
     if model:
@@ -84,7 +84,8 @@ def load_models(model: str | None, device: str, dtype: str, workdir: Path) -> li
             say(f"cannot load --model {model}: {reason}")
             say("falling back to tiny RANDOM models")
         else:
-            kind = "causal" if scorer.describe().loaded.kind is ModelKind.CAUSAL_LM else "classification"
+            causal = scorer.describe().loaded.architecture is Architecture.CAUSAL_LM
+            kind = "causal" if causal else "classification"
             return [_with_labels(DemoModel(kind, scorer, random=False))]
     from kafka_scorer.checkpoints.tiny_models import build_tiny_model
 

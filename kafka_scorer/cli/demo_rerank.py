@@ -94,7 +94,7 @@ def rerank_jobs(model: DemoModel, count: int) -> list[DemoJob]:
     off and auto, `top_n` below and above the item count; the last is the bad-label job."""
     from kafka_scorer.cli.demo_parts import DemoJob
 
-    images = model.scorer.describe().strategy.reads_images
+    images = model.scorer.describe().kind.reads_images
     jobs = [DemoJob(model, new_submission(rerank_job(n, images))) for n in range(max(count - 1, 0))]
     bad = Job(id="bad-job", query=QUERIES[0], items=[*DOCUMENTS[:2]], label_tokens=BAD_LABELS, top_n=1)
     jobs.append(DemoJob(model, new_submission(bad), expect_error=True))

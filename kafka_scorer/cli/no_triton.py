@@ -24,7 +24,7 @@ def keep_triton_out_on_cpu(device: str) -> bool:
 
     if "triton" in sys.modules or interpreter_asked():
         return False
-    from kafka_scorer.engine.load.loaded_model import resolve_device
+    from kafka_scorer.engine.load.transformers_parts import resolve_device
 
     try:
         on_cpu = resolve_device(device).type == "cpu"

@@ -11,8 +11,8 @@ micro-benchmarks, which time engine parts by design and are listed there by name
 """
 
 from kafka_scorer.engine.attention.registry import BACKENDS
-from kafka_scorer.engine.load.loaded_model import resolve_device, resolve_dtype
 from kafka_scorer.engine.load.precision import native_bf16_feature
+from kafka_scorer.engine.load.transformers_parts import resolve_device, resolve_dtype
 from kafka_scorer.engine.pack.scheduler import TokenBudgetScheduler
 from kafka_scorer.engine.prepare.chunking import window_ranges
 from kafka_scorer.engine.prepare.template_tokens import tokenize_templated

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class EngineView:
     model_name: str
     loaded: LoadedModel
-    strategy: Kind
+    kind: Kind
     """The model kind the engine holds (`engine/kinds/`): its preparer, its served settings."""
     runner: ModelRunner
     graphs: ForwardGraphs | None

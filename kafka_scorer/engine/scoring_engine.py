@@ -24,12 +24,11 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.engine_view import EngineView
 from kafka_scorer.engine.failures import failed_results
 from kafka_scorer.engine.graphs.forward_graphs import GraphStats
-from kafka_scorer.engine.kinds.choice import open_kind
-from kafka_scorer.engine.kinds.kind import Kind
+from kafka_scorer.engine.kinds.choice import KINDS, open_kind
+from kafka_scorer.engine.kinds.kind import Built, Kind, KindClass
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCacheStats
 from kafka_scorer.engine.load.description import Settled, describe
 from kafka_scorer.engine.load.start_up import StartUp
-from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.pack.scheduler import plan_forwards
 from kafka_scorer.engine.pack.tensors import to_wire
@@ -52,7 +51,7 @@ class PackedBatch:
     """A batch ready for the device: its forwards, or why packing failed (answered per job)."""
 
     jobs: list[PreparedJob]
-    forwards: list[tuple[list[tuple[int, PreparedJob]], ForwardBatch]]
+    forwards: list[Built]
     backend: str
     """The attention backend the forwards were built with: a failed batch's halves are packed with it."""
     failure: str | None = None
@@ -70,8 +69,9 @@ class ScoringEngine:
     checkpoint in one place (`engine/kinds/choice.py`) and held here; what the seam promises is this
     class's, for every kind."""
 
-    def __init__(self, config: EngineConfig) -> None:
-        self._kind: Kind = open_kind(config)
+    def __init__(self, config: EngineConfig, kinds: Sequence[KindClass] = KINDS) -> None:
+        """`kinds`: the kinds the checkpoint may be (`engine/kinds/choice.py`); a test adds its own."""
+        self._kind: Kind = open_kind(config, kinds)
         served = self._kind.served
         self._backend = served.attention_backend
         """Read by every forward built; `warm_up` keeps what the start-up stage chose."""
@@ -103,7 +103,7 @@ class ScoringEngine:
         return EngineView(
             model_name=kind.served.loaded.name,
             loaded=kind.served.loaded,
-            strategy=kind,
+            kind=kind,
             runner=kind.runner,
             graphs=kind.graphs,
             attention_backend=self._backend,
@@ -180,7 +180,7 @@ class ScoringEngine:
         jobs = list(jobs)
         try:
             groups = plan_forwards(jobs, self.max_batch_tokens)
-            forwards = self._kind.forwards(groups, backend)
+            forwards = self._kind.build(groups, backend)
         except Exception as exc:  # the engine's one guard around packing: the batch is answered, not lost
             log.exception("packing failed for %d jobs", len(jobs))
             return PackedBatch(jobs, [], backend, failure=f"packing failed: {type(exc).__name__}: {exc}")
@@ -252,8 +252,8 @@ class ScoringEngine:
         rows: list[list[list[float]]] = [[] for _ in jobs]
         hidden: list[list[torch.Tensor]] = [[] for _ in jobs]
         cached = [0] * len(jobs)
-        for group, forward in packed.forwards:
-            for piece in self._kind.run(group, forward):
+        for built in packed.forwards:
+            for piece in built.run():
                 rows[piece.index].extend(piece.rows)
                 if piece.hidden is not None:
                     hidden[piece.index].append(piece.hidden)

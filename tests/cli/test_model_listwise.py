@@ -28,7 +28,7 @@ def test_the_printed_job_is_scored_as_the_reference_scores_it(tmp_path, capsys, 
     line = next(text for text in out.splitlines() if text.startswith("a job:"))
     job, _ = decode_job(json.dumps(json.loads(line.split(":", 1)[1])).encode())
     scorer = Scorer(str(directory), dtype="float32", device="cpu")
-    assert type(scorer.describe().strategy) is ListwiseKind
+    assert type(scorer.describe().kind) is ListwiseKind
     [result] = scorer.score_jobs([job])
     assert result.ok, result.error
     assert result.ranking is not None and sorted(r.index for r in result.ranking) == [0, 1]

@@ -51,7 +51,7 @@ def test_a_cpu_process_loads_transformers_models_without_triton_and_exits_quietl
 
 
 def test_nothing_is_marked_for_a_gpu_or_a_bad_device(monkeypatch) -> None:
-    import kafka_scorer.engine.load.loaded_model as model
+    import kafka_scorer.engine.load.transformers_parts as model
     from kafka_scorer.cli.no_triton import keep_triton_out_on_cpu
     from kafka_scorer.errors import SettingError
 

@@ -74,6 +74,19 @@ def tiny_encoder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def bi_encoder_checkpoint(tiny_encoder, tmp_path_factory):
+    """A tiny BERT directory marked for the bi-encoder test kind (tests/engine/bi_encoder_kind.py)."""
+    import shutil
+
+    from tests.engine.bi_encoder_kind import MARKER
+
+    directory = tmp_path_factory.mktemp("tiny-bi-encoder") / "model"
+    shutil.copytree(tiny_encoder("bert", 2), directory)
+    (directory / MARKER).write_text("{}")
+    return directory
+
+
+@pytest.fixture(scope="session")
 def tiny_colbert(tmp_path_factory):
     """Tiny random ColBERT checkpoints in PyLate's layout (checkpoints/tiny_colbert.py), one per options."""
     from kafka_scorer.checkpoints.tiny_colbert import build_tiny_colbert

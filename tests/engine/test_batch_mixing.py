@@ -201,7 +201,7 @@ def test_packing_builds_the_attention_metadata_and_the_runner_moves_it_once_per_
     prepared = [job for job in prepared if not isinstance(job, Result)]
     with ThreadPoolExecutor(1, thread_name_prefix="packer") as packer:
         packed = packer.submit(scorer.engine.pack, prepared).result()
-    host = [batch.attention for _, batch in packed.forwards]
+    host = [built.forward.attention for built in packed.forwards]
     assert len(host) > 1 and all(isinstance(metadata, metadata_type) for metadata in host)
     assert built_on == ["packer_0"] * len(host) and not moved and not read
 

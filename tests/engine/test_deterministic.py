@@ -215,7 +215,7 @@ def test_the_setting_reaches_the_engine(tiny_models, monkeypatch):
     config = EngineSettings(model=str(tiny_models.get()), dtype="float32", device="cpu").engine_config()
     scorer = Scorer.from_config(config)
     assert (
-        scorer.describe().strategy.served.config.deterministic
+        scorer.describe().kind.served.config.deterministic
         and scorer.describe().attention_backend == "segmented"
     )  # the CPU's
 

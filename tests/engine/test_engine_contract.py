@@ -18,12 +18,15 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
+from kafka_scorer.engine.config import EngineConfig
+from kafka_scorer.engine.kinds.choice import KINDS
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.engine.scoring_engine import ScoringEngine
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.content import dec_hook
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE, PREFIX_CACHE
+from tests.engine.bi_encoder_kind import BiEncoderKind
 from tests.engine.contract import POISON, EngineContract, run
 from tests.engine.test_hybrid_models import _needs_family
 from tests.engine.vision.images import picture
@@ -76,7 +79,7 @@ class ScorerContract(EngineContract):
     dtype: ClassVar[str] = "float32"
 
     def max_items(self, engine: ScoringEngine) -> int:
-        return engine.describe().strategy.preparer.limits.max_items_per_job
+        return engine.describe().kind.preparer.limits.max_items_per_job
 
     @contextmanager
     def breaking(self, engine: ScoringEngine, fault: Fault) -> Iterator[list[int]]:
@@ -356,3 +359,39 @@ class TestListwise(ScorerContract):
         job = Job(id="ids", query=[3, 4, 5], items=[[7], [8, 9]])
         (result,) = run(engine, [job])
         assert result.error is not None and result.error.code is ErrorCode.UNSUPPORTED
+
+
+@pytest.fixture(scope="module")
+def bi_encoder(bi_encoder_checkpoint):
+    """The test kind of tests/engine/bi_encoder_kind.py, given to the engine by one selector line."""
+    engines: dict[tuple[str, bool], ScoringEngine] = {}
+
+    def get(dtype: str = "float32", deterministic_mode: bool = False) -> ScoringEngine:
+        key = (dtype, deterministic_mode)
+        if key not in engines:
+            config = EngineConfig(
+                model=str(bi_encoder_checkpoint), dtype=dtype, device="cpu", deterministic=deterministic_mode
+            )
+            engines[key] = ScoringEngine(config, kinds=(BiEncoderKind, *KINDS))
+        return engines[key]
+
+    return get
+
+
+class TestBiEncoder(ScorerContract):
+    """A kind added by a file and a line (tests/engine/bi_encoder_kind.py) keeps the same promises."""
+
+    @pytest.fixture
+    def engine(self, bi_encoder) -> ScoringEngine:
+        return bi_encoder(self.dtype)
+
+    @pytest.fixture
+    def deterministic_engine(self, bi_encoder) -> ScoringEngine:
+        try:
+            return bi_encoder(self.dtype, deterministic_mode=True)
+        except SettingError as exc:
+            pytest.skip(f"refuses deterministic mode: {exc}")
+
+
+class TestBiEncoderBf16(Bf16, TestBiEncoder):
+    pass

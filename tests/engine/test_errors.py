@@ -143,7 +143,7 @@ class _CountingTokenizer:
 
 def test_a_text_longer_than_any_pair_can_hold_is_too_long_without_tokenizing(scorer_for, monkeypatch):
     scorer = scorer_for("qwen3", "causal", 2, max_pair_tokens=10)
-    preparer = scorer.describe().strategy.preparer
+    preparer = scorer.describe().kind.preparer
     bound = preparer.max_text_chars
     assert bound == 10 * preparer.longest_token
     spy = _CountingTokenizer(scorer.describe().loaded.tokenizer)
@@ -170,7 +170,7 @@ def test_token_id_lists_over_the_pair_limit_are_too_long_before_per_token_checks
 def test_the_character_bound_never_rejects_a_text_that_fits(scorer_for, text):
     """For any text, characters <= tokens x longest token: a text the bound rejects cannot fit."""
     scorer = scorer_for()
-    preparer = scorer.describe().strategy.preparer
+    preparer = scorer.describe().kind.preparer
     tokens = len(scorer.describe().loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert len(text) <= text_char_bound(max(tokens, 1), preparer.longest_token)
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from kafka_scorer.engine.attention.layout import AttentionLayout
-from kafka_scorer.engine.load.loaded_model import load_model
+from kafka_scorer.engine.config import EngineConfig
+from kafka_scorer.engine.kinds.choice import open_kind
 from kafka_scorer.engine.models.loaded import ModelLoadError
 from kafka_scorer.engine.recurrent.detection import PASSES_LAYER_KWARGS
 from kafka_scorer.engine.recurrent.runs import build_runs
@@ -51,7 +52,9 @@ def test_below_the_transformers_that_passes_layer_arguments_a_hybrid_is_refused(
 
     monkeypatch.setattr(detection, "PASSES_LAYER_KWARGS", "99.0")  # the installed one is older than that
     with pytest.raises(ModelLoadError, match=r"needs transformers >= 99\.0"):
-        load_model(str(tiny_models.get("qwen3_next", "causal", 3)), dtype="float32", device="cpu")
+        open_kind(
+            EngineConfig(model=str(tiny_models.get("qwen3_next", "causal", 3)), dtype="float32", device="cpu")
+        )
 
 
 def _scorer(scorer_for, arch: str, kind: str):
@@ -200,4 +203,4 @@ def test_other_stateful_families_are_refused_at_load(tmp_path, family):
         )
     path = _save(tmp_path / family, config)
     with pytest.raises(ModelLoadError, match="carry state along the sequence"):
-        load_model(str(path), dtype="float32", device="cpu")
+        open_kind(EngineConfig(model=str(path), dtype="float32", device="cpu"))

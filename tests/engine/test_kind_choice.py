@@ -10,7 +10,7 @@ from kafka_scorer.engine.kinds.classifier import ClassifierKind
 from kafka_scorer.engine.kinds.cross_encoder import CrossEncoderKind
 from kafka_scorer.engine.kinds.label_scorer import LabelScorerKind
 from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
-from kafka_scorer.engine.models.loaded import ModelKind
+from kafka_scorer.engine.models.loaded import Architecture
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
 
@@ -21,12 +21,12 @@ def test_a_colbert_directory_is_served_by_the_late_interaction_kind(tiny_colbert
     path = str(tiny_colbert())
     opened = Scorer(path, embedding_cache_mb=1, **CPU)
     assert (
-        type(opened.describe().strategy) is LateInteractionKind
-        and opened.describe().loaded.kind is ModelKind.LATE_INTERACTION
+        type(opened.describe().kind) is LateInteractionKind
+        and opened.describe().loaded.architecture is Architecture.LATE_INTERACTION
     )
     assert opened.describe().fields["embedding_cache_mb"] == "1"  # the kind's own setting reached it
     configured = Scorer.from_config(EngineConfig(model=path, embedding_cache_mb=2, **CPU))
-    assert type(configured.describe().strategy) is LateInteractionKind
+    assert type(configured.describe().kind) is LateInteractionKind
     assert configured.describe().fields["embedding_cache_mb"] == "2"
     assert configured.engine.stats().embedding_cache is not None
 
@@ -34,18 +34,18 @@ def test_a_colbert_directory_is_served_by_the_late_interaction_kind(tiny_colbert
 def test_transformers_checkpoints_are_served_by_the_kind_their_config_names(tiny_models, tiny_encoder):
     causal = Scorer(str(tiny_models.get()), **CPU)
     assert (
-        type(causal.describe().strategy) is LabelScorerKind
-        and causal.describe().loaded.kind is ModelKind.CAUSAL_LM
+        type(causal.describe().kind) is LabelScorerKind
+        and causal.describe().loaded.architecture is Architecture.CAUSAL_LM
     )
     classifier = Scorer(str(tiny_models.get(kind="classification", num_labels=3)), **CPU)
     assert (
-        type(classifier.describe().strategy) is ClassifierKind
-        and classifier.describe().loaded.kind is ModelKind.CLASSIFICATION
+        type(classifier.describe().kind) is ClassifierKind
+        and classifier.describe().loaded.architecture is Architecture.CLASSIFICATION
     )
     encoder = Scorer.from_config(EngineConfig(model=str(tiny_encoder("bert")), **CPU))
     assert (
-        type(encoder.describe().strategy) is CrossEncoderKind
-        and encoder.describe().loaded.kind is ModelKind.CLASSIFICATION
+        type(encoder.describe().kind) is CrossEncoderKind
+        and encoder.describe().loaded.architecture is Architecture.CLASSIFICATION
     )
     assert encoder.engine.stats().embedding_cache is None  # a kind without one reports none
 

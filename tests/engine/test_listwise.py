@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kafka_scorer.engine.kinds.listwise import ListwiseKind
-from kafka_scorer.engine.models.loaded import ModelKind
+from kafka_scorer.engine.models.loaded import Architecture
 from kafka_scorer.wire.protocol import ErrorCode, Job
 from kafka_scorer_bench.listwise_reference import DOC, QUERY, TOLERANCE, Reference
 
@@ -42,8 +42,8 @@ def close(got: list[float], want: list[float]) -> None:
 def test_a_jina_for_ranking_config_is_served_by_the_listwise_kind(listwise_scorer):
     scorer = listwise_scorer()
     assert (
-        type(scorer.describe().strategy) is ListwiseKind
-        and scorer.describe().loaded.kind is ModelKind.LISTWISE
+        type(scorer.describe().kind) is ListwiseKind
+        and scorer.describe().loaded.architecture is Architecture.LISTWISE
     )
     assert scorer.describe().fields["kind"] == "listwise"
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from kafka_scorer.engine.models.loaded import ModelKind, ModelLoadError
+from kafka_scorer.engine.models.loaded import Architecture, ModelLoadError
 from kafka_scorer.engine.pack.tensors import from_wire
 from kafka_scorer.engine.scorer import Scorer
 from kafka_scorer.wire.protocol import Job
@@ -23,11 +23,11 @@ def test_kind_comes_from_the_config_not_the_name(tiny_models, tmp_path):
     misleading = tmp_path / "acme-reward-classifier"
     shutil.copytree(tiny_models.get("llama", "causal"), misleading)
     opened = Scorer(str(misleading), dtype="float32", device="cpu")
-    assert opened.describe().loaded.kind is ModelKind.CAUSAL_LM
+    assert opened.describe().loaded.architecture is Architecture.CAUSAL_LM
     named_lm = tmp_path / "acme-causal-lm"
     shutil.copytree(tiny_models.get("qwen2", "classification", 12), named_lm)
     opened = Scorer(str(named_lm), dtype="float32", device="cpu")
-    assert opened.describe().loaded.kind is ModelKind.CLASSIFICATION
+    assert opened.describe().loaded.architecture is Architecture.CLASSIFICATION
 
 
 def test_unknown_architecture_and_missing_model_fail_with_a_readable_message(tiny_models, tmp_path):

@@ -189,7 +189,7 @@ def test_a_template_on_an_encoder_is_refused(tiny_encoder):
 
 
 def test_an_instruction_too_long_to_fit_is_too_long_before_tokenizing(preset_scorer):
-    limit = preset_scorer.describe().strategy.preparer.max_text_chars
+    limit = preset_scorer.describe().kind.preparer.max_text_chars
     result = preset_scorer.score("q", ["a"], instruction="x" * (limit + 1))
     assert result.error.code is ErrorCode.TOO_LONG and result.error.message.startswith("instruction:")
 

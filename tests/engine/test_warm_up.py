@@ -86,7 +86,7 @@ def test_the_start_up_stage_returns_its_choice_and_leaves_the_engine_as_it_was(f
         with engine.running(Variant(backend, None)):
             return scorer.score_jobs(jobs)
 
-    limits, budget = view.strategy.preparer.limits, engine.max_batch_tokens
+    limits, budget = view.kind.preparer.limits, engine.max_batch_tokens
     parts = StartUp(
         view.loaded, view.runner, None, limits, budget, True, score_jobs, engine.prepare, lambda: None
     )
@@ -156,7 +156,7 @@ def _start_up(scorer: Scorer) -> StartUp:
     """The start-up stage's capabilities, as the engine hands them over (only the parts the warm-up's
     job sizes read are real)."""
     view = scorer.describe()
-    limits = view.strategy.preparer.limits
+    limits = view.kind.preparer.limits
     budget = scorer.engine.max_batch_tokens
     return StartUp(view.loaded, view.runner, None, limits, budget, False, _unused, _unused, _unused)
 

@@ -1,42 +1,47 @@
 """Which kind serves a checkpoint: the one place that knows every kind (`kind.py`).
 
-A checkpoint laid out for a kind of its own (a Qwen-VL directory, a ColBERT directory, a config naming
-`JinaForRanking`) is recognised by its files before anything loads; every other one is a transformers
-checkpoint, whose config says what it is (`engine/load/loaded_model.py`: an encoder family is a
-cross-encoder, a sequence classification head a classifier, the rest a label scorer). A new kind is a
-file and a line here.
+The kind is chosen from the checkpoint's files before any weight loads (infinity's model selection is
+the model): a checkpoint laid out for a kind of its own (a Qwen-VL directory, a ColBERT directory, a
+config naming `JinaForRanking`) is recognised by its files; every other one by its transformers config
+(`engine/load/checkpoint.py`: an encoder family is a cross-encoder, a sequence classification head a
+classifier, a CausalLM a label scorer). The first kind that claims the checkpoint opens it, loading
+its weights its own way. A new kind is a file and a line in `KINDS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.kinds.classifier import ClassifierKind
 from kafka_scorer.engine.kinds.cross_encoder import CrossEncoderKind
-from kafka_scorer.engine.kinds.kind import Kind
+from kafka_scorer.engine.kinds.kind import Kind, KindClass
 from kafka_scorer.engine.kinds.label_scorer import LabelScorerKind
-from kafka_scorer.engine.kinds.late_interaction import open_late_interaction
-from kafka_scorer.engine.kinds.listwise import open_listwise
-from kafka_scorer.engine.kinds.served import load_options, serve
-from kafka_scorer.engine.kinds.vision import open_vision
-from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
-from kafka_scorer.engine.listwise.checkpoint import is_listwise
-from kafka_scorer.engine.load.loaded_model import load_model
-from kafka_scorer.engine.models.loaded import ModelKind
-from kafka_scorer.engine.vision.checkpoint import is_vision_language
+from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
+from kafka_scorer.engine.kinds.listwise import ListwiseKind
+from kafka_scorer.engine.kinds.vision import VisionKind
+from kafka_scorer.engine.load.checkpoint import Checkpoint
+
+KINDS: tuple[KindClass, ...] = (
+    VisionKind,
+    LateInteractionKind,
+    ListwiseKind,
+    CrossEncoderKind,
+    ClassifierKind,
+    LabelScorerKind,
+)
+"""In the order they are asked: the layouts of their own first, the transformers config's last."""
 
 
-def open_kind(config: EngineConfig) -> Kind:
-    """The served checkpoint, loaded, as the object of its kind."""
-    if is_vision_language(config.model):
-        return open_vision(config)
-    if is_late_interaction(config.model):
-        return open_late_interaction(config)
-    if is_listwise(config.model):
-        return open_listwise(config)
-    loaded = load_model(config.model, **load_options(config), decoder_forward=config.decoder_forward)
-    served = serve(loaded, config)
-    if loaded.encoder is not None:
-        return CrossEncoderKind(served)
-    if loaded.kind is ModelKind.CLASSIFICATION:
-        return ClassifierKind(served)
-    return LabelScorerKind(served)
+def select_kind(checkpoint: Checkpoint, kinds: Sequence[KindClass] = KINDS) -> KindClass:
+    """The kind that serves `checkpoint`, from its files alone; a checkpoint none claims is refused."""
+    for kind in kinds:
+        if kind.claims(checkpoint):
+            return kind
+    raise checkpoint.refusal()
+
+
+def open_kind(config: EngineConfig, kinds: Sequence[KindClass] = KINDS) -> Kind:
+    """The served checkpoint, loaded by the kind that claims it, as the object of that kind."""
+    checkpoint = Checkpoint(config.model, config.trust_remote_code)
+    return select_kind(checkpoint, kinds).open(config, checkpoint)

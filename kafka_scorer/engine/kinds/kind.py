@@ -3,28 +3,45 @@
 A kind prepares jobs its way (its preparer), builds the forwards of a planned batch and runs one of
 them into per-job score rows; everything else (validation of the seam, the token budget, the failure
 bisection, results, ranking, provenance) is `ScoringEngine`'s and the same for every kind. The kinds are
-chosen in one place (`choice.py`); adding one is a file implementing this protocol and one line there.
+chosen in one place (`choice.py`) from the checkpoint's files, before any weight loads; adding one is a
+file implementing `KindClass` and this protocol, and one line there.
+
+Each kind's forwards are typed by the kind (`OwnForwards[P, F]`: the prepared jobs its preparer makes,
+the forward it builds); the engine, which holds any kind, sees a built forward only as `Built`, a thing
+to run on the device thread, so no `Any` and no cast crosses the seam.
 """
 
 from __future__ import annotations
 
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
+    from kafka_scorer.engine.config import EngineConfig
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
     from kafka_scorer.engine.kinds.served import Served
     from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
+    from kafka_scorer.engine.load.checkpoint import Checkpoint
     from kafka_scorer.engine.load.start_up import StartUp
     from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
     from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
     from kafka_scorer.engine.run.runner import ModelRunner
     from kafka_scorer.wire.protocol import Job, Result, TemplateRef
 
-Group = list[tuple[int, "PreparedJob"]]
+P = TypeVar("P", bound="PreparedJob")
+"""A kind's prepared job (`PreparedJob`, or the kind's own: `LateJob`, `VisionJob`, `ListwiseJob`)."""
+F = TypeVar("F")
+"""A kind's built forward (`ForwardBatch`, `LateForward`, ...)."""
+
+Pieces = list[tuple[int, P]]
 """One planned forward's pieces, each with its job's position in the batch."""
+Group = list[tuple[int, "PreparedJob"]]
+"""`Pieces` as the engine plans them, of any kind."""
 
 
 class Preparer(Protocol):
@@ -74,12 +91,8 @@ class Kind(Protocol):
 
     @property
     def graphs(self) -> ForwardGraphs | None: ...
-    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, Any]]:
+    def build(self, groups: list[Group], backend: str) -> list[Built]:
         """The planned groups' forwards, built on the packing thread (any thread)."""
-        ...
-
-    def run(self, group: Group, forward: Any) -> list[PieceScores]:
-        """One built forward on the device thread; raises on failure (the bisection isolates it)."""
         ...
 
     def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
@@ -94,3 +107,59 @@ class Kind(Protocol):
         """The start-up stage (`engine/load/warm_up.py`, or the kind's own) on the engine that starts
         on `backend`; returns the backend it serves with, which the engine keeps."""
         ...
+
+
+class KindClass(Protocol):
+    """A kind as the selector knows it (`choice.py`): whether it serves a checkpoint, read from its
+    files alone, and how it opens it (loads its weights its own way, then is the `Kind` serving them)."""
+
+    def claims(self, checkpoint: Checkpoint) -> bool: ...
+    def open(self, config: EngineConfig, checkpoint: Checkpoint) -> Kind: ...
+
+
+@dataclass(frozen=True)
+class Built:
+    """One forward a kind built, as the engine holds it until the device thread runs it."""
+
+    pieces: Sequence[tuple[int, PreparedJob]]
+    forward: object
+    """What the kind built (a `ForwardBatch` for the text kinds): for tests and the bench to look at."""
+    run: Callable[[], list[PieceScores]]
+    """Run it on the device thread; raises on failure (the bisection isolates it)."""
+
+
+class OwnForwards(ABC, Generic[P, F]):
+    """A kind's forwards typed by the kind: it builds and runs its own prepared jobs (`job_type`, what
+    its preparer makes) into its own forward type; `build` and `finish` are what the engine calls."""
+
+    job_type: type[P]
+
+    def build(self, groups: list[Group], backend: str) -> list[Built]:
+        own = [[(index, self._own(job)) for index, job in group] for group in groups]
+        return [
+            Built(pieces, forward, functools.partial(self.run, pieces, forward))
+            for pieces, forward in self.forwards(own, backend)
+        ]
+
+    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+        return self.finish_own(self._own(job), rows)
+
+    @abstractmethod
+    def forwards(self, groups: list[Pieces[P]], backend: str) -> list[tuple[Pieces[P], F]]:
+        """The groups' forwards; a kind may reorder them or add forwards of no piece (the prefix
+        cache's heads), each with the pieces it scores."""
+
+    @abstractmethod
+    def run(self, pieces: Pieces[P], forward: F) -> list[PieceScores]:
+        """One built forward on the device thread."""
+
+    def finish_own(self, job: P, rows: list[list[float]]) -> list[list[float]]:
+        """A job's rows once all its pieces ran (unchanged unless the kind says otherwise)."""
+        return rows
+
+    def _own(self, job: PreparedJob) -> P:
+        if not isinstance(job, self.job_type):
+            raise TypeError(
+                f"{type(self).__name__} runs the {self.job_type.__name__}s its preparer makes, not {job!r}"
+            )
+        return job

@@ -9,40 +9,47 @@ vectors came from the cache. Equal documents of one job get the first one's scor
 
 from __future__ import annotations
 
-from typing import cast
-
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import Group, PieceScores
+from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
+from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
 from kafka_scorer.engine.late_interaction.loading import load_late_interaction
 from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
 from kafka_scorer.engine.late_interaction.spec import LateModel
+from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
-from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.errors import SettingError
 
-
-def open_late_interaction(config: EngineConfig) -> LateInteractionKind:
-    if config.template:
-        raise SettingError(
-            "template",
-            f"template={config.template!r} but {config.model!r} is a late-interaction (ColBERT) model, "
-            "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
-        )
-    return LateInteractionKind(serve(load_late_interaction(config.model, **load_options(config)), config))
+LatePieces = list[tuple[int, LateJob]]
 
 
-class LateInteractionKind:
+class LateInteractionKind(OwnForwards[LateJob, LateForward]):
+    job_type = LateJob
     reads_images = False
     prefixes: PrefixPlanner | None = None
 
-    def __init__(self, served: Served) -> None:
+    @classmethod
+    def claims(cls, checkpoint: Checkpoint) -> bool:
+        return is_late_interaction(checkpoint.path)
+
+    @classmethod
+    def open(cls, config: EngineConfig, checkpoint: Checkpoint) -> LateInteractionKind:
+        if config.template:
+            raise SettingError(
+                "template",
+                f"template={config.template!r} but {config.model!r} is a late-interaction (ColBERT) model, "
+                "which encodes as it defines: unset --template (KAFKA_SCORER_TEMPLATE) for it",
+            )
+        model = load_late_interaction(checkpoint.path, **load_options(config))
+        return cls(serve(model, config), model)
+
+    def __init__(self, served: Served, model: LateModel) -> None:
         self.served = served
-        self.model = cast(LateModel, served.loaded)  # its loader's (`open_late_interaction`)
+        self.model = model
         self.preparer = LatePreparer(self.model, served.limits)
         self.runner = ModelRunner(served.loaded, served.config.deterministic)
         self.embeddings = served.embedding_cache()
@@ -51,22 +58,19 @@ class LateInteractionKind:
     def graphs(self) -> ForwardGraphs | None:
         return None
 
-    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, LateForward]]:
+    def forwards(self, groups: list[LatePieces], backend: str) -> list[tuple[LatePieces, LateForward]]:
         """Deterministic mode's attention where it is on, else the pair groups (`forward.py`)."""
         tiles = backend if self.served.config.deterministic else None
-        loaded = self.model
-        late = cast("list[list[tuple[int, LateJob]]]", groups)  # this kind's preparer makes LateJobs
-        built = [build_late_forward(pieces, loaded, self.embeddings, tiles) for pieces in late]
-        return list(zip(groups, built))
+        return [(pieces, build_late_forward(pieces, self.model, self.embeddings, tiles)) for pieces in groups]
 
-    def run(self, group: Group, forward: LateForward) -> list[PieceScores]:
+    def run(self, pieces: LatePieces, forward: LateForward) -> list[PieceScores]:
         scores = run_late_forward(forward, self.model, self.embeddings)
         return [
             PieceScores(index, [[score] for score in piece_scores], cached=piece_cached)
             for (index, _), piece_scores, piece_cached in zip(forward.group, scores, forward.cached_tokens)
         ]
 
-    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+    def finish_own(self, job: LateJob, rows: list[list[float]]) -> list[list[float]]:
         return same_rows_for_equal_documents(job, rows)
 
     def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
@@ -85,7 +89,7 @@ class LateInteractionKind:
         return chosen
 
 
-def same_rows_for_equal_documents(job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+def same_rows_for_equal_documents(job: LateJob, rows: list[list[float]]) -> list[list[float]]:
     """Each document (or window) whose tokens equal an earlier one's takes that one's row.
 
     A job larger than the token budget is cut into pieces run in different forwards, and a forward's
@@ -93,6 +97,5 @@ def same_rows_for_equal_documents(job: PreparedJob, rows: list[list[float]]) -> 
     projection), so two copies of a document in different pieces came back a few ulps apart and ranked
     by that noise, not by index. Their inputs are the same tokens: the first copy's score is theirs.
     Within one forward a recurring document already runs once (`forward.py`)."""
-    assert isinstance(job, LateJob)
     first: dict[bytes, int] = {}
     return [list(rows[first.setdefault(key, index)]) for index, key in enumerate(job.doc_keys)]

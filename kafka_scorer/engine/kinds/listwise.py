@@ -11,47 +11,53 @@ graphs (the body is transformers' own, with a padding mask).
 
 from __future__ import annotations
 
-from typing import cast
-
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import Group, PieceScores
+from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
-from kafka_scorer.engine.listwise.checkpoint import ListwiseModel, load_listwise
+from kafka_scorer.engine.listwise.checkpoint import ListwiseModel, is_listwise, load_listwise
 from kafka_scorer.engine.listwise.forward import ListwiseForward, build_listwise_forward, run_listwise_forward
 from kafka_scorer.engine.listwise.fusion import fused_scores, own_scores
 from kafka_scorer.engine.listwise.preparer import ListwiseJob, ListwisePreparer
+from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
-from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Job
 
-
-def open_listwise(config: EngineConfig) -> ListwiseKind:
-    for setting, value, env in (
-        ("deterministic", config.deterministic, "KAFKA_SCORER_DETERMINISTIC"),
-        ("template", config.template, "KAFKA_SCORER_TEMPLATE"),
-    ):
-        if value:
-            raise SettingError(
-                setting,
-                f"{setting}={value!r} is not for the listwise model {config.model!r} (its prompt is its own, "
-                f"and deterministic mode is not implemented for it): unset --{setting} ({env})",
-            )
-    return ListwiseKind(serve(load_listwise(config.model, **load_options(config)), config))
+ListwisePieces = list[tuple[int, ListwiseJob]]
 
 
-class ListwiseKind:
+class ListwiseKind(OwnForwards[ListwiseJob, ListwiseForward]):
+    job_type = ListwiseJob
     reads_images = False
     prefixes: PrefixPlanner | None = None
     embeddings: EmbeddingCache | None = None
 
-    def __init__(self, served: Served) -> None:
+    @classmethod
+    def claims(cls, checkpoint: Checkpoint) -> bool:
+        return is_listwise(checkpoint.path)
+
+    @classmethod
+    def open(cls, config: EngineConfig, checkpoint: Checkpoint) -> ListwiseKind:
+        for setting, value, env in (
+            ("deterministic", config.deterministic, "KAFKA_SCORER_DETERMINISTIC"),
+            ("template", config.template, "KAFKA_SCORER_TEMPLATE"),
+        ):
+            if value:
+                raise SettingError(
+                    setting,
+                    f"{setting}={value!r} is not for the listwise model {config.model!r} (its prompt is its "
+                    f"own, and deterministic mode is not implemented for it): unset --{setting} ({env})",
+                )
+        model = load_listwise(checkpoint.path, **load_options(config))
+        return cls(serve(model, config), model)
+
+    def __init__(self, served: Served, model: ListwiseModel) -> None:
         self.served = served
-        self.model = cast(ListwiseModel, served.loaded)  # its loader's (`open_listwise`)
+        self.model = model
         self.preparer = ListwisePreparer(self.model, served.limits)
         self.runner = ModelRunner(served.loaded)  # what the start-up line reports
 
@@ -59,24 +65,22 @@ class ListwiseKind:
     def graphs(self) -> ForwardGraphs | None:
         return None
 
-    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, ListwiseForward]]:
-        listwise = cast("list[list[tuple[int, ListwiseJob]]]", groups)  # this kind's preparer makes them
-        return [
-            (group, build_listwise_forward(pieces, self.model)) for group, pieces in zip(groups, listwise)
-        ]
+    def forwards(
+        self, groups: list[ListwisePieces], backend: str
+    ) -> list[tuple[ListwisePieces, ListwiseForward]]:
+        return [(pieces, build_listwise_forward(pieces, self.model)) for pieces in groups]
 
-    def run(self, group: Group, forward: ListwiseForward) -> list[PieceScores]:
+    def run(self, pieces: ListwisePieces, forward: ListwiseForward) -> list[PieceScores]:
         blocks = run_listwise_forward(forward, self.model)
         return [
             PieceScores(index, [row for block in piece for row in block.tolist()])
             for (index, _), piece in zip(forward.group, blocks)
         ]
 
-    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
+    def finish_own(self, job: ListwiseJob, rows: list[list[float]]) -> list[list[float]]:
         """One score per document from the blocks' vectors (`fusion.py`)."""
         import torch
 
-        assert isinstance(job, ListwiseJob)
         vectors = torch.tensor(rows, dtype=torch.float32)
         blocks, start = [], 0
         for marks in job.markers:

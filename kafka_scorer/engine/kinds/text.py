@@ -7,13 +7,17 @@ settings apply, how a pair is laid out) is each kind's own file.
 
 from __future__ import annotations
 
-from typing import Any
+from abc import abstractmethod
 
+from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
-from kafka_scorer.engine.kinds.kind import Group, PieceScores
-from kafka_scorer.engine.kinds.served import Served
+from kafka_scorer.engine.kinds.kind import Group, OwnForwards, PieceScores
+from kafka_scorer.engine.kinds.served import Served, serve
 from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
+from kafka_scorer.engine.load.checkpoint import Checkpoint
+from kafka_scorer.engine.load.decoder import load_decoder
 from kafka_scorer.engine.load.start_up import StartUp
+from kafka_scorer.engine.models.loaded import Architecture, LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
 from kafka_scorer.engine.prepare.inputs import JobPreparer
@@ -22,12 +26,43 @@ from kafka_scorer.engine.prepare.score_fields import ClassFields, ScoreFields
 from kafka_scorer.engine.run.runner import ModelRunner
 
 
-class TextKind:
+class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
+    job_type = PreparedJob
     reads_images = False
     embeddings: EmbeddingCache | None = None
     preparer_class: type[JobPreparer] = JobPreparer
     scores_labels = False
+    architecture = Architecture.CLASSIFICATION
+    """The head a decoder of this kind is loaded with (`load`)."""
     """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
+
+    @classmethod
+    @abstractmethod
+    def claims(cls, checkpoint: Checkpoint) -> bool:
+        """Whether the checkpoint's config names this kind (`engine/load/checkpoint.py`)."""
+
+    @classmethod
+    def open(cls, config: EngineConfig, checkpoint: Checkpoint) -> TextKind:
+        """The kind refuses settings that are not for it before anything loads, then loads its own way."""
+        cls.check_settings(config)
+        return cls(serve(cls.load(config, checkpoint), config))
+
+    @classmethod
+    def check_settings(cls, config: EngineConfig) -> None:
+        """Refuse, in one line naming the setting, what this kind cannot honour (nothing here)."""
+
+    @classmethod
+    def load(cls, config: EngineConfig, checkpoint: Checkpoint) -> LoadedModel:
+        """The checkpoint's weights as this kind runs them: a decoder with the head `architecture`
+        names (`engine/load/decoder.py`; the cross-encoder loads its own way)."""
+        return load_decoder(
+            checkpoint,
+            cls.architecture,
+            served_name=config.served_model_name,
+            dtype=config.dtype,
+            device=config.device,
+            decoder_forward=config.decoder_forward,
+        )
 
     def __init__(self, served: Served) -> None:
         loaded = served.loaded
@@ -47,7 +82,7 @@ class TextKind:
     def graphs(self) -> ForwardGraphs | None:
         return self.runner.graphs
 
-    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, Any]]:
+    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, ForwardBatch]]:
         """Through the prefix cache (`engine/pack/prefix_batch.py`) groups come back reordered, after
         forwards of no group that compute their new heads."""
         loaded = self.served.loaded
@@ -79,20 +114,20 @@ class TextKind:
         graphs = self.runner.graphs
         return graphs.bucket_for if graphs is not None else None
 
-    def run(self, group: Group, forward: ForwardBatch) -> list[PieceScores]:
+    def run(self, pieces: Group, forward: ForwardBatch) -> list[PieceScores]:
         output = self.runner.forward(forward)
         if self.prefixes is not None:
             self.prefixes.commit(forward)
         scores = output.scores.tolist()
-        pieces, offset = [], 0
-        for (index, piece), (start, end) in zip(group, forward.job_rows):
+        scored, offset = [], 0
+        for (index, piece), (start, end) in zip(pieces, forward.job_rows):
             rows = [row[: self.width(piece, row)] for row in scores[start:end]]
             hidden = None
             if piece.job.return_pooled_hidden_states:
                 hidden = output.hidden[offset : offset + end - start]
                 offset += end - start
-            pieces.append(PieceScores(index, rows, hidden, cached_tokens(piece), cached_once=piece.packed))
-        return pieces
+            scored.append(PieceScores(index, rows, hidden, cached_tokens(piece), cached_once=piece.packed))
+        return scored
 
     def score_fields(self, served: Served) -> ScoreFields:
         """What this kind's scores are (`engine/prepare/score_fields.py`): a head's classes here."""
@@ -101,9 +136,6 @@ class TextKind:
     def width(self, piece: PreparedJob, row: list[float]) -> int:
         """A row's scores: the classes of a classifier's head (every column)."""
         return len(row)
-
-    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
-        return rows
 
     def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
         return common

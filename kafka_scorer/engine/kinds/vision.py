@@ -10,42 +10,48 @@ transformers' own, with a 4-D mask).
 
 from __future__ import annotations
 
-from typing import cast
-
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import Group, PieceScores
+from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
+from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
-from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
-from kafka_scorer.engine.vision.checkpoint import VisionModel, load_vision_language
+from kafka_scorer.engine.vision.checkpoint import VisionModel, is_vision_language, load_vision_language
 from kafka_scorer.engine.vision.forward import VisionForward, build_vision_forward, run_vision_forward
 from kafka_scorer.engine.vision.images import ImageLimits
 from kafka_scorer.engine.vision.layout import VisionJob
 from kafka_scorer.engine.vision.preparer import VisionPreparer
 from kafka_scorer.errors import SettingError
 
-
-def open_vision(config: EngineConfig) -> VisionKind:
-    if config.deterministic:
-        raise SettingError(
-            "deterministic",
-            f"deterministic mode is not implemented for vision-language models ({config.model!r}): unset "
-            "--deterministic (KAFKA_SCORER_DETERMINISTIC)",
-        )
-    return VisionKind(serve(load_vision_language(config.model, **load_options(config)), config))
+VisionPieces = list[tuple[int, VisionJob]]
 
 
-class VisionKind:
+class VisionKind(OwnForwards[VisionJob, VisionForward]):
+    job_type = VisionJob
     reads_images = True
     prefixes: PrefixPlanner | None = None
 
-    def __init__(self, served: Served) -> None:
+    @classmethod
+    def claims(cls, checkpoint: Checkpoint) -> bool:
+        return is_vision_language(checkpoint.path)
+
+    @classmethod
+    def open(cls, config: EngineConfig, checkpoint: Checkpoint) -> VisionKind:
+        if config.deterministic:
+            raise SettingError(
+                "deterministic",
+                f"deterministic mode is not implemented for vision-language models ({config.model!r}): unset "
+                "--deterministic (KAFKA_SCORER_DETERMINISTIC)",
+            )
+        model = load_vision_language(checkpoint.path, **load_options(config))
+        return cls(serve(model, config), model)
+
+    def __init__(self, served: Served, model: VisionModel) -> None:
         config = served.config
         self.served = served
-        self.model = cast(VisionModel, served.loaded)
+        self.model = model
         images = ImageLimits(config.max_images_per_job, config.max_image_bytes, config.max_image_pixels)
         self.preparer = VisionPreparer(self.model, served.limits, images, served.template)
         self.runner = ModelRunner(served.loaded, labels=True)  # what the start-up line reports
@@ -55,23 +61,19 @@ class VisionKind:
     def graphs(self) -> ForwardGraphs | None:
         return None
 
-    def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, VisionForward]]:
-        vision = cast("list[list[tuple[int, VisionJob]]]", groups)  # this kind's preparer makes VisionJobs
-        return [(group, build_vision_forward(pieces, self.model)) for group, pieces in zip(groups, vision)]
+    def forwards(self, groups: list[VisionPieces], backend: str) -> list[tuple[VisionPieces, VisionForward]]:
+        return [(pieces, build_vision_forward(pieces, self.model)) for pieces in groups]
 
-    def run(self, group: Group, forward: VisionForward) -> list[PieceScores]:
+    def run(self, pieces: VisionPieces, forward: VisionForward) -> list[PieceScores]:
         scores, states = run_vision_forward(forward, self.model, self.embeddings)
-        pieces, start = [], 0
+        scored, start = [], 0
         for index, piece in forward.group:
             end = start + piece.num_items
             rows = [row[: len(piece.label_ids)] for row in scores[start:end].tolist()]
             hidden = states[start:end] if piece.job.return_pooled_hidden_states else None
-            pieces.append(PieceScores(index, rows, hidden))
+            scored.append(PieceScores(index, rows, hidden))
             start = end
-        return pieces
-
-    def finish(self, job: PreparedJob, rows: list[list[float]]) -> list[list[float]]:
-        return rows
+        return scored
 
     def describe(self, common: dict[str, str], backend: str) -> dict[str, str]:
         cache = self.embeddings

@@ -14,11 +14,11 @@ from kafka_scorer.engine.late_interaction.checkpoint import (
     read_settings,
 )
 from kafka_scorer.engine.late_interaction.spec import LateModel, LateSpec
-from kafka_scorer.engine.load.loaded_model import resolve_device
 from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
+from kafka_scorer.engine.load.transformers_parts import resolve_device
 from kafka_scorer.engine.models.encoder_family import ENCODER_FAMILIES, EncoderSetupError, encoder_spec
-from kafka_scorer.engine.models.loaded import ModelKind, ModelLoadError
+from kafka_scorer.engine.models.loaded import Architecture, ModelLoadError
 from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def load_late_interaction(
     vocab = int(model.get_input_embeddings().num_embeddings)
     return LateModel(
         name=served_name or model_path,
-        kind=ModelKind.LATE_INTERACTION,
+        architecture=Architecture.LATE_INTERACTION,
         model=model,
         body=model,
         head=projection,

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from kafka_scorer.engine.load.loaded_model import resolve_device
 from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
-from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
+from kafka_scorer.engine.load.transformers_parts import resolve_device
+from kafka_scorer.engine.models.loaded import Architecture, LoadedModel, ModelLoadError
 
 ARCHITECTURE = "JinaForRanking"
 DOCUMENT_MARKER = "<|embed_token|>"
@@ -136,7 +136,7 @@ def load_listwise(
     pad = tokenizer.pad_token_id
     return ListwiseModel(
         name=served_name or model_path,
-        kind=ModelKind.LISTWISE,
+        architecture=Architecture.LISTWISE,
         model=body,
         body=body,
         head=projector,

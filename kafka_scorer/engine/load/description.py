@@ -26,7 +26,7 @@ def describe(parts: StartUp, backend: str, settled: Settled) -> dict[str, str]:
     loaded, graphs = parts.loaded, parts.graphs
     return {
         "model": loaded.name,
-        "kind": loaded.kind.value,
+        "kind": loaded.architecture.value,
         "device": str(loaded.device),
         "dtype": settled.dtype,
         "dtype_reason": loaded.dtype_reason,

@@ -2,8 +2,8 @@
 
 Below the stages on purpose: preparing reads its tokenizer and limits, packing its window and device,
 running its body and head, so the record sits beneath all of them and its loaders
-(`engine/load/loaded_model.py`, and the kinds' own) build it from above. A kind that needs more
-extends it (`late_interaction/spec.py`'s `LateModel`, `vision/checkpoint.py`'s `VisionModel`).
+(`engine/load/decoder.py`, `engine/load/encoder.py`, and the kinds' own) build it from above. A kind
+that needs more extends it (`late_interaction/spec.py`'s `LateModel`, `vision/checkpoint.py`'s `VisionModel`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
-class ModelKind(str, enum.Enum):
+class Architecture(str, enum.Enum):
+    """What the checkpoint is built as (its config's architecture, or a layout of its own), which the
+    start-up line reports as `kind`; the engine's model kind, the object that serves it, is
+    `engine/kinds/`'s."""
+
     CAUSAL_LM = "causal_lm"
     CLASSIFICATION = "classification"
     LATE_INTERACTION = "late_interaction"
@@ -38,7 +42,7 @@ class ModelLoadError(RuntimeError):
 @dataclass
 class LoadedModel:
     name: str
-    kind: ModelKind
+    architecture: Architecture
     model: PreTrainedModel
     """The checkpoint as transformers loaded it."""
     body: nn.Module

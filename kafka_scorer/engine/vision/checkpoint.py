@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka_scorer.engine.load.loaded_model import resolve_device
 from kafka_scorer.engine.load.precision import choose_precision
 from kafka_scorer.engine.load.revision import checkpoint_revision
-from kafka_scorer.engine.models.loaded import LoadedModel, ModelKind, ModelLoadError
+from kafka_scorer.engine.load.transformers_parts import resolve_device
+from kafka_scorer.engine.models.loaded import Architecture, LoadedModel, ModelLoadError
 
 FAMILIES = {
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
@@ -94,7 +94,7 @@ def load_vision_language(
     head: Any = model.get_output_embeddings()
     return VisionModel(
         name=served_name or model_path,
-        kind=ModelKind.CAUSAL_LM,
+        architecture=Architecture.CAUSAL_LM,
         model=model,
         body=model.model,
         head=head,

@@ -48,7 +48,7 @@ def reference_scores(encoder, query: str, documents: list[str]) -> list[float]:
 )
 def test_scores_equal_the_reference(colbert_scorer, reference_encoder, checkpoint, deterministic):
     scorer = colbert_scorer(checkpoint, deterministic=deterministic)
-    assert isinstance(scorer.describe().strategy, LateInteractionKind)
+    assert isinstance(scorer.describe().kind, LateInteractionKind)
     encoder = reference_encoder(**checkpoint)
     for query in QUERIES[:2]:
         result = scorer.score(query, PASSAGES)

@@ -28,7 +28,7 @@ def qwen2(request, tmp_path_factory):
 def test_the_checkpoint_is_served_by_the_vision_kind(qwen2) -> None:
     scorer, reference, _ = qwen2
     assert reference.model.config.model_type in ("qwen2_vl", "qwen2_5_vl")
-    assert scorer.describe().strategy.reads_images and type(scorer.describe().loaded.body) is type(
+    assert scorer.describe().kind.reads_images and type(scorer.describe().loaded.body) is type(
         reference.model.model
     )
 
