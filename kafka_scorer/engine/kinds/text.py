@@ -8,6 +8,7 @@ settings apply, how a pair is laid out) is each kind's own file.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 
 from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
@@ -20,10 +21,11 @@ from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.models.loaded import Architecture, LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
+from kafka_scorer.engine.pack.stream_shape import CAUSAL_STREAM, StreamShape
 from kafka_scorer.engine.prepare.inputs import JobPreparer
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 from kafka_scorer.engine.prepare.score_fields import ClassFields, ScoreFields
-from kafka_scorer.engine.run.runner import ModelRunner
+from kafka_scorer.engine.run.runner import CAUSAL_BODY, ModelRunner
 
 
 class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
@@ -32,9 +34,13 @@ class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
     embeddings: EmbeddingCache | None = None
     preparer_class: type[JobPreparer] = JobPreparer
     scores_labels = False
+    """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
     architecture = Architecture.CLASSIFICATION
     """The head a decoder of this kind is loaded with (`load`)."""
-    """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
+    shape: StreamShape = CAUSAL_STREAM
+    """How a sequence of the packed stream is laid out (`pack/stream_shape.py`): a decoder's here."""
+    body_options: Mapping[str, object] = CAUSAL_BODY
+    """What the model body is called with beside the stream (`run/runner.py`): a decoder's here."""
 
     @classmethod
     @abstractmethod
@@ -68,15 +74,23 @@ class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
         loaded = served.loaded
         self.served = served
         self.preparer = self.preparer_class(loaded, served.limits, served.template, self.score_fields(served))
-        # None where a cache cannot be exact (an encoder, a sliding window: `prefix_planner` says why)
-        self.prefixes: PrefixPlanner | None = prefix_planner(loaded, served.prefix_cache_mb, served.revision)
+        # None where a cache cannot be exact (bidirectional attention, a sliding window: `prefix_planner`)
+        self.prefixes: PrefixPlanner | None = (
+            prefix_planner(loaded, served.prefix_cache_mb, served.revision) if self.shape.causal else None
+        )
         setting = served.config.cuda_graph_tokens
         chosen = None
         if not served.config.deterministic:  # none in deterministic mode (tiled attention)
             chosen = graphs_for(
                 loaded.body, loaded.device, setting, served.max_batch_tokens, loaded.sliding_window
             )
-        self.runner = ModelRunner(loaded, served.config.deterministic, chosen, labels=self.scores_labels)
+        self.runner = ModelRunner(
+            loaded,
+            served.config.deterministic,
+            chosen,
+            labels=self.scores_labels,
+            body_options=self.body_options,
+        )
 
     @property
     def graphs(self) -> ForwardGraphs | None:
@@ -103,7 +117,7 @@ class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
             device=loaded.device,
             attention_backend=backend,
             sliding_window=loaded.sliding_window,
-            encoder=loaded.encoder,  # an encoder's pair layout; None: a decoder's causal stream
+            shape=self.shape,
             pad_to=self._pad_to,
         )
 

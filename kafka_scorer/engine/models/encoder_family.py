@@ -154,6 +154,16 @@ class EncoderSpec:
     max_positions: int
     """Longest pair the position embeddings allow (RoBERTa: max_position_embeddings - padding_idx - 1)."""
 
+    # What the packed stream asks of an encoder (`engine/pack/stream_shape.py`'s `StreamShape`).
+    @property
+    def causal(self) -> bool:
+        """Never: a pair is read bidirectionally."""
+        return False
+
+    def pair_row(self, start: int, length: int) -> int:
+        """A pair is scored at its first token (`[CLS]` / `<s>`), whatever its length."""
+        return start
+
     def position_ids(self, ids: list[int]) -> list[int]:
         """One pair's position ids, as the stock embeddings compute them for an unpadded input."""
         if self.positions == "from_zero":

@@ -7,6 +7,8 @@ Layout of the stream, sequence after sequence, no padding (but a CUDA graph's ta
 - an encoder pair (SPEC §8): the tokenizer's pair encoding, with its token type ids and the family's
   position ids, scored at its first token (or pooled over all its tokens); attention is bidirectional
   inside the pair.
+What differs between the two (positions, a lone pair's row, causal or not, token types, pooling) is the
+kind's `StreamShape` (`stream_shape.py`): the packing here is one code path for both.
 Every index the forward needs — where sequences start, their prefix and item lengths, the flat
 position of each item's scoring token — is computed here from lengths known at tokenization time,
 so nothing on the device scans `input_ids` or syncs to find a boundary.
@@ -22,8 +24,8 @@ import torch
 from kafka_scorer.engine.attention.cached import PrefixedMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout
 from kafka_scorer.engine.attention.registry import AttentionMetadata, prepare_attention
-from kafka_scorer.engine.models.encoder_family import EncoderSpec
 from kafka_scorer.engine.pack.buckets import padding_lengths
+from kafka_scorer.engine.pack.stream_shape import CAUSAL_STREAM, StreamShape
 from kafka_scorer.engine.prepare.prepared import PreparedJob
 
 
@@ -118,11 +120,13 @@ def build_forward_batch(
     device: torch.device,
     attention_backend: str = "dense",
     sliding_window: int | None = None,
-    encoder: EncoderSpec | None = None,
+    shape: StreamShape = CAUSAL_STREAM,
     pad_to: Callable[[int], int | None] | None = None,
 ) -> ForwardBatch:
-    """`pad_to` (decoders only) maps the stream's token count to the count to pad it to (a CUDA graph's
-    bucket, `engine/graphs/`), or None to leave it as it is; padding adds sequences, never rows."""
+    """`shape`: how each sequence is laid out (a decoder's by default). `pad_to` maps the stream's token
+    count to the count to pad it to (a CUDA graph's bucket, `engine/graphs/`), or None to leave it as it
+    is; padding adds sequences, never rows. Only the engine's own decoder has graphs, so an encoder's
+    kind never pads (its token types and mean-pooling rows cover its pairs only)."""
     ids: list[int] = []
     types: list[int] = []
     positions: list[int] = []
@@ -137,11 +141,8 @@ def build_forward_batch(
         start = len(ids)
         prefix_len = len(seq.prefix)
         ids.extend(seq.prefix)
-        if encoder is not None:
-            positions.extend(encoder.position_ids(seq.prefix))
-            types.extend(seq.types or ())
-        else:
-            positions.extend(range(prefix_len))
+        positions.extend(shape.position_ids(seq.prefix))
+        types.extend(seq.types or ())
         lens: list[int] = []
         for job_index, items in seq.members:
             for item in items:
@@ -151,14 +152,14 @@ def build_forward_batch(
                 # An empty item scores at the query's last token, exactly like the pair `query + ""`.
                 scoring[job_index].append(len(ids) - 1 if item else start + prefix_len - 1)
             if not items:
-                # Decoders score a pair at its last token, encoders at their first ([CLS] / <s>).
-                scoring[job_index].append(start if encoder is not None else start + prefix_len - 1)
+                # A lone pair's row is the shape's: a decoder's last token, an encoder's first ([CLS] / <s>).
+                scoring[job_index].append(shape.pair_row(start, prefix_len))
         seq_starts.append(start)
         seq_lens.append(len(ids) - start)
         prefix_lens.append(prefix_len)
         item_lens.append(tuple(lens))
         cuts.append(seq.cuts)
-    target = pad_to(len(ids)) if pad_to is not None and encoder is None else None
+    target = pad_to(len(ids)) if pad_to is not None else None
     for length in padding_lengths(len(ids), target) if target else ():
         seq_starts.append(len(ids))
         seq_lens.append(length)
@@ -206,7 +207,7 @@ def build_forward_batch(
         prefix_lens=prefix_lens,
         item_lens=item_lens,
         sliding_window=sliding_window,
-        causal=encoder is None,
+        causal=shape.causal,
         cuts=cuts,
     )
     return ForwardBatch(
@@ -221,8 +222,8 @@ def build_forward_batch(
         softmax_rows=host(softmax_rows, torch.bool),
         sigmoid_rows=host(sigmoid_rows, torch.bool),
         hidden_rows=host(hidden_rows, torch.long),
-        token_types=host(types, torch.long) if encoder is not None and encoder.takes_token_types else None,
-        token_rows=_token_rows(seq_lens, host) if encoder is not None and encoder.mean_pooling else None,
+        token_types=host(types, torch.long) if shape.takes_token_types else None,
+        token_rows=_token_rows(seq_lens, host) if shape.mean_pooling else None,
     )
 
 

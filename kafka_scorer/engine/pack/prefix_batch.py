@@ -365,12 +365,12 @@ def _with_prefixes(batch: ForwardBatch, plan: _Stage, backend: str, pin: bool) -
 def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> PrefixPlanner | None:
     """The served model's prefix cache, or None where it is off or cannot be exact.
 
-    Off for encoders (bidirectional: a prefix's states depend on what follows it), for models with a
-    sliding window (a cached key may fall out of a later token's window) and for models whose layers
-    are not plain causal attention (`mis_block_reason`). A hybrid decoder's entry keeps its attention
-    layers' keys and values and each Gated DeltaNet layer's state and convolution window at the
-    prefix's end (`engine/recurrent/`): a fixed size per entry beside the keys and values per token."""
-    if setting_mb == 0 or model.encoder is not None or model.sliding_window is not None:
+    Off for models with a sliding window (a cached key may fall out of a later token's window) and for
+    models whose layers are not plain causal attention (`mis_block_reason`, an encoder's too; its kind
+    asks for no planner anyway, `engine/kinds/cross_encoder.py`). A hybrid decoder's entry keeps its
+    attention layers' keys and values and each Gated DeltaNet layer's state and convolution window at
+    the prefix's end (`engine/recurrent/`): a fixed size per entry beside the keys and values per token."""
+    if setting_mb == 0 or model.sliding_window is not None:
         return None
     if model.mis_block_reason is not None:
         return None

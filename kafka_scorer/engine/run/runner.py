@@ -1,10 +1,11 @@
 """ForwardBatch -> hidden states -> scores, for the text kinds with one code path.
 
-The decoder (or encoder) runs once over the flat stream; only the scoring rows are gathered, and the
-kind says which head scores them (`labels`: the LM head at the job's label tokens, else the head's
-classes). An encoder's row is its pair's first token, or the mean over the pair's
-tokens (ModernBERT's mean pooling), and its head is the stock classifier
-(`engine/models/encoder_family.py`).
+The decoder (or encoder) runs once over the flat stream, called with what its kind adds to the stream
+(`body_options`: a decoder's turns transformers' KV cache off, an encoder's is empty, so this stage
+asks nothing of which it is); only the scoring rows are gathered, and the kind says which head scores
+them (`labels`: the LM head at the job's label tokens, else the head's classes). An encoder's row is its
+pair's first token, or the mean over the pair's tokens (ModernBERT's mean pooling: the batch's
+`token_rows`), and its head is the stock classifier (`engine/models/encoder_family.py`).
 The single device->host copy is at the end, when scores (and the hidden rows that were asked for)
 come back. A forward padded to a captured bucket replays its CUDA graph for the body
 (`engine/graphs/`); the rest is the same.
@@ -13,7 +14,9 @@ come back. A forward padded to a captured bucket replays its CUDA graph for the 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import cast
 
 import torch
@@ -27,6 +30,10 @@ from kafka_scorer.engine.pack.batch import ForwardBatch
 from kafka_scorer.engine.recurrent.runs import RUNS_KWARG, RunPrefixes, StateEntry, build_runs
 from kafka_scorer.engine.run.heads import causal_label_scores, classification_scores
 from kafka_scorer.engine.run.invariant_heads import invariant_classification_scores, invariant_label_scores
+
+CAUSAL_BODY: Mapping[str, object] = MappingProxyType({"use_cache": False})
+"""A decoder body's options: transformers' decoders would build a KV cache each forward, for nothing
+(the engine's own decoder ignores it)."""
 
 
 @dataclass
@@ -45,11 +52,14 @@ class ModelRunner:
         graphs: ForwardGraphs | None = None,
         *,
         labels: bool = False,
+        body_options: Mapping[str, object] = CAUSAL_BODY,
     ) -> None:
         """`labels`: the kind scores label tokens through the LM head (a label scorer), else its head's
-        classes (a classifier, a cross-encoder)."""
+        classes (a classifier, a cross-encoder). `body_options`: what the body is called with beside
+        the stream, as the kind says (a decoder's by default; an encoder's forward may not take them)."""
         self.model = model
         self.labels = labels
+        self.body_options = body_options
         self.deterministic = deterministic
         """Heads by fixed-shape row blocks (`engine/run/invariant_heads.py`)."""
         self.graphs = graphs
@@ -111,13 +121,12 @@ class ModelRunner:
     def _body(self, batch: ForwardBatch, to_device) -> torch.Tensor:
         """The model body run from Python: [T] tokens -> [T, hidden]."""
         inputs = {
+            **self.body_options,
             "input_ids": to_device(batch.input_ids)[None],
             "position_ids": to_device(batch.positions)[None],
             # Once per batch, before the model body: every layer reads these device tensors.
             METADATA_KWARG: batch.attention.to(self.model.device),
         }
-        if self.model.encoder is None:
-            inputs["use_cache"] = False
         recurrent = self.model.recurrent
         if recurrent is not None:
             # Hybrid decoders' stateful layers run each sequence and item from its own state (`recurrent/`).
