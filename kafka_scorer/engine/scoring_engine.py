@@ -38,7 +38,7 @@ from kafka_scorer.engine.prepare.ranking import ranking, reranked
 from kafka_scorer.engine.run.bisection import Bisection
 from kafka_scorer.engine.run.in_batches import score_in_batches
 from kafka_scorer.engine.run.variants import Variant
-from kafka_scorer.engine.vision.jobs import carries_content, content_refused
+from kafka_scorer.engine.prepare.content import carries_content, content_refused
 from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Job, Result, TemplateRef, error_result
 from kafka_scorer.wire.provenance import ServedModel
