@@ -31,9 +31,10 @@ class EncoderPreparer(JobPreparer):
         plan = asked.plan
         if asked.chunking is not None:
             room = self.limits.max_pair_tokens - len(query) - self._pair_template().num_special
-            items, plan = self._split_long_items(job, items, room, asked.chunking)
+            items, plan = self._split_long_items(items, room, asked.chunking, asked.texts)
         prepared = self._encoder_pairs(job, job_id, query, items, asked)
-        return replace(prepared, activation=asked.activation, rank_by=asked.rank_by, chunks=plan)
+        scores = asked.scores
+        return replace(prepared, activation=scores.activation, rank_by=scores.rank_by, chunks=plan)
 
     def _encoder_pairs(
         self, job: Job, job_id: str, query: list[int], items: list[list[int]], asked: Asked
@@ -74,7 +75,7 @@ class EncoderPreparer(JobPreparer):
             packed=False,
             label_ids=[],
             num_tokens=sum(len(pair) for pair in pairs),
-            warnings=asked.warnings,
+            warnings=asked.scores.warnings,
             token_types=types if template.types is not None else None,
             truncated_items=cut,
         )

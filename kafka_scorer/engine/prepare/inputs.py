@@ -6,7 +6,7 @@ without ever reaching the device, and the token count the scheduler budgets with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import msgspec
@@ -18,7 +18,7 @@ from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows
 from kafka_scorer.engine.prepare.prefix_marks import PrefixMarker
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking
-from kafka_scorer.engine.prepare.score_fields import ScoreFields
+from kafka_scorer.engine.prepare.score_fields import AskedScores, ScoreFields, asked_scores
 from kafka_scorer.engine.prepare.template_tokens import cut_item_text, tokenize_templated
 from kafka_scorer.engine.prepare.templates import PromptTemplate
 from kafka_scorer.engine.prepare.text_bounds import longest_token_chars, text_char_bound
@@ -33,19 +33,29 @@ TRUNCATE_HINT = (
 
 @dataclass(frozen=True)
 class Asked:
-    """What the common checks decided of a job before its pairs are laid out: its warnings and score
-    fields (SPEC §8), its long-item policy and whether its text went through the template."""
+    """What a job asks, decoded once at the top of `prepare`: every step below is handed these values
+    rather than the job, so none derives them again and the job's path reads top to bottom. Its score
+    fields (SPEC §8), its items, its long-item policy (SPEC §8, §9), whether its text goes through the
+    template and with which instruction; `precut` and `plan` are set once its items are tokenized."""
 
-    warnings: list[str]
-    label_ids: list[int]
-    activation: str
-    rank_by: int
+    scores: AskedScores
+    items: list[str | list[int]]
+    """The job's items (`item_list`); with `truncate`, any longer than a pair can hold already cut."""
+    text: bool
+    """Whether the query is text (`_check_inputs` holds every item to the query's kind)."""
     truncate: bool
     chunking: Chunking | None
-    precut: set[int]
-    """Items already cut as text before tokenizing (`_cut_overlong`)."""
     templated: bool
-    plan: ChunkPlan | None
+    instruction: str | None
+    """What the template's `{instruction}` is filled with (None for an untemplated job)."""
+    precut: set[int] = field(default_factory=set)
+    """Items already cut as text before tokenizing (`_cut_overlong`)."""
+    plan: ChunkPlan | None = None
+
+    @property
+    def texts(self) -> list[str] | None:
+        """The items as texts, for a text job (None for token ids, used as given)."""
+        return [str(item) for item in self.items] if self.text else None
 
 
 class JobPreparer(ItemWindows):
@@ -77,50 +87,61 @@ class JobPreparer(ItemWindows):
 
     def prepare(self, job: Job, job_id: str) -> PreparedJob | Result:
         """A job that needs no forward (no items) comes back as its Result; bad input raises
-        `InputError`, which the engine answers as the job's error result (the same for every kind)."""
-        model = self.model
-        job = first_checks(job, model.name, self.limits)
-        fields = self.fields
-        warnings = fields.ignored(job)
-        label_ids = fields.label_ids(job)
-        activation = fields.activation(job)
-        rank_by = fields.rank_by(job, label_ids)
-        if not job.items:
-            return Result(
-                id=job_id,
-                scores=[],
-                prompt_tokens=0,
-                model=model.name,
-                warnings=warnings,
-                ranking=ranking(job, [], rank_by),
-                results=[] if is_rerank(job) else None,
-            )
+        `InputError`, which the engine answers as the job's error result (the same for every kind).
 
-        truncate, chunking = self.limits.long_item_policy(job)
-        job, precut = self._cut_overlong(job) if truncate else (job, set())
+        What the job asks is decoded once, here, in the order that decides which error a bad job gets;
+        the steps below are handed the decoded values."""
+        job = first_checks(job, self.model.name, self.limits)
         templated = self._templated(job)
-        plan = None
-        if templated:
-            query, items, precut, plan = self._tokenize_templated(job, truncate, precut, chunking)
+        scores = asked_scores(self.fields, job, templated)
+        if not job.items:
+            return self._no_items(job, job_id, scores)
+        asked = self._asked(job, scores, templated)
+        if asked.truncate:
+            job, asked = self._cut_overlong(job, asked)
+        if asked.templated:
+            query, items, asked = self._tokenize_templated(str(job.query), asked)
         else:
-            query, items = self._tokenize(job)
-        if self.template is not None and not templated and not isinstance(job.query, str):
-            warnings.append(TEMPLATE_NOT_APPLIED_WARNING)
-        asked = Asked(warnings, label_ids, activation, rank_by, truncate, chunking, precut, templated, plan)
+            query, items = self._tokenize(job, asked)
         return self._pairs(job, job_id, query, items, asked)
+
+    def _no_items(self, job: Job, job_id: str, scores: AskedScores) -> Result:
+        """A job without items needs no forward: its result is whole already."""
+        return Result(
+            id=job_id,
+            scores=[],
+            prompt_tokens=0,
+            model=self.model.name,
+            warnings=scores.warnings,
+            ranking=ranking(job, [], scores.rank_by),
+            results=[] if is_rerank(job) else None,
+        )
+
+    def _asked(self, job: Job, scores: AskedScores, templated: bool) -> Asked:
+        """The rest of what the job asks, after its score fields: its long-item policy, then whether
+        its order suits the template (the checks in this order, as a bad job's error depends on it),
+        its items and its instruction. A token-id job under a template is told, in its warnings, that
+        the template was not applied."""
+        truncate, chunking = self.limits.long_item_policy(job)
+        if templated:
+            self._check_item_first(job)
+        text = isinstance(job.query, str)
+        if self.template is not None and not templated and not text:
+            scores.warnings.append(TEMPLATE_NOT_APPLIED_WARNING)
+        instruction = self._instruction(job, templated)
+        return Asked(scores, item_list(job), text, truncate, chunking, templated, instruction)
 
     def _pairs(
         self, job: Job, job_id: str, query: list[int], items: list[list[int]], asked: Asked
     ) -> PreparedJob:
         """A decoder's pairs: the query once with its items behind it (MIS) where packing is exact,
         else one `query + item` sequence per item (SPEC §5)."""
-        chunking, templated, plan = asked.chunking, asked.templated, asked.plan
+        chunking, templated, plan, scores = asked.chunking, asked.templated, asked.plan, asked.scores
         if chunking is not None and not templated:
-            items, plan = self._split_decoder_items(job, query, items, chunking)
+            items, plan = self._split_decoder_items(query, items, chunking, asked.texts, job.item_first)
         items, truncated = self._fit_items(job, query, items, asked.truncate, asked.precut)
         packed = self._decide_packing(job, query, items, windows=chunking is not None)
-        instruction = self._instruction(job, templated)
-        marks = () if job.item_first else self.prefix_marker.marks(query, instruction)
+        marks = () if job.item_first else self.prefix_marker.marks(query, asked.instruction)
         if packed:
             pair_lens = [len(query) + len(item) for item in items]
         else:
@@ -146,13 +167,13 @@ class JobPreparer(ItemWindows):
             query=query,
             items=items,
             packed=packed,
-            label_ids=asked.label_ids,
+            label_ids=scores.label_ids,
             num_tokens=num_tokens,
-            warnings=asked.warnings,
+            warnings=scores.warnings,
             truncated_items=truncated,
-            activation=asked.activation,
-            rank_by=asked.rank_by,
-            rank_normalised=self.fields.normalised(job, asked.activation, len(asked.label_ids), templated),
+            activation=scores.activation,
+            rank_by=scores.rank_by,
+            rank_normalised=scores.normalised,
             template=self.template_ref if templated else None,
             chunks=plan,
             prefix_marks=marks,
@@ -172,57 +193,60 @@ class JobPreparer(ItemWindows):
         return self.template_ref
 
     def _templated(self, job: Job) -> bool:
-        if self.template is None or self.template_for(job) is None:
-            return False
-        if job.item_first:
+        """Whether the job's text goes through the served template (`template_for`)."""
+        return self.template is not None and self.template_for(job) is not None
+
+    def _check_item_first(self, job: Job) -> None:
+        """A template fixes the order of query and item, so a templated job cannot ask for another."""
+        if job.item_first and self.template is not None:
             raise InputError(
                 ErrorCode.INVALID_REQUEST,
                 f"item_first: true, but the served template {self.template.name!r} puts the item after the "
                 "query; send item_first: false (the template decides the order)",
             )
-        return True
 
-    def _tokenize_templated(
-        self, job: Job, truncate: bool, precut: set[int], chunking: Chunking | None = None
-    ) -> tuple[list[int], list[list[int]], set[int], ChunkPlan | None]:
-        """The template's shared part as the query and its per-item parts as the items (SPEC §8).
+    def _tokenize_templated(self, query: str, asked: Asked) -> tuple[list[int], list[list[int]], Asked]:
+        """The template's shared part as the query and its per-item parts as the items (SPEC §8), and
+        `asked` with what tokenizing decided (the items it cut, the windows' plan).
 
         With `truncate`, an item whose part does not fit loses text from its own end, never the
         template's: the part is cut as text and tokenized again (see `cut_item_text`).
         """
-        template = self.template
-        assert template is not None
-        instruction = job.instruction if job.instruction is not None else template.instruction
+        template, instruction = self.template, asked.instruction
+        assert template is not None and instruction is not None  # both set for a templated job
         # the instruction is text the tokenizer reads (twice, with the seam check): bounded like the rest
-        self._check_inputs(job, instruction if template.has_instruction else None)
+        self._check_inputs(query, asked, instruction if template.has_instruction else None)
         tokenizer = self._tokenizer()
-        items = [str(item) for item in item_list(job)]
-        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
+        items = [str(item) for item in asked.items]
+        tokens = tokenize_templated(tokenizer, template, query, items, instruction)
         room = self.limits.max_pair_tokens - len(tokens.shared)
-        if chunking is not None:
+        if asked.chunking is not None:
             shared, parts, plan = self._templated_windows(
-                job, items, instruction, room, chunking, tokens.items
+                query, items, instruction, room, asked.chunking, tokens.items
             )
-            return shared, parts, precut, plan
+            return shared, parts, replace(asked, plan=plan)
         over = [i for i, ids in enumerate(tokens.items) if len(ids) > room]
-        if not (truncate and over):
-            return tokens.shared, tokens.items, precut, None
+        if not (asked.truncate and over):
+            return tokens.shared, tokens.items, asked
         for index in over:
             items[index] = cut_item_text(tokenizer, template, items[index], instruction, room - SEAM_MARGIN)
-        tokens = tokenize_templated(tokenizer, template, str(job.query), items, instruction)
-        return tokens.shared, tokens.items, precut | set(over), None
+        tokens = tokenize_templated(tokenizer, template, query, items, instruction)
+        return tokens.shared, tokens.items, replace(asked, precut=asked.precut | set(over))
 
-    def _cut_overlong(self, job: Job) -> tuple[Job, set[int]]:
+    def _cut_overlong(self, job: Job, asked: Asked) -> tuple[Job, Asked]:
         """With `truncate`, an item longer than any pair can hold (by its length alone) is cut to that
-        bound before tokenizing instead of being rejected; the token-level cut then finishes the job."""
+        bound before tokenizing instead of being rejected; the token-level cut then finishes the job.
+        The job carries the cut items too: its result is of the items as scored."""
         bound = self.max_text_chars
-        cut, items = set(), list(item_list(job))
+        cut, items = set(), list(asked.items)
         for index, item in enumerate(items):
             limit = bound if isinstance(item, str) else self.limits.max_pair_tokens
             if len(item) > limit:
                 items[index] = item[:limit]
                 cut.add(index)
-        return (msgspec.structs.replace(job, items=items), cut) if cut else (job, cut)
+        if not cut:
+            return job, asked
+        return msgspec.structs.replace(job, items=items), replace(asked, items=items, precut=cut)
 
     def _fit_items(
         self, job: Job, query: list[int], items: list[list[int]], truncate: bool, precut: set[int]
@@ -249,18 +273,17 @@ class JobPreparer(ItemWindows):
             fitted.append(item)
         return fitted, cut
 
-    def _check_inputs(self, job: Job, instruction: str | None = None) -> bool:
+    def _check_inputs(self, query: str | list[int], asked: Asked, instruction: str | None = None) -> bool:
         """One kind of input per job, and no part (nor the template's `instruction`) too long to fit;
         True for text jobs."""
-        text_query = isinstance(job.query, str)
-        kinds = {isinstance(item, str) for item in item_list(job)}
-        if kinds != {text_query}:
+        kinds = {isinstance(item, str) for item in asked.items}
+        if kinds != {asked.text}:
             raise InputError(
                 ErrorCode.INVALID_REQUEST,
                 "query and items must all be text or all be token-id lists, not a mix",
             )
-        self._check_lengths(job, text_query, instruction)
-        return text_query
+        self._check_lengths(query, asked, instruction)
+        return asked.text
 
     def _tokenizer(self):
         tokenizer = self.model.tokenizer
@@ -270,20 +293,21 @@ class JobPreparer(ItemWindows):
             )
         return tokenizer
 
-    def _tokenize(self, job: Job) -> tuple[list[int], list[list[int]]]:
+    def _tokenize(self, job: Job, asked: Asked) -> tuple[list[int], list[list[int]]]:
         """SPEC §4: the leading part gets the tokenizer's special tokens, the trailing part does not."""
-        if not self._check_inputs(job):
+        given = cast("str | list[int]", job.query)  # content parts never reach a text kind's preparer
+        if not self._check_inputs(given, asked):
             # `_check_inputs` said every part is token ids
-            query = list(cast("list[int]", job.query))
-            items = [list(cast("list[int]", item)) for item in item_list(job)]
+            query = list(cast("list[int]", given))
+            items = [list(cast("list[int]", item)) for item in asked.items]
             self._check_token_ids(query, None)
             for index, item in enumerate(items):
                 self._check_token_ids(item, index)
             return query, items
         tokenizer = self._tokenizer()
         query_leads, item_leads = self._special_tokens(job)
-        query = tokenizer(job.query, add_special_tokens=query_leads)["input_ids"]
-        items = tokenizer(list(item_list(job)), add_special_tokens=item_leads)["input_ids"]
+        query = tokenizer(given, add_special_tokens=query_leads)["input_ids"]
+        items = tokenizer(list(asked.items), add_special_tokens=item_leads)["input_ids"]
         return list(query), [list(item) for item in items]
 
     def _special_tokens(self, job: Job) -> tuple[bool, bool]:
@@ -291,11 +315,12 @@ class JobPreparer(ItemWindows):
         part's do (SPEC §4)."""
         return not job.item_first, job.item_first
 
-    def _check_lengths(self, job: Job, text: bool, instruction: str | None = None) -> None:
+    def _check_lengths(self, query: str | list[int], asked: Asked, instruction: str | None = None) -> None:
         """`too_long` from lengths alone, before any tokenizing or per-token work: a text longer than
         `max_text_chars`, or a token-id list longer than the pair limit, cannot fit in any pair. A
         chunked item may be up to `max_chunks_per_job` pairs long: more cannot fit in the windows a
         job may have, so the bound stays a bound on the tokenizer's work."""
+        text, chunking = asked.text, asked.chunking
         limit = self.max_text_chars if text else self.limits.max_pair_tokens
         unit = "characters" if text else "token ids"
         why = (
@@ -304,13 +329,10 @@ class JobPreparer(ItemWindows):
             if text
             else f"max_pair_tokens={self.limits.max_pair_tokens}"
         )
-        _, chunking = self.limits.long_item_policy(job)
         chunks = self.limits.max_chunks_per_job if chunking is not None else 1
         item_why = f"{why} × max_chunks_per_job={chunks}" if chunking is not None else why
-        named: list[tuple[str, str | list[int], int | None, int, str]] = [
-            ("query", cast("str | list[int]", job.query), None, limit, why)
-        ]
-        named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(item_list(job))]
+        named: list[tuple[str, str | list[int], int | None, int, str]] = [("query", query, None, limit, why)]
+        named += [(f"item {i}", item, i, limit * chunks, item_why) for i, item in enumerate(asked.items)]
         if instruction is not None:
             named.append(("instruction", instruction, None, limit, why))
         for where, part, item, bound, because in named:

@@ -7,6 +7,7 @@ leaves the window rule itself (where windows start and end, how rows aggregate) 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kafka_scorer.engine.prepare.chunking import (
@@ -15,12 +16,11 @@ from kafka_scorer.engine.prepare.chunking import (
     char_spans,
     window_ranges,
 )
-from kafka_scorer.engine.prepare.documents import item_list
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.engine.prepare.template_tokens import tokenize_templated
 from kafka_scorer.engine.prepare.text_bounds import leading_special_tokens
 from kafka_scorer.engine.prepare.windows import lay_out, long_items, window_size
-from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job
+from kafka_scorer.wire.protocol import Chunking, ErrorCode
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.prepare.templates import PromptTemplate
@@ -51,43 +51,50 @@ class ItemWindows:
         return long_items(lengths, window, overlap, self.limits.max_chunks_per_job)
 
     def _split_decoder_items(
-        self, job: Job, query: list[int], items: list[list[int]], chunking: Chunking
+        self,
+        query: list[int],
+        items: list[list[int]],
+        chunking: Chunking,
+        texts: Sequence[str] | None,
+        item_first: bool,
     ) -> tuple[list[list[int]], ChunkPlan | None]:
         """A decoder's windows: the query stays whole, each window follows it (or leads it, with
         `item_first`) as an item of its own. A leading text item carries the tokenizer's special
-        tokens; each of its windows gets them too, and they do not count in the window."""
+        tokens; each of its windows gets them too, and they do not count in the window. `texts`: the
+        items' texts for a text job, None for token ids."""
         room = self.limits.max_pair_tokens - len(query)
-        if not (job.item_first and isinstance(job.query, str)):
-            return self._split_long_items(job, items, room, chunking)
+        if not (item_first and texts is not None):
+            return self._split_long_items(items, room, chunking, texts)
         prefix, suffix = leading_special_tokens(self._tokenizer())
         special = len(prefix) + len(suffix)
         own = [len(item) - special for item in items]
         return self._split_long_items(
-            job, items, room - special, chunking, own, lambda ids: [*prefix, *ids, *suffix]
+            items, room - special, chunking, texts, own, lambda ids: [*prefix, *ids, *suffix]
         )
 
     def _split_long_items(
         self,
-        job: Job,
         items: list[list[int]],
         room: int,
         chunking: Chunking,
+        texts: Sequence[str] | None,
         own: list[int] | None = None,
         wrap=None,
     ) -> tuple[list[list[int]], ChunkPlan | None]:
         """Items over the window -> their windows, in place; the plan maps the rows back (SPEC §9).
 
         `own` are the items' lengths without special tokens (default: their lengths), `wrap` adds the
-        special tokens a window needs. A text item is split on its own tokens, read again with the
-        tokenizer's offsets so each window's span is in characters of the text.
+        special tokens a window needs. A text item (`texts`: the items' texts, None for token ids) is
+        split on its own tokens, read again with the tokenizer's offsets so each window's span is in
+        characters of the text.
         """
         window = self._window(chunking, room)
         lengths = own if own is not None else [len(item) for item in items]
         over = self._long_items(dict(enumerate(lengths)), window, chunking.overlap)
         if not over:
             return items, None
-        text = isinstance(job.query, str)
-        raw = {i: (items[i], None) for i in over} if not text else self._own_tokens(job, sorted(over))
+        text = texts is not None
+        raw = {i: (items[i], None) for i in over} if texts is None else self._own_tokens(texts, sorted(over))
         windows: dict[int, tuple[list[list[int]], WindowedItem]] = {}
         for index in over:
             ids, offsets = raw[index]
@@ -100,13 +107,12 @@ class ItemWindows:
         return lay_out(items, windows, chunking.aggregate)
 
     def _own_tokens(
-        self, job: Job, indices: list[int]
+        self, items: Sequence[str], indices: list[int]
     ) -> dict[int, tuple[list[int], list[tuple[int, int]] | None]]:
         """Text items' own tokens (no special tokens) with their character offsets, where the
         tokenizer gives offsets (fast tokenizers); without them the spans are left out."""
         tokenizer = self._tokenizer()
-        items = item_list(job)
-        texts = [str(items[i]) for i in indices]
+        texts = [items[i] for i in indices]
         offsets: list[list[tuple[int, int]] | None]
         try:
             encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
@@ -120,7 +126,7 @@ class ItemWindows:
 
     def _templated_windows(
         self,
-        job: Job,
+        query: str,
         items: list[str],
         instruction: str,
         room: int,
@@ -143,7 +149,7 @@ class ItemWindows:
         tokenizer = self._tokenizer()
         fixed = len(tokenizer(template.item_part("", instruction), add_special_tokens=False)["input_ids"])
         window = self._window(chunking, room - fixed - SEAM_MARGIN)
-        own = self._own_tokens(job, list(range(len(items))))
+        own = self._own_tokens(items, list(range(len(items))))
         asked = chunking.window
         split = {
             i
@@ -153,7 +159,7 @@ class ItemWindows:
         own = {i: own[i] for i in split}
         for _ in range(_SHRINK_TRIES):
             texts, plan = self._window_texts(items, own, window, chunking)
-            tokens = tokenize_templated(tokenizer, template, str(job.query), texts, instruction)
+            tokens = tokenize_templated(tokenizer, template, query, texts, instruction)
             limit = self.limits.max_pair_tokens - len(tokens.shared)
             excess = max(len(part) for part in tokens.items) - limit
             if excess <= 0:

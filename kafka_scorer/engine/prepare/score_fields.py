@@ -45,6 +45,31 @@ class ScoreFields(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class AskedScores:
+    """What a job asks its scores to be, read once (`asked_scores`) where a preparer decodes the job, so
+    the steps after it are handed these values instead of the job to read them again."""
+
+    warnings: list[str]
+    label_ids: list[int]
+    activation: str
+    rank_by: int
+    normalised: bool
+    """Whether the job ranks by a label's share of its row (`ScoreFields.normalised`)."""
+
+
+def asked_scores(fields: ScoreFields, job: Job, templated: bool) -> AskedScores:
+    """The job's score fields, in the order that decides which error a bad job gets: its warnings, its
+    labels, its activation, its `rank_by` (the last three may raise `InputError`); then whether its
+    relevance is normalised, which depends on whether its text goes through the template."""
+    warnings = fields.ignored(job)
+    label_ids = fields.label_ids(job)
+    activation = fields.activation(job)
+    rank_by = fields.rank_by(job, label_ids)
+    normalised = fields.normalised(job, activation, len(label_ids), templated)
+    return AskedScores(warnings, label_ids, activation, rank_by, normalised)
+
+
 def _common_warnings(job: Job, template: PromptTemplate | None) -> list[str]:
     warnings = rank_fields_warnings(job)
     if job.instruction is not None:
