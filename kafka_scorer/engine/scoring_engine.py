@@ -33,12 +33,12 @@ from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.pack.scheduler import plan_forwards
 from kafka_scorer.engine.pack.tensors import to_wire
 from kafka_scorer.engine.prepare.chunking import ChunkedItem, aggregate
+from kafka_scorer.engine.prepare.content import carries_content, content_refused
 from kafka_scorer.engine.prepare.prepared import InputError, PreparedJob
 from kafka_scorer.engine.prepare.ranking import ranking, reranked
 from kafka_scorer.engine.run.bisection import Bisection
 from kafka_scorer.engine.run.in_batches import score_in_batches
 from kafka_scorer.engine.run.variants import Variant
-from kafka_scorer.engine.prepare.content import carries_content, content_refused
 from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.wire.protocol import Job, Result, TemplateRef, error_result
 from kafka_scorer.wire.provenance import ServedModel
