@@ -21,6 +21,7 @@ from kafka_scorer.engine.kinds.late_interaction import LateInteractionKind
 from kafka_scorer.engine.kinds.listwise import ListwiseKind
 from kafka_scorer.engine.kinds.vision import VisionKind
 from kafka_scorer.engine.load.checkpoint import Checkpoint
+from kafka_scorer.engine.load.transformers_parts import resolve_device
 
 KINDS: tuple[KindClass, ...] = (
     VisionKind,
@@ -42,6 +43,9 @@ def select_kind(checkpoint: Checkpoint, kinds: Sequence[KindClass] = KINDS) -> K
 
 
 def open_kind(config: EngineConfig, kinds: Sequence[KindClass] = KINDS) -> Kind:
-    """The served checkpoint, loaded by the kind that claims it, as the object of that kind."""
+    """The served checkpoint, loaded by the kind that claims it, as the object of that kind. The
+    `device` setting is checked first: an unusable device is the operator's one line whatever the
+    checkpoint holds."""
+    resolve_device(config.device)
     checkpoint = Checkpoint(config.model, config.trust_remote_code)
     return select_kind(checkpoint, kinds).open(config, checkpoint)
