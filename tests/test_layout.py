@@ -21,6 +21,12 @@
 Every import counts: at module level, inside a function (the lazy ones that keep `--help` light) and
 under `if TYPE_CHECKING:`.
 
+- The engine's stages come in their order (issue 47): prepare, pack, run, then start-up (`load/`); a
+  stage imports no later stage, no kind's own folder (`late_interaction/`, `listwise/`, `vision/`) and
+  nothing above the kinds (`kinds/`, the engine, the client); a kind's folder imports no other kind's.
+  The model parts (`models/`, `layers/`, `attention/`, `kernels/`, `recurrent/`, `graphs/`) stand below
+  and may serve any stage. And the prepare stage imports no torch, when imported alone: it runs on the
+  prepare threads and answers input errors without the device's library (checked in a fresh process).
 - Nothing below the engine writes its attributes (issue 47): the start-up stage (warm-up, fallbacks,
   description, variants) takes narrow capabilities and returns what it chose, and only the in-process
   client (`engine/scorer.py`) and the engine (`engine/scoring_engine.py`) assign `scorer.<attr>` or
@@ -264,3 +270,48 @@ def test_the_walk_sees_every_kind_of_import() -> None:
     names = imported(source, "kafka_scorer.worker.intake")
     assert {"aiokafka", "aiokafka.admin", "kafka_scorer.client", "kafka_scorer.worker.ledger"} <= names
     assert "kafka_scorer.client.ScoringClient" in names
+
+
+ENGINE = "kafka_scorer.engine"
+STAGES = ("prepare", "pack", "run", "load")
+"""The engine's stages in their order (docs/engine.md): a stage may import the ones before it."""
+KIND_FOLDERS = ("late_interaction", "listwise", "vision")
+ABOVE_THE_STAGES = ("kinds", "scoring_engine", "scorer", "engine_view", "api")
+
+
+def _engine_imports(importer: str, targets: Collection[str]) -> list[str]:
+    return [found for target in targets for found in breaking(f"{ENGINE}.{importer}", f"{ENGINE}.{target}")]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_an_engine_stage_imports_no_later_stage_and_no_kind(stage: str) -> None:
+    later = [*STAGES[STAGES.index(stage) + 1 :], *KIND_FOLDERS, *ABOVE_THE_STAGES]
+    assert not _engine_imports(stage, later)
+
+
+@pytest.mark.parametrize("folder", KIND_FOLDERS)
+def test_a_kinds_folder_imports_no_other_kind_and_nothing_above_the_stages(folder: str) -> None:
+    others = [other for other in KIND_FOLDERS if other != folder]
+    assert not _engine_imports(folder, [*others, *ABOVE_THE_STAGES])
+
+
+def test_the_stage_rule_sees_a_backward_import() -> None:
+    """The rule reads real edges: the kinds import the stages (the other way round is what it refuses)."""
+    assert _engine_imports("kinds", ["prepare"]) and _engine_imports("run", ["pack"])
+
+
+def test_the_prepare_stage_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    modules = sorted(
+        module_name(path)
+        for path in (PACKAGE / "engine" / "prepare").glob("*.py")
+        if path.name != "__init__.py"
+    )
+    code = "import importlib, sys\n"
+    code += "".join(f"importlib.import_module({name!r})\n" for name in modules)
+    code += "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"the prepare stage pulled in {run.stdout.strip()}"

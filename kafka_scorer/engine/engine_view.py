@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, GraphStats
     from kafka_scorer.engine.kinds.kind import Kind
-    from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCacheStats
     from kafka_scorer.engine.models.loaded import LoadedModel
+    from kafka_scorer.engine.pack.embedding_cache import EmbeddingCacheStats
     from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
     from kafka_scorer.engine.run.runner import ModelRunner
 

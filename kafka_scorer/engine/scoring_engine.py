@@ -26,9 +26,9 @@ from kafka_scorer.engine.failures import failed_results
 from kafka_scorer.engine.graphs.forward_graphs import GraphStats
 from kafka_scorer.engine.kinds.choice import KINDS, open_kind
 from kafka_scorer.engine.kinds.kind import Built, Kind, KindClass
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCacheStats
 from kafka_scorer.engine.load.description import Settled, describe
 from kafka_scorer.engine.load.start_up import StartUp
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCacheStats
 from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.pack.scheduler import plan_forwards
 from kafka_scorer.engine.pack.tensors import to_wire

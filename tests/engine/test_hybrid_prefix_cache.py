@@ -107,7 +107,7 @@ def test_an_entry_is_the_state_at_the_heads_end(scorer_for):
     scorer.describe().kind.prefixes.cache.clear()
     for _ in range(2):
         scorer.score(LONG_QUERY, [[7]], label_token_ids=[5, 6, 7])
-    entries = list(scorer.describe().kind.prefixes.cache._entries.values())
+    entries = list(scorer.describe().kind.prefixes.cache._store.values())
     assert entries and all(entry.complete for entry in entries)
     for entry in entries:
         assert all(entry.keys[n] is None for n in shape.stateless)

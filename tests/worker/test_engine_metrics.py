@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCacheStats
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCacheStats
 from kafka_scorer.wire.engine_stats import EngineStats, counters
 from kafka_scorer.worker.cache_metrics import EMBEDDING_CACHE
 from kafka_scorer.worker.metrics import WorkerMetrics

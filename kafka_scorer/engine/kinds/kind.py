@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from kafka_scorer.engine.config import EngineConfig
     from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
     from kafka_scorer.engine.kinds.served import Served
-    from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
     from kafka_scorer.engine.load.checkpoint import Checkpoint
     from kafka_scorer.engine.load.start_up import StartUp
+    from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
     from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
     from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
     from kafka_scorer.engine.run.runner import ModelRunner

@@ -15,13 +15,13 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
 from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.listwise.checkpoint import ListwiseModel, is_listwise, load_listwise
 from kafka_scorer.engine.listwise.forward import ListwiseForward, build_listwise_forward, run_listwise_forward
 from kafka_scorer.engine.listwise.fusion import fused_scores, own_scores
 from kafka_scorer.engine.listwise.preparer import ListwiseJob, ListwisePreparer
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.errors import SettingError

@@ -13,9 +13,9 @@ from typing import TypedDict
 
 from kafka_scorer.engine.attention.registry import choose_attention_backend
 from kafka_scorer.engine.config import EngineConfig, default_batch_tokens
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache, embedding_capacity_bytes
 from kafka_scorer.engine.load.deterministic import keeps_prefix_cache, make_deterministic
 from kafka_scorer.engine.models.loaded import LoadedModel
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache, embedding_capacity_bytes
 from kafka_scorer.engine.prepare.prepared import InputLimits
 from kafka_scorer.engine.prepare.templates import PromptTemplate, load_template
 from kafka_scorer.wire.protocol import parse_chunking

@@ -14,12 +14,12 @@ from kafka_scorer.engine.config import EngineConfig
 from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
 from kafka_scorer.engine.kinds.kind import Group, OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, serve
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.decoder import load_decoder
 from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.models.loaded import Architecture, LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
 from kafka_scorer.engine.pack.stream_shape import CAUSAL_STREAM, StreamShape
 from kafka_scorer.engine.prepare.inputs import JobPreparer

@@ -27,10 +27,10 @@ from kafka_scorer.engine.attention.dense import DenseMetadata
 from kafka_scorer.engine.attention.layout import AttentionLayout, bucket_by_length, host
 from kafka_scorer.engine.attention.pairs import PairGroup, PairMetadata
 from kafka_scorer.engine.attention.registry import METADATA_KWARG, AttentionMetadata, prepare_attention
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.late_interaction.maxsim import maxsim, maxsim_each
 from kafka_scorer.engine.late_interaction.preparer import LateJob
 from kafka_scorer.engine.late_interaction.spec import LateModel
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
 
 
 @dataclass

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kafka_scorer.engine.pack.lru import ByteBoundedLru
+
 PrefixKey = tuple[tuple[str, ...], tuple[int, ...]]
 """(namespace: model revision, dtype, template hash; the prefix's token ids)."""
 
@@ -137,22 +139,15 @@ class Sightings:
 class PrefixCache:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
-        self._entries: OrderedDict[PrefixKey, PrefixEntry] = OrderedDict()
+        self._store: ByteBoundedLru[PrefixKey, PrefixEntry] = ByteBoundedLru(capacity_bytes)
         self._sightings = Sightings()
         self._lock = threading.Lock()
-        self._bytes = 0
-        self._peak = 0
         self._hits = 0
         self._misses = 0
-        self._evictions = 0
 
     def lookup(self, key: PrefixKey) -> PrefixEntry | None:
         """The entry for exactly `key`, marked most recently used; None when absent."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-            return entry
+        return self._store.get(key)
 
     def fits(self, tokens: int, per_token: int, fixed: int = 0) -> bool:
         """Whether a prefix of `tokens` could ever be kept: one larger than the whole cache never hits.
@@ -176,38 +171,25 @@ class PrefixCache:
         both filled it) keeps the first copy. A prefix seen once (not `admitted`) is kept only where
         the cache has room for it: it never evicts another, so a stream of unique queries never pushes
         out a template's head; kept all the same, its job's next call hits what its first call used."""
-        if not entry.complete:
-            return
-        size = entry.nbytes
-        with self._lock:
-            if entry.key in self._entries or size > self.capacity_bytes:
-                return
-            if not entry.admitted and self._bytes + size > self.capacity_bytes:
-                return
-            while self._bytes + size > self.capacity_bytes and self._entries:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.nbytes
-                self._evictions += 1
-            self._entries[entry.key] = entry
-            self._bytes += size
-            self._peak = max(self._peak, self._bytes)
+        if entry.complete:
+            self._store.put(entry.key, entry, entry.nbytes, evict=entry.admitted, replace=False)
 
     def stats(self) -> PrefixCacheStats:
+        store = self._store
         with self._lock:
-            return PrefixCacheStats(
-                hits=self._hits,
-                misses=self._misses,
-                evictions=self._evictions,
-                entries=len(self._entries),
-                bytes=self._bytes,
-                peak_bytes=self._peak,
-                capacity_bytes=self.capacity_bytes,
-            )
+            hits, misses = self._hits, self._misses
+        return PrefixCacheStats(
+            hits=hits,
+            misses=misses,
+            evictions=store.evictions,
+            entries=len(store),
+            bytes=store.bytes,
+            peak_bytes=store.peak_bytes,
+            capacity_bytes=self.capacity_bytes,
+        )
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+        self._store.clear()
 
 
 AUTO_TOKENS = 8192

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from kafka_scorer.engine.prepare.relevance import relevance
 from kafka_scorer.wire.protocol import ChunkedItem
+
+if TYPE_CHECKING:  # the prepare stage imports no torch (tests/test_layout.py); `aggregate` gets it late
+    import torch
 
 Span = tuple[int, int]
 
@@ -111,7 +113,11 @@ def aggregate(
         if index in chunked:
             report.append(_entry(chunked[index], count, chosen))
         start += count
-    return out_rows, (torch.stack(out_hidden) if hidden is not None else None), report
+    if hidden is None:
+        return out_rows, None, report
+    import torch  # on the result side only, where the hidden states already are tensors
+
+    return out_rows, torch.stack(out_hidden), report
 
 
 def _choose(how: str, rows: list[list[float]], rank_by: int, normalised: bool) -> int | None:

@@ -11,11 +11,14 @@ let the query and every item see each other) and no prompt template applies.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from kafka_scorer.engine.models.encoder_family import PairTemplate
 from kafka_scorer.engine.prepare.inputs import TRUNCATE_HINT, Asked, JobPreparer
 from kafka_scorer.engine.prepare.prepared import InputError, PreparedJob
 from kafka_scorer.wire.protocol import ErrorCode, Job, TemplateRef
+
+if TYPE_CHECKING:  # read from the loaded record, never built here: the stage stays torch-free
+    from kafka_scorer.engine.models.encoder_family import PairTemplate
 
 
 class EncoderPreparer(JobPreparer):

@@ -7,11 +7,10 @@ without ever reaching the device, and the token count the scheduler budgets with
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
-from kafka_scorer.engine.models.loaded import LoadedModel
 from kafka_scorer.engine.prepare.chunking import ChunkPlan
 from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_list
 from kafka_scorer.engine.prepare.item_windows import SEAM_MARGIN, ItemWindows
@@ -23,6 +22,9 @@ from kafka_scorer.engine.prepare.template_tokens import cut_item_text, tokenize_
 from kafka_scorer.engine.prepare.templates import PromptTemplate
 from kafka_scorer.engine.prepare.text_bounds import longest_token_chars, text_char_bound
 from kafka_scorer.wire.protocol import Chunking, ErrorCode, Job, Result, TemplateRef
+
+if TYPE_CHECKING:  # the record is read, never built here: the stage stays torch-free (tests/test_layout.py)
+    from kafka_scorer.engine.models.loaded import LoadedModel
 
 TEMPLATE_NOT_APPLIED_WARNING = "template not applied: token-id inputs are used as given"
 TRUNCATE_HINT = (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
+    from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
     from kafka_scorer.engine.vision.checkpoint import VisionModel
     from kafka_scorer.engine.vision.prompt import ProcessedImage
 

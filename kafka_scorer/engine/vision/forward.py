@@ -27,7 +27,7 @@ from kafka_scorer.engine.vision.layout import Images, VisionJob
 from kafka_scorer.engine.vision.prompt import ProcessedImage
 
 if TYPE_CHECKING:
-    from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
+    from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
 
 
 @dataclass

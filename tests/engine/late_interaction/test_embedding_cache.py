@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kafka_scorer.engine.late_interaction.embedding_cache import EmbeddingCache
+from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
 from kafka_scorer.wire.protocol import Job
 from tests.engine.passages import PASSAGES, QUERIES
 

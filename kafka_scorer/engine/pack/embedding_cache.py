@@ -13,10 +13,14 @@ takes the lock. A planned hit holds its tensor, so an eviction in between frees 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
+
+from kafka_scorer.engine.pack.lru import ByteBoundedLru
+
+EntryKey = tuple[tuple[str, ...], bytes]
+"""(namespace: model revision, dtype; the hash of the input's token ids or pixels)."""
 
 AUTO_MB = 256
 """`embedding_cache_mb=-1` (auto): about a million 128-dim bfloat16 token vectors."""
@@ -41,44 +45,32 @@ class EmbeddingCache:
     def __init__(self, capacity_bytes: int, namespace: tuple[str, ...]) -> None:
         self.capacity_bytes = capacity_bytes
         self.namespace = namespace
-        self._entries: OrderedDict[tuple[tuple[str, ...], bytes], torch.Tensor] = OrderedDict()
+        self._store: ByteBoundedLru[tuple[tuple[str, ...], bytes], torch.Tensor] = ByteBoundedLru(
+            capacity_bytes
+        )
         self._lock = threading.Lock()
-        self._size = self._hits = self._misses = self._evictions = 0
+        self._hits = self._misses = 0
 
     def get(self, key: bytes) -> torch.Tensor | None:
+        found = self._store.get((self.namespace, key))
         with self._lock:
-            found = self._entries.get((self.namespace, key))
             if found is None:
                 self._misses += 1
-                return None
-            self._entries.move_to_end((self.namespace, key))
-            self._hits += 1
-            return found
+            else:
+                self._hits += 1
+        return found
 
     def put(self, key: bytes, vectors: torch.Tensor) -> None:
         """Keep `vectors` (a tensor of its own, not a view of a batch's) unless it alone is over the bound."""
-        size = vectors.numel() * vectors.element_size()
-        if size > self.capacity_bytes:
-            return
-        with self._lock:
-            full_key = (self.namespace, key)
-            old = self._entries.pop(full_key, None)
-            if old is not None:
-                self._size -= old.numel() * old.element_size()
-            while self._entries and self._size + size > self.capacity_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self._size -= evicted.numel() * evicted.element_size()
-                self._evictions += 1
-            self._entries[full_key] = vectors
-            self._size += size
+        self._store.put((self.namespace, key), vectors, vectors.numel() * vectors.element_size())
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._size = 0
+        self._store.clear()
 
     def stats(self) -> EmbeddingCacheStats:
+        store = self._store
         with self._lock:
-            return EmbeddingCacheStats(
-                self._hits, self._misses, self._evictions, len(self._entries), self._size, self.capacity_bytes
-            )
+            hits, misses = self._hits, self._misses
+        return EmbeddingCacheStats(
+            hits, misses, store.evictions, len(store), store.bytes, self.capacity_bytes
+        )
