@@ -4,7 +4,7 @@ encoding, scored at its first token (or the mean of its tokens) by the stock cla
 attention: `engine/pack/stream_shape.py`), and its body is called without a decoder's options.
 
 Bidirectional attention lets every token see what follows it, so a prefix's states depend on the
-rest: no prefix cache (its shape is not causal), no MIS (`LoadedModel.mis_block_reason`), and no prompt
+rest: no prefix cache and no MIS (both refused by `LoadedModel.mis_block_reason`), and no prompt
 template (the pair encoding is the checkpoint's; the setting is refused at start with one line, before
 anything loads).
 """
@@ -54,5 +54,5 @@ class CrossEncoderKind(TextKind):
     def __init__(self, served: Served) -> None:
         encoder = served.loaded.encoder
         assert encoder is not None  # `claims` picks this kind for encoders only
-        self.shape = encoder  # before the base class asks it whether prefixes may be cached
+        self.shape = encoder  # how its pairs lie in the packed stream (`pack/stream_shape.py`)
         super().__init__(served)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -121,7 +121,6 @@ class KindClass(Protocol):
 class Built:
     """One forward a kind built, as the engine holds it until the device thread runs it."""
 
-    pieces: Sequence[tuple[int, PreparedJob]]
     forward: object
     """What the kind built (a `ForwardBatch` for the text kinds): for tests and the bench to look at."""
     run: Callable[[], list[PieceScores]]
@@ -137,7 +136,7 @@ class OwnForwards(ABC, Generic[P, F]):
     def build(self, groups: list[Group], backend: str) -> list[Built]:
         own = [[(index, self._own(job)) for index, job in group] for group in groups]
         return [
-            Built(pieces, forward, functools.partial(self.run, pieces, forward))
+            Built(forward, functools.partial(self.run, pieces, forward))
             for pieces, forward in self.forwards(own, backend)
         ]
 

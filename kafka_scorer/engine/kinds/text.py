@@ -75,9 +75,7 @@ class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
         self.served = served
         self.preparer = self.preparer_class(loaded, served.limits, served.template, self.score_fields(served))
         # None where a cache cannot be exact (bidirectional attention, a sliding window: `prefix_planner`)
-        self.prefixes: PrefixPlanner | None = (
-            prefix_planner(loaded, served.prefix_cache_mb, served.revision) if self.shape.causal else None
-        )
+        self.prefixes: PrefixPlanner | None = prefix_planner(loaded, served.prefix_cache_mb, served.revision)
         setting = served.config.cuda_graph_tokens
         chosen = None
         if not served.config.deterministic:  # none in deterministic mode (tiled attention)

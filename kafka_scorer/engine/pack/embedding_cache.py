@@ -68,9 +68,9 @@ class EmbeddingCache:
         self._store.clear()
 
     def stats(self) -> EmbeddingCacheStats:
-        store = self._store
+        usage = self._store.usage()
         with self._lock:
             hits, misses = self._hits, self._misses
         return EmbeddingCacheStats(
-            hits, misses, store.evictions, len(store), store.bytes, self.capacity_bytes
+            hits, misses, usage.evictions, usage.entries, usage.bytes, self.capacity_bytes
         )

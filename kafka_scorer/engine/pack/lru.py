@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class LruUsage:
+    """What a store holds at one moment, read under its lock (the counters agree with each other)."""
+
+    entries: int
+    bytes: int
+    peak_bytes: int
+    evictions: int
 
 
 class ByteBoundedLru(Generic[K, V]):
@@ -22,10 +33,11 @@ class ByteBoundedLru(Generic[K, V]):
         self.capacity_bytes = capacity_bytes
         self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
-        self.bytes = self.peak_bytes = self.evictions = 0
+        self._bytes = self._peak = self._evictions = 0
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    def usage(self) -> LruUsage:
+        with self._lock:
+            return LruUsage(len(self._entries), self._bytes, self._peak, self._evictions)
 
     def values(self) -> list[V]:
         """What is kept now, least recently used first."""
@@ -51,19 +63,19 @@ class ByteBoundedLru(Generic[K, V]):
             if key in self._entries:
                 if not replace:
                     return False
-                self.bytes -= self._entries.pop(key)[1]
-            if not evict and self.bytes + size > self.capacity_bytes:
+                self._bytes -= self._entries.pop(key)[1]
+            if not evict and self._bytes + size > self.capacity_bytes:
                 return False
-            while self._entries and self.bytes + size > self.capacity_bytes:
+            while self._entries and self._bytes + size > self.capacity_bytes:
                 _, (_, old) = self._entries.popitem(last=False)
-                self.bytes -= old
-                self.evictions += 1
+                self._bytes -= old
+                self._evictions += 1
             self._entries[key] = (value, size)
-            self.bytes += size
-            self.peak_bytes = max(self.peak_bytes, self.bytes)
+            self._bytes += size
+            self._peak = max(self._peak, self._bytes)
             return True
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self.bytes = 0
+            self._bytes = 0

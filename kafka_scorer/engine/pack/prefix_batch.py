@@ -366,8 +366,8 @@ def prefix_planner(model: LoadedModel, setting_mb: int, revision: str) -> Prefix
     """The served model's prefix cache, or None where it is off or cannot be exact.
 
     Off for models with a sliding window (a cached key may fall out of a later token's window) and for
-    models whose layers are not plain causal attention (`mis_block_reason`, an encoder's too; its kind
-    asks for no planner anyway, `engine/kinds/cross_encoder.py`). A hybrid decoder's entry keeps its
+    models whose layers are not plain causal attention (`mis_block_reason`: an encoder's is always set,
+    `engine/load/encoder.py`). A hybrid decoder's entry keeps its
     attention layers' keys and values and each Gated DeltaNet layer's state and convolution window at
     the prefix's end (`engine/recurrent/`): a fixed size per entry beside the keys and values per token."""
     if setting_mb == 0 or model.sliding_window is not None:

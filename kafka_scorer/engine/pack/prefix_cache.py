@@ -175,16 +175,16 @@ class PrefixCache:
             self._store.put(entry.key, entry, entry.nbytes, evict=entry.admitted, replace=False)
 
     def stats(self) -> PrefixCacheStats:
-        store = self._store
+        usage = self._store.usage()
         with self._lock:
             hits, misses = self._hits, self._misses
         return PrefixCacheStats(
             hits=hits,
             misses=misses,
-            evictions=store.evictions,
-            entries=len(store),
-            bytes=store.bytes,
-            peak_bytes=store.peak_bytes,
+            evictions=usage.evictions,
+            entries=usage.entries,
+            bytes=usage.bytes,
+            peak_bytes=usage.peak_bytes,
             capacity_bytes=self.capacity_bytes,
         )
 
