@@ -53,7 +53,8 @@ async def _produce_paced(bootstrap: str, records, chunk: int, pause_s: float) ->
 
 def _lifecycle(worker: WorkerProcess) -> str:
     """The worker's log without its per-batch lines: signals, rebalances, drain, exit."""
-    return "\n".join(line for line in worker.output().splitlines() if "service: batch " not in line)[-6000:]
+    lines = worker.output().splitlines()
+    return "\n".join(line for line in lines if "batch_report: batch " not in line)[-6000:]
 
 
 CHURN_JOBS, CHURN_PARTITIONS, CHURN_SEED = 1500, 6, 1201
@@ -138,6 +139,21 @@ class Crew:
             worker.close()
 
 
+def _unanswered(watch: ReplyWatch, sent: list, sampler: CommitSampler, crew: Crew) -> str:
+    """Where the jobs with no answer sit (partition, offset: records go round-robin over the partitions
+    of a fresh topic), the last commits sampled, and each serving worker's lifecycle: what a timed-out
+    run needs to tell a lost record from a stalled group."""
+    answered = {r.id for r in decode_replies(watch.records)}
+    where = [
+        f"{expected_id(s)} at partition {i % CHURN_PARTITIONS} offset {i // CHURN_PARTITIONS}"
+        for i, s in enumerate(sent)
+        if expected_id(s) not in answered
+    ]
+    last = sampler.samples[-1].offsets if sampler.samples else {}
+    lives = "".join(f"\n--- slot {k}:\n{_lifecycle(w)[-2500:]}" for k, w in enumerate(crew.slots))
+    return f"unanswered: {where[:10]}\nlast commits sampled: {last}{lives}"
+
+
 @on_each_broker()
 async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_ahead(
     kafka, causal_model, causal_scorer, causal_reference, tmp_path
@@ -167,7 +183,22 @@ async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_
                 await watch.wait_for(threshold, timeout_s=120, trouble=crew.trouble)
                 done.append(f"{await crew.fault(kind, rng)} at {watch.distinct} answers")
             await producing
-            await watch.wait_for(CHURN_JOBS, timeout_s=180, trouble=crew.trouble)
+            try:
+                await watch.wait_for(CHURN_JOBS, timeout_s=180, trouble=crew.trouble)
+            except AssertionError as exc:
+                requests = await read_topic(
+                    kafka.bootstrap, topics.requests, lambda rs: len(rs) >= CHURN_JOBS, timeout_s=30
+                )
+                ahead = commit_violations(
+                    sampler.samples, requests, watch.records, lambda r: id_by_key[r.key]
+                )
+                again = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=3.0)
+                where = _unanswered(watch, sent, sampler, crew)
+                raise AssertionError(
+                    f"{exc}\nfaults: {done}\nrequests read back: {len(requests)}; commits ahead of answers: "
+                    f"{ahead[:5]}\nreplies read afresh: {len(again)} records, "
+                    f"{len({r.id for r in decode_replies(again)})} distinct ids\n{where}"
+                ) from None
             committed, ends = await topics.wait_for_commits(CHURN_JOBS, timeout_s=60)
             await crew.stop()
         replies = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=2.0)
