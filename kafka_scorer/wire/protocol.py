@@ -242,14 +242,23 @@ _JSON_ENCODER = msgspec.json.Encoder(enc_hook=enc_hook)
 _MSGPACK_ENCODER = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
+def named_format(content_type: str | None) -> WireFormat | None:
+    """The format a content-type header names; None for no header or one naming neither (`text/plain`)."""
+    if not content_type:
+        return None
+    ct = content_type.split(";", 1)[0].strip().lower()
+    if ct in (CONTENT_TYPE_MSGPACK, "application/x-msgpack", "application/vnd.msgpack"):
+        return "msgpack"
+    if ct == CONTENT_TYPE_JSON or ct.endswith("+json"):
+        return "json"
+    return None
+
+
 def sniff_format(value: bytes, content_type: str | None) -> WireFormat:
     """Header first (SPEC §2), then the first byte: JSON objects start with `{` (after blanks)."""
-    if content_type:
-        ct = content_type.split(";", 1)[0].strip().lower()
-        if ct in (CONTENT_TYPE_MSGPACK, "application/x-msgpack", "application/vnd.msgpack"):
-            return "msgpack"
-        if ct == CONTENT_TYPE_JSON or ct.endswith("+json"):
-            return "json"
+    named = named_format(content_type)
+    if named is not None:
+        return named
     stripped = value.lstrip()
     return "json" if stripped[:1] in (b"{", b"[") else "msgpack"
 
@@ -319,8 +328,9 @@ class Undecodable(msgspec.Struct, frozen=True):
 
 
 def declared_format(content_type: str | None) -> WireFormat:
-    """The reply's format where the bytes cannot tell: the one the content-type header names, else JSON."""
-    return sniff_format(b"", content_type) if content_type else "json"
+    """The reply's format where the bytes cannot tell: the one the content-type header names, else JSON
+    (no header, or one that names neither format: `text/plain` is answered in JSON, the default)."""
+    return named_format(content_type) or "json"
 
 
 def read_job(value: bytes | None, content_type: str | None = None) -> tuple[Job, WireFormat] | Undecodable:
@@ -333,8 +343,8 @@ def read_job(value: bytes | None, content_type: str | None = None) -> tuple[Job,
     except MessageDecodeError as exc:
         if exc.code is ErrorCode.INVALID_MESSAGE:
             fmt = declared_format(content_type)
-        else:
-            fmt = sniff_format(value or b"", content_type)
+        else:  # a document that parsed: its format, sniffed past any registry framing as decode_job did
+            fmt = sniff_format(unframe(value or b""), content_type)
         return Undecodable(exc.code, str(exc), exc.job_id, fmt)
 
 

@@ -264,6 +264,23 @@ def test_a_framed_record_with_an_unreadable_payload_is_invalid_message(payload: 
         (None, "application/msgpack", ErrorCode.INVALID_MESSAGE, None, "msgpack"),  # a tombstone
         (b'{"id": "j9", "query": 1}', None, ErrorCode.INVALID_REQUEST, "j9", "json"),  # sniffed
         (b"\x82\xa2id\xa2j8\xa5query\x01", None, ErrorCode.INVALID_REQUEST, "j8", "msgpack"),
+        # a content type that names neither format: the default, as with no header
+        (b"hello there", "text/plain", ErrorCode.INVALID_MESSAGE, None, "json"),
+        # registry framing (a zero byte first) hides nothing: the framed document's own format
+        (
+            b"\x00\x00\x00\x04\xd2" + b'{"id": "j7", "query": 1}',
+            None,
+            ErrorCode.INVALID_REQUEST,
+            "j7",
+            "json",
+        ),
+        (
+            b"\x00\x00\x00\x04\xd2\x82\xa2id\xa2j6\xa5query\x01",
+            None,
+            ErrorCode.INVALID_REQUEST,
+            "j6",
+            "msgpack",
+        ),
     ],
 )
 def test_the_decoder_answers_a_typed_failure_with_the_reply_format(
