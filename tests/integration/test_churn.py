@@ -139,10 +139,20 @@ class Crew:
             worker.close()
 
 
-def _unanswered(watch: ReplyWatch, sent: list, sampler: CommitSampler, crew: Crew) -> str:
-    """Where the jobs with no answer sit (partition, offset: records go round-robin over the partitions
-    of a fresh topic), the last commits sampled, and each serving worker's lifecycle: what a timed-out
-    run needs to tell a lost record from a stalled group."""
+async def _stall_report(
+    kafka, topics: Topics, watch: ReplyWatch, sent: list, sampler: CommitSampler, crew: Crew
+) -> str:
+    """What a run whose answers stopped short needs to tell a lost record from a stalled group or a
+    reader that missed a reply: the request records read back (a broker that lost one, or gave two one
+    offset), any sampled commit that passed an unanswered record, a fresh read of the replies, where the
+    unanswered jobs sit (records go round-robin over the partitions of a fresh topic), the last commits
+    sampled, and each serving worker's lifecycle."""
+    requests = await read_topic(
+        kafka.bootstrap, topics.requests, lambda rs: len(rs) >= CHURN_JOBS, timeout_s=30
+    )
+    id_by_key = {s.key: expected_id(s) for s in sent}
+    ahead = commit_violations(sampler.samples, requests, watch.records, lambda r: id_by_key[r.key])
+    again = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=3.0)
     answered = {r.id for r in decode_replies(watch.records)}
     where = [
         f"{expected_id(s)} at partition {i % CHURN_PARTITIONS} offset {i // CHURN_PARTITIONS}"
@@ -151,7 +161,12 @@ def _unanswered(watch: ReplyWatch, sent: list, sampler: CommitSampler, crew: Cre
     ]
     last = sampler.samples[-1].offsets if sampler.samples else {}
     lives = "".join(f"\n--- slot {k}:\n{_lifecycle(w)[-2500:]}" for k, w in enumerate(crew.slots))
-    return f"unanswered: {where[:10]}\nlast commits sampled: {last}{lives}"
+    return (
+        f"requests read back: {len(requests)} ({len({(r.partition, r.offset) for r in requests})} offsets)\n"
+        f"commits ahead of answers: {ahead[:5]}\n"
+        f"replies read afresh: {len(again)} records, {len({r.id for r in decode_replies(again)})} ids\n"
+        f"unanswered: {where[:10]}\nlast commits sampled: {last}{lives}"
+    )
 
 
 @on_each_broker()
@@ -186,19 +201,8 @@ async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_
             try:
                 await watch.wait_for(CHURN_JOBS, timeout_s=180, trouble=crew.trouble)
             except AssertionError as exc:
-                requests = await read_topic(
-                    kafka.bootstrap, topics.requests, lambda rs: len(rs) >= CHURN_JOBS, timeout_s=30
-                )
-                ahead = commit_violations(
-                    sampler.samples, requests, watch.records, lambda r: id_by_key[r.key]
-                )
-                again = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=3.0)
-                where = _unanswered(watch, sent, sampler, crew)
-                raise AssertionError(
-                    f"{exc}\nfaults: {done}\nrequests read back: {len(requests)}; commits ahead of answers: "
-                    f"{ahead[:5]}\nreplies read afresh: {len(again)} records, "
-                    f"{len({r.id for r in decode_replies(again)})} distinct ids\n{where}"
-                ) from None
+                report = await _stall_report(kafka, topics, watch, sent, sampler, crew)
+                raise AssertionError(f"{exc}\nfaults: {done}\n{report}") from None
             committed, ends = await topics.wait_for_commits(CHURN_JOBS, timeout_s=60)
             await crew.stop()
         replies = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=2.0)
