@@ -22,7 +22,7 @@ from kafka_scorer.engine.prepare.documents import first_checks, is_rerank, item_
 from kafka_scorer.engine.prepare.labels import LabelResolver
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits
 from kafka_scorer.engine.prepare.ranking import ranking
-from kafka_scorer.engine.prepare.score_fields import LabelFields
+from kafka_scorer.engine.prepare.score_fields import LabelFields, asked_scores
 from kafka_scorer.engine.prepare.templates import PromptTemplate
 from kafka_scorer.engine.vision.checkpoint import VisionModel
 from kafka_scorer.engine.vision.images import ImageLimits
@@ -57,17 +57,14 @@ class VisionPreparer:
         job = first_checks(job, self.model.name, self.limits)
         self._check_fields(job)
         items = item_list(job)
-        fields = self.fields
-        warnings = fields.ignored(job)
-        label_ids, activation = fields.label_ids(job), fields.activation(job)
-        rank_by = fields.rank_by(job, label_ids)
+        asked = asked_scores(self.fields, job, templated=self.template is not None)
         if not items:
             return Result(
                 id=job_id,
                 scores=[],
                 model=self.model.name,
-                warnings=warnings,
-                ranking=ranking(job, [], rank_by),
+                warnings=asked.warnings,
+                ranking=ranking(job, [], asked.rank_by),
                 results=[] if is_rerank(job) else None,
             )
         book = ImageBook(self.model, self.image_limits)
@@ -85,12 +82,12 @@ class VisionPreparer:
         return VisionJob(
             job_id=job_id,
             job=job,
-            label_ids=label_ids,
+            label_ids=asked.label_ids,
             num_tokens=len(layout["query"]) + sum(len(ids) for ids in layout["items"]),
-            warnings=warnings,
-            activation=activation,
-            rank_by=rank_by,
-            rank_normalised=fields.normalised(job, activation, len(label_ids), self.template is not None),
+            warnings=asked.warnings,
+            activation=asked.activation,
+            rank_by=asked.rank_by,
+            rank_normalised=asked.normalised,
             template=self.template_ref,
             **layout,
         )
