@@ -195,7 +195,7 @@ class LogResetWatch(Generic[P]):
         log's offsets that the restarted, empty broker accepted and the rejoined group read on from).
         A partition not looked at yet since its assignment reads from the log it is connected to now,
         as its first look will find: refusing it made an exactly-once worker drop the first records of
-        every assignment unanswered (worker/delivery.py `_within_guards`), 7 of 300 jobs lost."""
+        every assignment unanswered (worker/exactly_once.py `_within_guards`), 7 of 300 jobs lost."""
         part = self._parts.get(tp)
         if part is None:  # not looked at yet since its assignment: what the first look will accept
             return log is not None

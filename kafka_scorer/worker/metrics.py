@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -36,20 +37,33 @@ _AGE = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
+@dataclass(frozen=True)
+class _Named:
+    """Makes metrics named `kafka_scorer_<name>` in one registry."""
+
+    registry: CollectorRegistry
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(f"kafka_scorer_{name}", doc, labels, registry=self.registry)
+
+    def histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(f"kafka_scorer_{name}", doc, buckets=buckets, registry=self.registry)
+
+    def gauge(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(f"kafka_scorer_{name}", doc, labels, registry=self.registry)
+
+
 class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        named = _Named(self.registry)
+        self._counters(named)
+        self._histograms(named)
+        self._gauges(named)
+        self.info = Info("kafka_scorer", "What this worker serves and how", registry=self.registry)
 
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
-            return Counter(f"kafka_scorer_{name}", doc, labels, registry=r)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(f"kafka_scorer_{name}", doc, buckets=buckets, registry=r)
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"kafka_scorer_{name}", doc, registry=r)
-
+    def _counters(self, named: _Named) -> None:
+        counter = named.counter
         self.jobs = counter("jobs", "Jobs answered (error results included)")
         self.items = counter("items", "Items scored")
         self.tokens = counter("tokens", "Tokens run through the model")
@@ -72,6 +86,9 @@ class WorkerMetrics:
         self.log_resets = counter(
             "log_resets", "Log-reset verdicts: repositioned, contradicted (no reset), refused", ("outcome",)
         )
+
+    def _histograms(self, named: _Named) -> None:
+        histogram = named.histogram
         self.batch_jobs = histogram("batch_jobs", "Jobs per forward batch", _SIZE_BUCKETS)
         self.batch_items = histogram("batch_items", "Items (scored rows) per forward batch", _SIZE_BUCKETS)
         # Padding-free: the jobs' own tokens (the engine packs sequences end to end, nothing is padded),
@@ -83,24 +100,25 @@ class WorkerMetrics:
         )
         self.compute_seconds = histogram("compute_seconds", "Forward pass time per batch", _LATENCY)
         self.e2e_seconds = histogram("end_to_end_seconds", "Record fetched to result acknowledged", _LATENCY)
+
+    def _gauges(self, named: _Named) -> None:
+        gauge = named.gauge
         self.inflight_tokens = gauge("inflight_tokens", "Tokens of jobs fetched and not yet answered")
         self.inflight_jobs = gauge("inflight_jobs", "Records fetched and not yet answered")
         self.paused_partitions = gauge("paused_partitions", "Partitions paused by backpressure")
         self.queued_tokens = gauge("queued_tokens", "Tokens of prepared jobs waiting for a batch")
         # The signal an autoscaler reads (KEDA, an HPA on Prometheus): records of each partition not
         # yet answered and committed, from the last fetch's high watermark.
-        self.consumer_lag = Gauge(
-            "kafka_scorer_consumer_lag",
+        self.consumer_lag = gauge(
+            "consumer_lag",
             "Records of a partition past the worker's committed offset (high watermark - committed)",
             ("topic", "partition"),
-            registry=r,
         )
         # Seconds on end mean the cluster is not acknowledging results: too few in-sync replicas, or no
         # leader (kafka/send_stall.py); /readyz turns red past 10 s.
         self.send_stalled = gauge(
             "send_stalled_seconds", "Seconds the oldest unacknowledged result send has waited (0: none waits)"
         )
-        self.info = Info("kafka_scorer", "What this worker serves and how", registry=r)
 
     def describe(self, version: str, served: dict[str, str]) -> None:
         """Set the info metric once at start: version, model, kind, device, dtype, attention backend."""

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from kafka_scorer.config import Settings
 from kafka_scorer.kafka.errors import KafkaError
+from kafka_scorer.kafka.log_reset import Verdicts
 from kafka_scorer.kafka.records import TopicPartition
 from kafka_scorer.worker.batcher import Batcher
 from kafka_scorer.worker.ledger import Ledger
@@ -96,6 +97,21 @@ class Rebalance:
             await self.consumer.seek_when_visible(floors, VISIBLE_WAIT_S)
         finally:
             self.consumer.resume(set(floors) - self.ledger.held(set(floors)))
+
+    async def after_log_resets(self, verdicts: Verdicts[TopicPartition]) -> None:
+        """After the consumer repositioned the partitions whose log was reset (kafka/log_reset.py): every
+        verdict counted, the repositioned partitions' watermarks restarted, and (exactly-once) their
+        positions never below what this worker's transactions committed."""
+        for outcome, found in (
+            ("repositioned", verdicts.reset),
+            ("contradicted", verdicts.contradicted),
+            ("refused", verdicts.refused),
+        ):
+            if found:
+                self.metrics.log_resets.labels(outcome=outcome).inc(len(found))
+        reset = set(verdicts.reset)
+        self.restart(reset)
+        await self.after_own_commits(reset)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         if not revoked:

@@ -7,7 +7,7 @@ A record's path, one file each:
 2. `batcher.py` queues prepared tickets, closes batches by the token budget and runs them on the device
    thread, writing each ticket's answer onto it; `batch_report.py` records the batch.
 3. `outbox.py` hands answered tickets to `delivery.py`, which produces them and moves the watermarks
-   (at-least-once, or exactly-once with transactions); every ticket ends in `Ticket.settle`, which the
+   (at-least-once; `exactly_once.py` with transactions); every ticket ends in `Ticket.settle`, which the
    ledger counts (backpressure lifts as tickets settle).
 4. `rebalance.py` settles work before partitions leave and restarts watermarks when a log was reset.
 
@@ -33,16 +33,16 @@ from kafka_scorer.errors import FatalError
 from kafka_scorer.kafka.consumer import JobConsumer
 from kafka_scorer.kafka.errors import KafkaError
 from kafka_scorer.kafka.group_model import OneModelAssignor
-from kafka_scorer.kafka.log_reset import Verdicts
 from kafka_scorer.kafka.outage import BrokerWatch
 from kafka_scorer.kafka.producer import ResultProducer
 from kafka_scorer.kafka.topic_watch import TopicWatch
 from kafka_scorer.worker.batch_report import report_batch
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.deadline import TimePolicy
-from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, ExactlyOnceDelivery
+from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery
 from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.envelope import RecordCodec
+from kafka_scorer.worker.exactly_once import ExactlyOnceDelivery
 from kafka_scorer.worker.intake import Intake
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import ProbeServer, Readiness, WorkerMetrics
@@ -202,19 +202,7 @@ class Worker:
             if records:
                 await self.intake.accept(records)
             self._say_readiness()
-            verdicts = await self.consumer.reposition_reset_logs()
-            self._count_resets(verdicts)
-            self.rebalance.restart(set(verdicts.reset))
-            await self.rebalance.after_own_commits(set(verdicts.reset))  # exactly-once: never below them
-
-    def _count_resets(self, verdicts: Verdicts[Any]) -> None:
-        for outcome, found in (
-            ("repositioned", verdicts.reset),
-            ("contradicted", verdicts.contradicted),
-            ("refused", verdicts.refused),
-        ):
-            if found:
-                self.metrics.log_resets.labels(outcome=outcome).inc(len(found))
+            await self.rebalance.after_log_resets(await self.consumer.reposition_reset_logs())
 
     def _started(self) -> None:
         self.ledger.started = True

@@ -15,8 +15,9 @@ from aiokafka.errors import MessageSizeTooLargeError, ProducerFenced, TopicAutho
 from kafka_scorer.kafka.producer import FatalProducerError
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result, error_result
 from kafka_scorer.wire.provenance import ServedModel
-from kafka_scorer.worker.delivery import AtLeastOnceDelivery, ExactlyOnceDelivery, Undeliverable
+from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Undeliverable
 from kafka_scorer.worker.envelope import RecordCodec
+from kafka_scorer.worker.exactly_once import ExactlyOnceDelivery
 from kafka_scorer.worker.ledger import Ledger
 from kafka_scorer.worker.metrics import WorkerMetrics
 from kafka_scorer.worker.ticket import Ticket
