@@ -7,13 +7,14 @@ start with the setting's name instead of deep inside aiokafka or torch.
 
 from __future__ import annotations
 
-import os
 import typing
 from dataclasses import fields
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from kafka_scorer.setting_values import host_ports, readable_file, topic_priorities
 
 if TYPE_CHECKING:
     from kafka_scorer.engine.config import EngineConfig
@@ -365,16 +366,7 @@ class Settings(EngineSettings):
     @field_validator("bootstrap_servers")
     @classmethod
     def _host_ports(cls, value: str) -> str:
-        servers = [s.strip() for s in value.split(",") if s.strip()]
-        if not servers:
-            raise ValueError("empty: give at least one HOST:PORT, e.g. localhost:9092")
-        for server in servers:
-            host, colon, port = server.rpartition(":")
-            if not colon or server.endswith("]"):  # a bare host (or [IPv6]): the client adds port 9092
-                continue
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{server!r} is not HOST:PORT (e.g. localhost:9092)")
-        return ",".join(servers)
+        return host_ports(value)
 
     @field_validator("request_topics", mode="before")
     @classmethod
@@ -386,36 +378,12 @@ class Settings(EngineSettings):
     @field_validator("topic_priorities", mode="before")
     @classmethod
     def _topic_priorities(cls, value: object) -> object:
-        """TOPIC=N,TOPIC=N from the environment or a flag; N within the job field's range (-128..127)."""
-        if not isinstance(value, str):
-            return value
-        out: dict[str, int] = {}
-        for part in (p.strip() for p in value.split(",") if p.strip()):
-            topic, equals, number = part.rpartition("=")
-            try:
-                priority = int(number)
-            except ValueError:
-                priority = None
-            if not equals or not topic.strip() or priority is None:
-                raise ValueError(f"{part!r} is not TOPIC=N (e.g. scoring-bulk=-1,scoring-interactive=1)")
-            if not -128 <= priority <= 127:
-                raise ValueError(f"{part!r}: a priority is from -128 to 127")
-            out[topic.strip()] = priority
-        return out
+        return topic_priorities(value) if isinstance(value, str) else value
 
     @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
     @classmethod
     def _readable_file(cls, value: str | None) -> str | None:
-        """A TLS file that is missing or unreadable fails at start, not after the model has loaded."""
-        if not value:  # an empty variable (KAFKA_SCORER_SSL_CAFILE=) means unset
-            return None
-        if not os.path.exists(value):
-            raise ValueError(f"no such file {value!r}")
-        if not os.path.isfile(value):
-            raise ValueError(f"{value!r} is not a file")
-        if not os.access(value, os.R_OK):
-            raise ValueError(f"{value!r} is not readable (permission denied)")
-        return value
+        return readable_file(value)
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:

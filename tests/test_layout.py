@@ -27,6 +27,8 @@ under `if TYPE_CHECKING:`.
   The model parts (`models/`, `layers/`, `attention/`, `kernels/`, `recurrent/`, `graphs/`) stand below
   and may serve any stage. And the prepare stage imports no torch, when imported alone: it runs on the
   prepare threads and answers input errors without the device's library (checked in a fresh process).
+- Sizes (the layout's limits): no package file over 450 lines, `worker/service.py` (the wiring and the
+  fetch loop) at most 320, no function in `worker/` over 60, at most 8 modules at the package's root.
 - Nothing below the engine writes its attributes (issue 47): the start-up stage (warm-up, fallbacks,
   description, variants) takes narrow capabilities and returns what it chose, and only the in-process
   client (`engine/scorer.py`) and the engine (`engine/scoring_engine.py`) assign `scorer.<attr>` or
@@ -315,3 +317,32 @@ def test_the_prepare_stage_imports_no_torch() -> None:
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]", f"the prepare stage pulled in {run.stdout.strip()}"
+
+
+MAX_FILE_LINES, MAX_SERVICE_LINES, MAX_WORKER_FUNCTION_LINES, MAX_ROOT_MODULES = 450, 320, 60, 8
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_no_package_file_is_over_the_line_limit() -> None:
+    long = {str(p.relative_to(ROOT)): _lines(p) for p in PACKAGE.rglob("*.py") if _lines(p) > MAX_FILE_LINES}
+    assert not long, f"files over {MAX_FILE_LINES} lines: {long}; split a concept out"
+    assert _lines(PACKAGE / "worker" / "service.py") <= MAX_SERVICE_LINES
+
+
+def test_no_worker_function_is_over_the_line_limit() -> None:
+    long = [
+        f"{path.relative_to(ROOT)}:{node.name} {node.end_lineno - node.lineno + 1}"
+        for path in (PACKAGE / "worker").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_WORKER_FUNCTION_LINES
+    ]
+    assert not long, f"worker functions over {MAX_WORKER_FUNCTION_LINES} lines: {long}"
+
+
+def test_the_package_root_holds_few_modules() -> None:
+    root = [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    assert len(root) <= MAX_ROOT_MODULES, root

@@ -46,7 +46,6 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
-    IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
     KafkaError,
@@ -60,10 +59,11 @@ from kafka_scorer.kafka.connection import client_options
 from kafka_scorer.kafka.fenced_commit import Membership, commit_within, membership_of
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign, Verdicts
 from kafka_scorer.kafka.missing_topics import TopicAbsence
-from kafka_scorer.kafka.positioning import Positioner, held
+from kafka_scorer.kafka.positioning import Positioner
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 from kafka_scorer.kafka.subscription import fetch_states, log_of, positions, report_received
+from kafka_scorer.kafka.unreadable import read_around_unreadable
 from kafka_scorer.kafka.visible_commit import seek_when_visible
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class JobConsumer:
         try:
             got = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except UnicodeDecodeError:
-            got = await self._skip_unreadable(timeout_ms, max_records)
+            got = await read_around_unreadable(self._consumer, timeout_ms, max_records)
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
@@ -230,63 +230,6 @@ class JobConsumer:
                 )
             out[tp] = kept
         return out
-
-    async def _skip_unreadable(
-        self, timeout_ms: int, max_records: int
-    ) -> dict[TopicPartition, list[ConsumerRecord | Unreadable]]:
-        """aiokafka raised while parsing a fetched batch (a header name that is not UTF-8) and lost the
-        whole poll: without this the worker would die on it, restart, read it again and die again.
-
-        Each fetchable partition is polled alone, so the healthy ones keep their records and the
-        poisoned one is found; its position is the unreadable offset (the records before it come back
-        one poll at a time, as usual), which gets an `Unreadable` stand-in and is skipped. aiokafka reads
-        a batch from its start, so later records of the same producer batch are unreadable too: they
-        are answered one by one on the next polls, none is skipped unanswered.
-        """
-        fetchable = self.assignment() - self.paused()
-        out: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
-        self._consumer.pause(*fetchable)
-        try:
-            for tp in sorted(fetchable):  # a rebalance may revoke any of them meanwhile: pause/resume
-                self.resume([tp])  # only what is still assigned
-                try:
-                    got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
-                    out.update(got)
-                except UnicodeDecodeError:
-                    out[tp] = await self._read_up_to_unreadable(tp, timeout_ms, max_records)
-                finally:
-                    self.pause([tp])
-        finally:
-            live = fetchable & self.assignment()
-            if live:
-                self._consumer.resume(*live)
-        return out
-
-    async def _read_up_to_unreadable(
-        self, tp: TopicPartition, timeout_ms: int, max_records: int
-    ) -> list[ConsumerRecord | Unreadable]:
-        """One record at a time (aiokafka hands out the readable head of a batch), up to the one it
-        cannot parse, which gets its stand-in and is skipped."""
-        records: list[ConsumerRecord | Unreadable] = []
-        while len(records) < max_records:
-            try:
-                got = await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=1)
-            except UnicodeDecodeError as exc:
-                holding = held(self._consumer, tp)
-                try:
-                    offset = await self._consumer.position(tp)
-                except IllegalStateError:
-                    return records  # revoked: the record is its next owner's to read
-                if holding is None or not holding.still(self._consumer):
-                    return records  # revoked and assigned again meanwhile: positioned afresh
-                reason = f"its batch holds a header name that is not UTF-8 ({exc.reason})"
-                log.error("consumer: %s[%d] offset %d unreadable (%s); skipped", *tp, offset, reason)
-                self._consumer.seek(tp, offset + 1)
-                return [*records, Unreadable(tp.topic, tp.partition, offset, reason)]
-            if not got:
-                break
-            records.extend(got.get(tp, []))
-        return records
 
     @property
     def _positions(self) -> Positioner:
