@@ -63,13 +63,14 @@ from kafka_scorer.kafka.positioning import Positioner
 from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.retry import UNREACHABLE, Backoff
 from kafka_scorer.kafka.subscription import fetch_states, log_of, positions, report_received
-from kafka_scorer.kafka.unreadable import read_around_unreadable
+from kafka_scorer.kafka.unreadable import PollStart, read_around_unreadable
 from kafka_scorer.kafka.visible_commit import seek_when_visible
 
 log = logging.getLogger(__name__)
 
 _COMMITTED_WAIT_S = 5.0  # longest the poll loop waits for a reset partition's committed offset
 _NEW_LOG_SETTLE_S = 3.0  # after a broker restart: how long "nothing committed" is asked again
+_UNPLACED = Reason(Sign.UNPLACED, "a poll that failed midway drained records from a position it cannot tell")
 
 # Errors after which this member can never (re)join its group or read its topics: what the operator must
 # change, by the setting it concerns.
@@ -147,6 +148,8 @@ class JobConsumer:
         self._resets: LogResetWatch[TopicPartition] = LogResetWatch()
         self._absence = TopicAbsence()  # request topics gone from the cluster, said once (missing_topics.py)
         self._listener: _Listener | None = None
+        self._seeks = 0  # seeks made from the worker's other tasks (a poll that fails must know of them)
+        self._unplaced: set[TopicPartition] = set()  # a failed poll's partitions to position afresh
 
     async def start(self, listener: PartitionListener) -> None:
         """Subscribe and connect, retrying with backoff while the cluster cannot be reached."""
@@ -183,15 +186,20 @@ class JobConsumer:
     async def fetch(
         self, timeout_ms: int, max_records: int
     ) -> dict[TopicPartition, list[ConsumerRecord | Unreadable]]:
-        """One poll. Broker trouble is logged and reads as an empty poll; the loop keeps going."""
+        """One poll. Broker trouble is logged and reads as an empty poll; the loop keeps going. A poll
+        that raises hands back what it drained before raising (unreadable.py's `PollStart`)."""
         got: dict[TopicPartition, list[ConsumerRecord | Unreadable]] = {}
+        start = PollStart.of(self._consumer, self._seeks)
         try:
             got = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except UnicodeDecodeError:
+            self._hand_back(start)
             got = await read_around_unreadable(self._consumer, timeout_ms, max_records)
         except RecordTooLargeError as exc:  # aiokafka skips the record; nothing left to answer it with
+            self._hand_back(start)
             log.error("consumer: record skipped, larger than the fetch size: %s", exc)
         except KafkaError as exc:
+            self._hand_back(start)
             fatal = _membership_fatal(exc)
             if fatal is not None:
                 raise fatal from exc
@@ -201,6 +209,14 @@ class JobConsumer:
         got = self._not_overtaken(got)
         report_received(self._resets, self._consumer, got)  # what the records prove about each log end
         return got
+
+    def _hand_back(self, start: PollStart) -> None:
+        """`start.hand_back`; the partitions it cannot place wait for the next look at the log resets
+        (`reposition_reset_logs`), which positions them from the broker and restarts their watermarks."""
+        unplaced = start.hand_back(self._consumer, self._seeks)
+        if unplaced:
+            self._consumer.pause(*unplaced)  # nothing more from them until they are positioned
+            self._unplaced |= unplaced
 
     def _not_overtaken(
         self, got: dict[TopicPartition, list[ConsumerRecord | Unreadable]]
@@ -280,6 +296,7 @@ class JobConsumer:
 
     def resume(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         tps = self.assignment() if partitions is None else set(partitions) & self.assignment()
+        tps -= self._unplaced  # a failed poll's: resumed once positioned (`reposition_reset_logs`)
         if tps:
             self._consumer.resume(*tps)
 
@@ -305,7 +322,11 @@ class JobConsumer:
     ) -> dict[TopicPartition, int]:
         """Position these partitions from the group's committed offset once it reaches each floor
         (visible_commit.py: a transaction's offsets show in the group a moment after its commit)."""
-        return await seek_when_visible(self._consumer, floors, timeout_s)
+        self._seeks += 1  # before and after: a poll that overlaps any part of it sees the count move
+        try:
+            return await seek_when_visible(self._consumer, floors, timeout_s)
+        finally:
+            self._seeks += 1
 
     def committable(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The offsets that may be committed now: partitions still assigned (a revoked one is the new
@@ -347,6 +368,9 @@ class JobConsumer:
         from the broker; the caller restarts their watermarks and counts every verdict."""
         states = fetch_states(self._consumer)
         verdicts = self._resets.observe(states)
+        for tp in self._unplaced & self.assignment():  # a failed poll's, as if reset (`_hand_back`)
+            verdicts.reset.setdefault(tp, _UNPLACED)
+        self._unplaced.clear()
         for tp, reason in verdicts.contradicted.items():
             log.warning(
                 "%s[%d]: %s; that log end is wrong, not a reset: the partition reads on from %d",
@@ -364,22 +388,26 @@ class JobConsumer:
             )
         # together: after a broker restart every partition may wait out the settling at once, not in turn
         reasons = list(verdicts.reset.items())
-        done = await asyncio.gather(*(self._reposition(tp, why, states[tp].log_end) for tp, why in reasons))
+        ends = {tp: state.log_end for tp, state in states.items()}
+        done = await asyncio.gather(*(self._reposition(tp, why, ends.get(tp)) for tp, why in reasons))
         for (tp, _), positioned in zip(reasons, done, strict=True):
             if not positioned:  # revoked meanwhile: its watermark closed with it, its next owner reads it
                 del verdicts.reset[tp]
         return verdicts
 
-    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int) -> bool:
+    async def _reposition(self, tp: TopicPartition, reason: Reason, log_end: int | None) -> bool:
         """One reset partition, positioned from the broker (said in one line); never hangs the loop.
         False when a rebalance revoked it meanwhile: dropped, not reset (kafka/positioning.py)."""
+        cause = (
+            "" if reason.sign is Sign.UNPLACED else " (the broker lost its data, or the topic was recreated)"
+        )
         log.warning(
-            "%s[%d]: %s (the broker lost its data, or the topic was recreated); positioning it from "
-            "the group's committed offset, else the %s offset (auto_offset_reset), and restarting "
-            "its watermark",
+            "%s[%d]: %s%s; positioning it from the group's committed offset, else the %s offset "
+            "(auto_offset_reset), and restarting its watermark",
             tp.topic,
             tp.partition,
             reason,
+            cause,
             self._settings.auto_offset_reset,
         )
         settle_s = _NEW_LOG_SETTLE_S if reason.sign is Sign.NEW_LOG else 0.0
@@ -407,5 +435,9 @@ class JobConsumer:
     async def rewind(self, partitions: Iterable[TopicPartition]) -> None:
         """Seek to the committed offsets (exactly-once: redo the work of an aborted transaction); a
         partition revoked meanwhile is dropped, its next owner redoes it."""
-        for tp in partitions:
-            await self._positions.from_broker(tp)
+        self._seeks += 1
+        try:
+            for tp in partitions:
+                await self._positions.from_broker(tp)
+        finally:
+            self._seeks += 1

@@ -66,6 +66,7 @@ class Sign(enum.Enum):
     MOVED_BACK = "moved back"  # a log end smaller than one seen before
     WRONG_END = "wrong end"  # records delivered past the reported end: that end is wrong, never a reset
     REPLACED = "replaced"  # a record read before an outage is another after it (the client's own check)
+    UNPLACED = "unplaced"  # a poll that failed midway drained records from a start it cannot tell
 
 
 @dataclass(frozen=True, slots=True)

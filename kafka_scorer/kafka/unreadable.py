@@ -1,4 +1,5 @@
-"""A poll that aiokafka cannot parse, read around the record that breaks it.
+"""A poll that raises midway: what it drained handed back (`PollStart`), and a poll that aiokafka cannot
+parse read around the record that breaks it (`read_around_unreadable`).
 
 aiokafka raises while parsing a fetched batch whose header name is not UTF-8, and the whole poll is
 lost: without this the worker would die on it, restart, read it again and die again. So each fetchable
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import IllegalStateError
 
 from kafka_scorer.kafka.positioning import held
 from kafka_scorer.kafka.records import Unreadable
+from kafka_scorer.kafka.subscription import assignment_of, positions
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +86,44 @@ async def _read_up_to_unreadable(
             break
         records.extend(got.get(tp, []))
     return records
+
+
+@dataclass(frozen=True)
+class PollStart:
+    """Where each partition's reading stood when a poll began, for the poll that raises midway.
+
+    aiokafka drains the fetched partitions one after another, moving each one's position as it goes;
+    a record it cannot parse raises out of the drain, and the records of the partitions drained before
+    it are lost with the exception while their positions stay moved on. Read on from there, the worker
+    skipped them, and its commits passed them (the other partition's job in
+    tests/integration/test_poison.py, lost whenever its partition came first). So every poll starts
+    from a `PollStart`, and one that raises hands the drained records back."""
+
+    assignment: Any
+    positions: dict[TopicPartition, int]
+    seeks: int
+    """How many seeks the consumer's own other tasks had made (`JobConsumer`): one made while the poll
+    waited moves a position with no record handed out."""
+
+    @classmethod
+    def of(cls, consumer: AIOKafkaConsumer, seeks: int) -> PollStart:
+        return cls(assignment_of(consumer), positions(consumer), seeks)
+
+    def hand_back(self, consumer: AIOKafkaConsumer, seeks: int) -> set[TopicPartition]:
+        """Seek each partition the failed poll moved back to where the poll began; the partitions whose
+        starting point is not known (a rebalance or a seek came while the poll waited, or a partition
+        got its first position meanwhile) are returned: they must be positioned from the broker and
+        their watermarks restarted, as after a log reset (consumer.py, worker/rebalance.py)."""
+        now = positions(consumer)
+        if assignment_of(consumer) is not self.assignment or seeks != self.seeks:
+            return set(now)
+        for tp, offset in self.positions.items():
+            if now.get(tp, offset) > offset:
+                log.warning(
+                    "consumer: %s[%d] records %d-%d were handed out by a poll that failed; read again",
+                    *tp,
+                    offset,
+                    now[tp] - 1,
+                )
+                consumer.seek(tp, offset)
+        return set(now) - set(self.positions)

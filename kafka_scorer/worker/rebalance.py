@@ -111,6 +111,7 @@ class Rebalance:
                 self.metrics.log_resets.labels(outcome=outcome).inc(len(found))
         reset = set(verdicts.reset)
         self.restart(reset)
+        self.consumer.resume(reset - self.ledger.held(reset))  # a failed poll's were paused meanwhile
         await self.after_own_commits(reset)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:

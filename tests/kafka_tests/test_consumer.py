@@ -41,7 +41,8 @@ class _Consumer:
             ensure_coordinator_known=self._ensure_coordinator_known,
             _do_commit_offsets=self._do_commit_offsets,
         )
-        self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=object()))
+        assignment = SimpleNamespace(tps=[], active=True)  # no position known: nothing to hand back
+        self._subscription = SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
         self.highwaters = {TP: 10, OTHER: 5}
         cluster = SimpleNamespace(leader_for_partition=lambda tp: 1)
         self._client = SimpleNamespace(cluster=cluster, _conns={(1, 0): Connection()})
