@@ -140,7 +140,7 @@ class Crew:
 
 
 async def _stall_report(
-    kafka, topics: Topics, watch: ReplyWatch, sent: list, sampler: CommitSampler, crew: Crew
+    kafka, topics: Topics, watch: ReplyWatch, sent: list, id_by_key: dict, sampler: CommitSampler, crew: Crew
 ) -> str:
     """What a run whose answers stopped short needs to tell a lost record from a stalled group or a
     reader that missed a reply: the request records read back (a broker that lost one, or gave two one
@@ -150,7 +150,6 @@ async def _stall_report(
     requests = await read_topic(
         kafka.bootstrap, topics.requests, lambda rs: len(rs) >= CHURN_JOBS, timeout_s=30
     )
-    id_by_key = {s.key: expected_id(s) for s in sent}
     ahead = commit_violations(sampler.samples, requests, watch.records, lambda r: id_by_key[r.key])
     again = await read_topic(kafka.bootstrap, topics.replies, lambda rs: False, timeout_s=3.0)
     answered = {r.id for r in decode_replies(watch.records)}
@@ -201,7 +200,7 @@ async def test_three_workers_under_kill_churn_answer_every_job_and_never_commit_
             try:
                 await watch.wait_for(CHURN_JOBS, timeout_s=180, trouble=crew.trouble)
             except AssertionError as exc:
-                report = await _stall_report(kafka, topics, watch, sent, sampler, crew)
+                report = await _stall_report(kafka, topics, watch, sent, id_by_key, sampler, crew)
                 raise AssertionError(f"{exc}\nfaults: {done}\n{report}") from None
             committed, ends = await topics.wait_for_commits(CHURN_JOBS, timeout_s=60)
             await crew.stop()
