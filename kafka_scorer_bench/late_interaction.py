@@ -223,6 +223,4 @@ def format_late_interaction_report(report: dict) -> str:
 
 def _clear_embedding_cache(scorer) -> None:
     """Every pass starts from an empty document cache (the kind's, where it keeps one)."""
-    cache = scorer.describe().kind.embeddings
-    if cache is not None:
-        cache.clear()
+    scorer.describe().kind.forget()

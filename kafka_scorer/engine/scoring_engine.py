@@ -28,8 +28,6 @@ from kafka_scorer.engine.kinds.choice import KINDS, open_kind
 from kafka_scorer.engine.kinds.kind import Built, Kind, KindClass
 from kafka_scorer.engine.load.description import Settled, describe
 from kafka_scorer.engine.load.start_up import StartUp
-from kafka_scorer.engine.pack.embedding_cache import EmbeddingCacheStats
-from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
 from kafka_scorer.engine.pack.scheduler import plan_forwards
 from kafka_scorer.engine.pack.tensors import to_wire
 from kafka_scorer.engine.prepare.chunking import ChunkedItem, aggregate
@@ -98,28 +96,27 @@ class ScoringEngine:
 
     def describe(self) -> EngineView:
         """The engine's parts and counters now, for tests, the bench and the demo."""
-        kind = self._kind
-        prefix_cache, embedding_cache, cuda_graphs = self._counters()
+        kind, caches = self._kind, self._kind.cache_stats()
         return EngineView(
             model_name=kind.served.loaded.name,
             loaded=kind.served.loaded,
             kind=kind,
             runner=kind.runner,
-            graphs=kind.graphs,
+            graphs=kind.runner.graphs,
             attention_backend=self._backend,
             fields=self._description(),
-            prefix_cache=prefix_cache,
-            embedding_cache=embedding_cache,
-            cuda_graphs=cuda_graphs,
+            prefix_cache=caches.prefix,
+            embedding_cache=caches.embedding,
+            cuda_graphs=self._graph_stats(),
         )
 
     def stats(self) -> EngineStats:
         """The counters the worker's /metrics reads at each scrape (the seam's `Engine.stats`)."""
-        prefix_cache, embedding_cache, cuda_graphs = self._counters()
+        caches = self._kind.cache_stats()
         return EngineStats(
-            prefix_cache=counters(prefix_cache),
-            cuda_graphs=counters(cuda_graphs),
-            embedding_cache=counters(embedding_cache),
+            prefix_cache=counters(caches.prefix),
+            cuda_graphs=counters(self._graph_stats()),
+            embedding_cache=counters(caches.embedding),
         )
 
     @contextmanager
@@ -199,41 +196,31 @@ class ScoringEngine:
         return StartUp(
             loaded=kind.served.loaded,
             runner=kind.runner,
-            graphs=kind.graphs,
+            graphs=kind.runner.graphs,
             limits=kind.preparer.limits,
             max_batch_tokens=self.max_batch_tokens,
             auto_backend=kind.served.auto_backend,
             score_jobs=score_jobs,
             prepare=self.prepare,
-            forget_prefixes=self._forget_prefixes,
+            forget=kind.forget,
         )
 
     def _description(self) -> dict[str, str]:
         """What is served and how, as plain strings: the worker's start-up line and info metric."""
-        served, prefixes = self._kind.served, self._kind.prefixes
+        served, prefixes = self._kind.served, self._kind.cache_stats().prefix
         settled = Settled(
             dtype=served.dtype_name,
             deterministic=served.config.deterministic,
             revision=served.revision,
             template=served.template.name if served.template else "",
-            prefix_cache_mb=prefixes.cache.capacity_bytes / 2**20 if prefixes else 0.0,
+            prefix_cache_mb=prefixes.capacity_bytes / 2**20 if prefixes else 0.0,
         )
         return self._kind.describe(describe(self._start_up(), self._backend, settled), self._backend)
 
-    def _counters(self) -> tuple[PrefixCacheStats | None, EmbeddingCacheStats | None, GraphStats | None]:
-        """The prefix cache's, the embedding cache's and the CUDA graphs' counters; None for a part the
-        engine does not run (the cache off, the kind without one, no graphs captured)."""
-        kind = self._kind
-        prefixes, embeddings, graphs = kind.prefixes, kind.embeddings, kind.graphs
-        return (
-            prefixes.cache.stats() if prefixes is not None else None,
-            embeddings.stats() if embeddings is not None else None,
-            graphs.stats() if graphs is not None and graphs.ready else None,
-        )
-
-    def _forget_prefixes(self) -> None:
-        if self._kind.prefixes is not None:
-            self._kind.prefixes.cache.clear()
+    def _graph_stats(self) -> GraphStats | None:
+        """The CUDA graphs' counters; None where none are captured (the caches' are the kind's)."""
+        graphs = self._kind.runner.graphs
+        return graphs.stats() if graphs is not None and graphs.ready else None
 
     def _stamp(self, result: Result, template: TemplateRef | None = None) -> Result:
         """Provenance on a result (SPEC §8): which checkpoint, dtype and template produced it."""

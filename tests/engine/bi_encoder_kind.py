@@ -17,15 +17,13 @@ from pathlib import Path
 import torch
 
 from kafka_scorer.engine.config import EngineConfig
-from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
+from kafka_scorer.engine.kinds.kind import KeptAcrossJobs, OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, serve
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.revision import checkpoint_revision
 from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.load.transformers_parts import load_tokenizer, resolve_device, resolve_dtype
 from kafka_scorer.engine.models.loaded import Architecture, LoadedModel
-from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.prepare.prepared import InputError, InputLimits, PreparedJob
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.errors import SettingError
@@ -100,11 +98,9 @@ class BiPreparer:
         )
 
 
-class BiEncoderKind(OwnForwards[PreparedJob, BiForward]):
+class BiEncoderKind(KeptAcrossJobs, OwnForwards[PreparedJob, BiForward]):
     job_type = PreparedJob
     reads_images = False
-    prefixes: PrefixPlanner | None = None
-    embeddings = None
 
     @classmethod
     def claims(cls, checkpoint: Checkpoint) -> bool:
@@ -121,10 +117,6 @@ class BiEncoderKind(OwnForwards[PreparedJob, BiForward]):
         self.served = served
         self.preparer = BiPreparer(served.loaded, served.limits)
         self.runner = ModelRunner(served.loaded)  # what the start-up line reports
-
-    @property
-    def graphs(self) -> ForwardGraphs | None:
-        return None
 
     def forwards(self, groups: list[BiPieces], backend: str) -> list[tuple[BiPieces, BiForward]]:
         return [(pieces, _forward(pieces)) for pieces in groups]

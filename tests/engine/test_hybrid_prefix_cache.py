@@ -104,7 +104,7 @@ def test_an_entry_is_the_state_at_the_heads_end(scorer_for):
     assert planner is not None and loaded.recurrent is not None
     shape = planner.shape
     assert shape.recurrent == loaded.recurrent.layers > 0 and len(shape.stateless) == shape.recurrent
-    scorer.describe().kind.prefixes.cache.clear()
+    scorer.describe().kind.forget()
     for _ in range(2):
         scorer.score(LONG_QUERY, [[7]], label_token_ids=[5, 6, 7])
     entries = list(scorer.describe().kind.prefixes.cache._store.values())

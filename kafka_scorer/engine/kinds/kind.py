@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     import torch
 
     from kafka_scorer.engine.config import EngineConfig
-    from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
     from kafka_scorer.engine.kinds.served import Served
     from kafka_scorer.engine.load.checkpoint import Checkpoint
     from kafka_scorer.engine.load.start_up import StartUp
-    from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
+    from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache, EmbeddingCacheStats
     from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
+    from kafka_scorer.engine.pack.prefix_cache import PrefixCacheStats
     from kafka_scorer.engine.prepare.prepared import InputLimits, PreparedJob
     from kafka_scorer.engine.run.runner import ModelRunner
     from kafka_scorer.wire.protocol import Job, Result, TemplateRef
@@ -84,13 +84,8 @@ class Kind(Protocol):
     def preparer(self) -> Preparer: ...
 
     runner: ModelRunner
-    """The device side the warm-up and the description read (label kernels, CUDA graphs)."""
-    prefixes: PrefixPlanner | None
-    embeddings: EmbeddingCache | None
-    """Per-input vectors kept across jobs (a ColBERT document's, an image's features); None: off."""
+    """The device side the warm-up and the description read (label kernels, its CUDA graphs)."""
 
-    @property
-    def graphs(self) -> ForwardGraphs | None: ...
     def build(self, groups: list[Group], backend: str) -> list[Built]:
         """The planned groups' forwards, built on the packing thread (any thread)."""
         ...
@@ -107,6 +102,47 @@ class Kind(Protocol):
         """The start-up stage (`engine/load/warm_up.py`, or the kind's own) on the engine that starts
         on `backend`; returns the backend it serves with, which the engine keeps."""
         ...
+
+    def cache_stats(self) -> CacheStats:
+        """The counters of what the kind keeps across jobs (`KeptAcrossJobs`)."""
+        ...
+
+    def forget(self) -> None:
+        """Empty what the kind keeps across jobs: the warm-up's inputs are no traffic's."""
+        ...
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    prefix: PrefixCacheStats | None
+    """The prefix cache's counters; None when it is off or cannot be exact for the model."""
+    embedding: EmbeddingCacheStats | None
+    """The embedding cache's counters; None when the kind keeps none or it is off."""
+
+
+class KeptAcrossJobs:
+    """What a kind keeps from one job to the next, behind the two calls the engine makes of it.
+
+    The prefix cache's heads (a decoder's shared query, `engine/pack/prefix_batch.py`) and the embedding
+    cache's vectors (a ColBERT document's, an image's features, `engine/pack/embedding_cache.py`) are the
+    kind's own: the engine reads their counters for /metrics and empties them after the warm-up, and
+    reaches nothing else of them. A kind sets the one it keeps; None: it keeps none, or it is off."""
+
+    prefixes: PrefixPlanner | None = None
+    embeddings: EmbeddingCache | None = None
+
+    def cache_stats(self) -> CacheStats:
+        prefixes, embeddings = self.prefixes, self.embeddings
+        return CacheStats(
+            prefixes.cache.stats() if prefixes is not None else None,
+            embeddings.stats() if embeddings is not None else None,
+        )
+
+    def forget(self) -> None:
+        if self.prefixes is not None:
+            self.prefixes.cache.clear()
+        if self.embeddings is not None:
+            self.embeddings.clear()
 
 
 class KindClass(Protocol):

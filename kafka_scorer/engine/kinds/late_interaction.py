@@ -10,8 +10,7 @@ vectors came from the cache. Equal documents of one job get the first one's scor
 from __future__ import annotations
 
 from kafka_scorer.engine.config import EngineConfig
-from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
+from kafka_scorer.engine.kinds.kind import KeptAcrossJobs, OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
 from kafka_scorer.engine.late_interaction.checkpoint import is_late_interaction
 from kafka_scorer.engine.late_interaction.forward import LateForward, build_late_forward, run_late_forward
@@ -20,17 +19,15 @@ from kafka_scorer.engine.late_interaction.preparer import LateJob, LatePreparer
 from kafka_scorer.engine.late_interaction.spec import LateModel
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
-from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.errors import SettingError
 
 LatePieces = list[tuple[int, LateJob]]
 
 
-class LateInteractionKind(OwnForwards[LateJob, LateForward]):
+class LateInteractionKind(KeptAcrossJobs, OwnForwards[LateJob, LateForward]):
     job_type = LateJob
     reads_images = False
-    prefixes: PrefixPlanner | None = None
 
     @classmethod
     def claims(cls, checkpoint: Checkpoint) -> bool:
@@ -53,10 +50,6 @@ class LateInteractionKind(OwnForwards[LateJob, LateForward]):
         self.preparer = LatePreparer(self.model, served.limits)
         self.runner = ModelRunner(served.loaded, served.config.deterministic)
         self.embeddings = served.embedding_cache()
-
-    @property
-    def graphs(self) -> ForwardGraphs | None:
-        return None
 
     def forwards(self, groups: list[LatePieces], backend: str) -> list[tuple[LatePieces, LateForward]]:
         """Deterministic mode's attention where it is on, else the pair groups (`forward.py`)."""
@@ -84,8 +77,7 @@ class LateInteractionKind(OwnForwards[LateJob, LateForward]):
         from kafka_scorer.engine.load.warm_up import warm_up
 
         chosen = warm_up(parts, backend)
-        if self.embeddings is not None:
-            self.embeddings.clear()  # the warm-up's documents are no traffic's
+        self.forget()  # the warm-up's documents are no traffic's
         return chosen
 
 

@@ -12,8 +12,7 @@ graphs (the body is transformers' own, with a padding mask).
 from __future__ import annotations
 
 from kafka_scorer.engine.config import EngineConfig
-from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
+from kafka_scorer.engine.kinds.kind import KeptAcrossJobs, OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
 from kafka_scorer.engine.listwise.checkpoint import ListwiseModel, is_listwise, load_listwise
 from kafka_scorer.engine.listwise.forward import ListwiseForward, build_listwise_forward, run_listwise_forward
@@ -21,8 +20,6 @@ from kafka_scorer.engine.listwise.fusion import fused_scores, own_scores
 from kafka_scorer.engine.listwise.preparer import ListwiseJob, ListwisePreparer
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
-from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
-from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.errors import SettingError
 from kafka_scorer.wire.protocol import Job
@@ -30,11 +27,9 @@ from kafka_scorer.wire.protocol import Job
 ListwisePieces = list[tuple[int, ListwiseJob]]
 
 
-class ListwiseKind(OwnForwards[ListwiseJob, ListwiseForward]):
+class ListwiseKind(KeptAcrossJobs, OwnForwards[ListwiseJob, ListwiseForward]):
     job_type = ListwiseJob
     reads_images = False
-    prefixes: PrefixPlanner | None = None
-    embeddings: EmbeddingCache | None = None
 
     @classmethod
     def claims(cls, checkpoint: Checkpoint) -> bool:
@@ -60,10 +55,6 @@ class ListwiseKind(OwnForwards[ListwiseJob, ListwiseForward]):
         self.model = model
         self.preparer = ListwisePreparer(self.model, served.limits)
         self.runner = ModelRunner(served.loaded)  # what the start-up line reports
-
-    @property
-    def graphs(self) -> ForwardGraphs | None:
-        return None
 
     def forwards(
         self, groups: list[ListwisePieces], backend: str

@@ -11,15 +11,14 @@ from abc import abstractmethod
 from collections.abc import Mapping
 
 from kafka_scorer.engine.config import EngineConfig
-from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs, graphs_for
-from kafka_scorer.engine.kinds.kind import Group, OwnForwards, PieceScores
+from kafka_scorer.engine.graphs.forward_graphs import graphs_for
+from kafka_scorer.engine.kinds.kind import Group, KeptAcrossJobs, OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, serve
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.decoder import load_decoder
 from kafka_scorer.engine.load.start_up import StartUp
 from kafka_scorer.engine.models.loaded import Architecture, LoadedModel
 from kafka_scorer.engine.pack.batch import ForwardBatch, build_forward_batch
-from kafka_scorer.engine.pack.embedding_cache import EmbeddingCache
 from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner, cached_tokens, prefix_planner
 from kafka_scorer.engine.pack.stream_shape import CAUSAL_STREAM, StreamShape
 from kafka_scorer.engine.prepare.inputs import JobPreparer
@@ -28,10 +27,9 @@ from kafka_scorer.engine.prepare.score_fields import ClassFields, ScoreFields
 from kafka_scorer.engine.run.runner import CAUSAL_BODY, ModelRunner
 
 
-class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
+class TextKind(KeptAcrossJobs, OwnForwards[PreparedJob, ForwardBatch]):
     job_type = PreparedJob
     reads_images = False
-    embeddings: EmbeddingCache | None = None
     preparer_class: type[JobPreparer] = JobPreparer
     scores_labels = False
     """Whether rows are label tokens' scores from the LM head (`run/runner.py`), else the head's classes."""
@@ -89,10 +87,6 @@ class TextKind(OwnForwards[PreparedJob, ForwardBatch]):
             labels=self.scores_labels,
             body_options=self.body_options,
         )
-
-    @property
-    def graphs(self) -> ForwardGraphs | None:
-        return self.runner.graphs
 
     def forwards(self, groups: list[Group], backend: str) -> list[tuple[Group, ForwardBatch]]:
         """Through the prefix cache (`engine/pack/prefix_batch.py`) groups come back reordered, after

@@ -11,12 +11,10 @@ transformers' own, with a 4-D mask).
 from __future__ import annotations
 
 from kafka_scorer.engine.config import EngineConfig
-from kafka_scorer.engine.graphs.forward_graphs import ForwardGraphs
-from kafka_scorer.engine.kinds.kind import OwnForwards, PieceScores
+from kafka_scorer.engine.kinds.kind import KeptAcrossJobs, OwnForwards, PieceScores
 from kafka_scorer.engine.kinds.served import Served, load_options, serve
 from kafka_scorer.engine.load.checkpoint import Checkpoint
 from kafka_scorer.engine.load.start_up import StartUp
-from kafka_scorer.engine.pack.prefix_batch import PrefixPlanner
 from kafka_scorer.engine.run.runner import ModelRunner
 from kafka_scorer.engine.vision.checkpoint import VisionModel, is_vision_language, load_vision_language
 from kafka_scorer.engine.vision.forward import VisionForward, build_vision_forward, run_vision_forward
@@ -28,10 +26,9 @@ from kafka_scorer.errors import SettingError
 VisionPieces = list[tuple[int, VisionJob]]
 
 
-class VisionKind(OwnForwards[VisionJob, VisionForward]):
+class VisionKind(KeptAcrossJobs, OwnForwards[VisionJob, VisionForward]):
     job_type = VisionJob
     reads_images = True
-    prefixes: PrefixPlanner | None = None
 
     @classmethod
     def claims(cls, checkpoint: Checkpoint) -> bool:
@@ -56,10 +53,6 @@ class VisionKind(OwnForwards[VisionJob, VisionForward]):
         self.preparer = VisionPreparer(self.model, served.limits, images, served.template)
         self.runner = ModelRunner(served.loaded, labels=True)  # what the start-up line reports
         self.embeddings = served.embedding_cache()
-
-    @property
-    def graphs(self) -> ForwardGraphs | None:
-        return None
 
     def forwards(self, groups: list[VisionPieces], backend: str) -> list[tuple[VisionPieces, VisionForward]]:
         return [(pieces, build_vision_forward(pieces, self.model)) for pieces in groups]
@@ -89,6 +82,5 @@ class VisionKind(OwnForwards[VisionJob, VisionForward]):
         for result in parts.score_jobs(warm_up_jobs(self.served.template is not None), backend):
             if not result.ok:
                 raise RuntimeError(f"vision warm-up failed: {result.error}")
-        if self.embeddings is not None:
-            self.embeddings.clear()  # the warm-up's image is no traffic's
+        self.forget()  # the warm-up's image is no traffic's
         return backend

@@ -1,7 +1,7 @@
 """What the start-up stage (the warm-up, its fallbacks, the description) may use of a built engine.
 
 Narrow capabilities, not the engine itself: the loaded model and its device side to look at, and three
-calls (score jobs with a named attention backend, prepare one job, empty the prefix cache). The stage
+calls (score jobs with a named attention backend, prepare one job, empty the kind's caches). The stage
 returns what it chose (the attention backend a fallback settled on) and the engine keeps it, so no
 module below the engine writes the engine's attributes, and load/ imports nothing above it.
 """
@@ -32,5 +32,6 @@ class StartUp:
     score_jobs: Callable[[Sequence[Job], str], list[Result]]
     """Jobs scored end to end with the attention backend named: the warm-up's batches, each retry."""
     prepare: Callable[[Job, str], PreparedJob | Result]
-    forget_prefixes: Callable[[], None]
-    """Empty the prefix cache: the warm-up's prefixes are no traffic's."""
+    forget: Callable[[], None]
+    """Empty what the kind keeps across jobs (its prefix or embedding cache): the warm-up's inputs are
+    no traffic's."""

@@ -18,7 +18,7 @@ def scores(result) -> list[float]:
 
 def test_second_query_over_the_same_documents_reads_the_cache(colbert_scorer):
     cached = colbert_scorer(embedding_cache_mb=4)
-    cached.describe().kind.embeddings.clear()
+    cached.describe().kind.forget()
     plain = colbert_scorer()
     first = cached.score(QUERIES[0], PASSAGES[:6])
     second = cached.score(QUERIES[1], PASSAGES[:6])
