@@ -19,6 +19,11 @@ from memory.
   past the old position meanwhile, which the log end cannot show): read from its beginning.
 - The topic's partitions are looked up again after either, and every few minutes: a topic recreated
   with more partitions has its new ones read from their beginning.
+
+A record aiokafka cannot parse (a header name that is not UTF-8, written by a raw client) must not end
+every waiting call either: the poll hands back what it drained before it raised (kafka/unreadable.py's
+`PollStart`; a reply drained from another partition would be lost with the exception otherwise) and is
+read again around the record, which is skipped: no call waits for a reply without a correlation id.
 """
 
 from __future__ import annotations
@@ -33,11 +38,14 @@ from typing import Any
 from kafka_scorer.client.errors import ClientClosed
 from kafka_scorer.client.replies import CORRELATION_HEADER, ReplyListener
 from kafka_scorer.kafka.log_reset import LogResetWatch, Reason, Sign
+from kafka_scorer.kafka.records import Unreadable
 from kafka_scorer.kafka.subscription import fetch_states, positions, report_received
+from kafka_scorer.kafka.unreadable import PollStart, read_around_unreadable
 
 log = logging.getLogger(__name__)
 
 _POLL_MS = 200
+_MAX_RECORDS = 500
 _PARTITIONS_EVERY_S = 120.0
 _PROBE_WAIT_MS = 2000
 
@@ -109,14 +117,26 @@ class ReplyReader:
 
     async def _poll(self) -> None:
         """Deliver one fetch's records; tell the reset watch how far each partition was read."""
-        batches = await self._consumer.getmany(timeout_ms=_POLL_MS)
+        start = PollStart.of(self._consumer, seeks=0)  # the reader seeks only between its polls
+        try:
+            batches = await self._consumer.getmany(timeout_ms=_POLL_MS, max_records=_MAX_RECORDS)
+        except UnicodeDecodeError:
+            self._hand_back(start)
+            batches = await read_around_unreadable(self._consumer, _POLL_MS, _MAX_RECORDS)
         report_received(self._resets, self._consumer, batches)
         for tp, records in batches.items():
-            for record in records:
+            readable = [r for r in records if not isinstance(r, Unreadable)]  # no reply: no correlation id
+            for record in readable:
                 self._listener.deliver(record)
-            if records:
-                last = records[-1]
+            if readable:
+                last = readable[-1]
                 self._last_read[tp] = (last.offset, last.timestamp, _correlation(last))
+
+    def _hand_back(self, start: PollStart) -> None:
+        """The failed poll's partitions back where it began; one that got its first position during
+        the poll (reset to its log's start) is read from its log's start again."""
+        for tp in start.hand_back(self._consumer, seeks=0):
+            self._consumer.seek(tp, 0)
 
     async def _judge_log_ends(self) -> None:
         """The worker's reset test (kafka/log_reset.py) on the latest fetch responses."""

@@ -25,6 +25,7 @@ from kafka_scorer.wire.protocol import ErrorCode, Job, decode_job
 from tests.integration.brokers import on_each_broker
 from tests.integration.jobs import MODEL_VOCAB, Sent, assert_matches_reference, mixed_jobs
 from tests.integration.kafka_helpers import InProcessWorker, fresh_topics, read_topic
+from tests.integration.raw_records import produce_with_raw_header
 
 pytestmark = pytest.mark.integration
 
@@ -135,6 +136,27 @@ async def test_a_rerank_shaped_job_crosses_the_worker(kafka, causal_model, causa
     ]
     assert failed.error is not None and failed.error.code is ErrorCode.INVALID_REQUEST
     assert failed.error.item == 1 and "'title'" in failed.error.message
+
+
+@on_each_broker()
+async def test_a_reply_record_the_client_cannot_parse_is_read_around(
+    kafka, causal_model, causal_scorer
+) -> None:
+    """A record on the reply topic that aiokafka cannot parse (a header name that is not UTF-8, from a
+    raw client) raised out of the reply reader's poll: the reader stopped and every waiting call ended
+    `ClientClosed`. It is read around now (kafka/unreadable.py), and calls answered on either partition
+    get their results."""
+    topics = await fresh_topics(kafka, partitions=2)
+    async with (
+        InProcessWorker(topics.settings(causal_model), causal_scorer.engine),
+        _client(kafka, topics) as client,
+    ):
+        foreign = ['{"not": "a reply"}'] * 3
+        await asyncio.to_thread(produce_with_raw_header, kafka.bootstrap, topics.replies, foreign, [1])
+        calls = [client.score([1, 2], [[3], [4]], label_token_ids=[5], id=f"after-{i}") for i in range(8)]
+        results = await asyncio.wait_for(asyncio.gather(*calls), timeout=60)
+    assert [r.id for r in results] == [f"after-{i}" for i in range(8)]
+    assert all(r.error is None and len(r.scores) == 2 for r in results)
 
 
 @on_each_broker()
