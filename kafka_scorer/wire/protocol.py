@@ -218,13 +218,17 @@ class MessageDecodeError(ValueError):
 
     `code` separates bytes that are not JSON/MessagePack at all (`invalid_message`, dead-lettered) from
     a well-formed document that breaks the schema (`invalid_request`). `job_id` is the document's own
-    `id` when one could still be read, so the caller can correlate the error reply.
+    `id` when one could still be read, so the caller can correlate the error reply; `fmt` the format
+    such a document parsed as (past any registry framing), which its error reply takes.
     """
 
-    def __init__(self, code: ErrorCode, message: str, job_id: str | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, job_id: str | None = None, fmt: WireFormat | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.job_id = job_id
+        self.fmt = fmt
 
 
 class _IdOnly(msgspec.Struct):
@@ -305,7 +309,7 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
                 ErrorCode.INVALID_MESSAGE, f"cannot decode {fmt} value: {malformed}"
             ) from None
         raise MessageDecodeError(
-            ErrorCode.INVALID_REQUEST, f"invalid job: {exc}", _salvage_id(value, fmt)
+            ErrorCode.INVALID_REQUEST, f"invalid job: {exc}", _salvage_id(value, fmt), fmt
         ) from None
     except Exception as exc:  # DecodeError, UnicodeDecodeError, RecursionError: the bytes are the problem
         raise MessageDecodeError(
@@ -313,7 +317,7 @@ def decode_job(value: bytes | None, content_type: str | None = None) -> tuple[Jo
         ) from None
     problem = shape_problem(job)
     if problem is not None:  # the schema's `oneOf`, which a struct cannot say
-        raise MessageDecodeError(ErrorCode.INVALID_REQUEST, f"invalid job: {problem}", job.id)
+        raise MessageDecodeError(ErrorCode.INVALID_REQUEST, f"invalid job: {problem}", job.id, fmt)
     return job, fmt
 
 
@@ -337,14 +341,11 @@ def read_job(value: bytes | None, content_type: str | None = None) -> tuple[Job,
     """The decoder of the record's edge (worker/envelope.py's codec): a job and its format, or an
     `Undecodable` that already says what to answer and in which format, so the edge makes one call here
     and never asks again. Bytes that are not a document at all are answered in the declared format;
-    a document that breaks the schema in the format sniffed from the value as it arrived."""
+    a document that breaks the schema in the format it parsed as (`MessageDecodeError.fmt`)."""
     try:
         return decode_job(value, content_type)
     except MessageDecodeError as exc:
-        if exc.code is ErrorCode.INVALID_MESSAGE:
-            fmt = declared_format(content_type)
-        else:  # a document that parsed: its format, sniffed past any registry framing as decode_job did
-            fmt = sniff_format(unframe(value or b""), content_type)
+        fmt = exc.fmt if exc.fmt is not None else declared_format(content_type)
         return Undecodable(exc.code, str(exc), exc.job_id, fmt)
 
 
