@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from kafka_scorer.kafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
@@ -69,23 +69,29 @@ def _reply_origin(ticket: Ticket[Any], reply_topic: str | None = None) -> Origin
     return origin if trace is origin.trace else replace(origin, trace=trace)
 
 
+@dataclass(frozen=True)
+class DeliveryParts:
+    """What either delivery mode is built from (worker/service.py builds it once)."""
+
+    producer: ResultProducer
+    tracker: OffsetTracker[TopicPartition]
+    metrics: WorkerMetrics
+    served: ServedModel
+    consumer: Committer
+    """Commits through it; its guards (membership held, within the log end) limit each commit."""
+    codec: RecordCodec
+
+
 class Delivery:
     """Shared parts: turning results into records that can actually be produced."""
 
-    def __init__(
-        self,
-        producer: ResultProducer,
-        tracker: OffsetTracker[TopicPartition],
-        metrics: WorkerMetrics,
-        served: ServedModel,
-        *,
-        codec: RecordCodec,
-    ) -> None:
-        self.producer = producer
-        self.tracker = tracker
-        self.metrics = metrics
-        self.served = served
-        self.codec = codec
+    def __init__(self, parts: DeliveryParts) -> None:
+        self.producer = parts.producer
+        self.tracker = parts.tracker
+        self.metrics = parts.metrics
+        self.served = parts.served
+        self.codec = parts.codec
+        self._consumer = parts.consumer
 
     def _records(self, ticket: Ticket[Any]) -> tuple[Result, list[OutRecord]]:
         """The ticket's records; a result too large to produce becomes a `too_long` error result."""
@@ -193,18 +199,8 @@ class Delivery:
 
 
 class AtLeastOnceDelivery(Delivery):
-    def __init__(
-        self,
-        producer: ResultProducer,
-        tracker: OffsetTracker[TopicPartition],
-        metrics: WorkerMetrics,
-        served: ServedModel,
-        consumer: Committer,
-        *,
-        codec: RecordCodec,
-    ) -> None:
-        super().__init__(producer, tracker, metrics, served, codec=codec)
-        self._consumer = consumer
+    def __init__(self, parts: DeliveryParts) -> None:
+        super().__init__(parts)
         self._commit_lock = asyncio.Lock()
         self._poke = asyncio.Event()
 

@@ -16,15 +16,11 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
-from kafka_scorer.kafka.offsets import OffsetTracker
-from kafka_scorer.kafka.producer import FatalProducerError, Refused, ResultProducer, StaleTransaction
+from kafka_scorer.kafka.producer import FatalProducerError, Refused, StaleTransaction
 from kafka_scorer.kafka.records import OutRecord, TopicPartition
 from kafka_scorer.kafka.retry import Backoff, is_retriable
 from kafka_scorer.wire.protocol import Result
-from kafka_scorer.wire.provenance import ServedModel
-from kafka_scorer.worker.delivery import Committer, Delivery, Undeliverable
-from kafka_scorer.worker.envelope import RecordCodec
-from kafka_scorer.worker.metrics import WorkerMetrics
+from kafka_scorer.worker.delivery import Delivery, DeliveryParts, Undeliverable
 from kafka_scorer.worker.ticket import Ticket
 from kafka_scorer.worker.transaction_fence import Floors, claim
 
@@ -40,20 +36,8 @@ class Rewinder(Protocol):
 
 
 class ExactlyOnceDelivery(Delivery):
-    def __init__(
-        self,
-        producer: ResultProducer,
-        tracker: OffsetTracker[TopicPartition],
-        metrics: WorkerMetrics,
-        served: ServedModel,
-        consumer: Committer,
-        rewinder: Rewinder,
-        *,
-        group_id: str,
-        codec: RecordCodec,
-    ) -> None:
-        super().__init__(producer, tracker, metrics, served, codec=codec)
-        self._consumer = consumer  # its guards (membership held, within the log end) limit each commit
+    def __init__(self, parts: DeliveryParts, rewinder: Rewinder, *, group_id: str) -> None:
+        super().__init__(parts)
         self._rewinder = rewinder
         self._group_id = group_id
         self._txn_lock = asyncio.Lock()

@@ -39,7 +39,7 @@ from kafka_scorer.kafka.topic_watch import TopicWatch
 from kafka_scorer.worker.batch_report import report_batch
 from kafka_scorer.worker.batcher import BatchDone, Batcher
 from kafka_scorer.worker.deadline import TimePolicy
-from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery
+from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Delivery, DeliveryParts
 from kafka_scorer.worker.engine import Engine
 from kafka_scorer.worker.envelope import RecordCodec
 from kafka_scorer.worker.exactly_once import ExactlyOnceDelivery
@@ -240,15 +240,12 @@ class Worker:
         return ProbeServer(self.metrics, self.readiness, s.metrics_host, s.metrics_port)
 
     def _delivery(self) -> Delivery:
-        common = (self.producer, self.ledger.tracker, self.metrics, self.served, self.consumer)
+        parts = DeliveryParts(
+            self.producer, self.ledger.tracker, self.metrics, self.served, self.consumer, self.codec
+        )
         if self.producer.transactional:
-            return ExactlyOnceDelivery(
-                *common,
-                self.rebalance,
-                group_id=self.settings.group_id,
-                codec=self.codec,
-            )
-        return AtLeastOnceDelivery(*common, codec=self.codec)
+            return ExactlyOnceDelivery(parts, self.rebalance, group_id=self.settings.group_id)
+        return AtLeastOnceDelivery(parts)
 
     def _failure(self) -> BaseException | None:
         return self._fatal or self.outbox.failure or self.batcher.failure

@@ -15,7 +15,7 @@ from aiokafka.errors import MessageSizeTooLargeError, ProducerFenced, TopicAutho
 from kafka_scorer.kafka.producer import FatalProducerError
 from kafka_scorer.wire.protocol import ErrorCode, Result, decode_result, error_result
 from kafka_scorer.wire.provenance import ServedModel
-from kafka_scorer.worker.delivery import AtLeastOnceDelivery, Undeliverable
+from kafka_scorer.worker.delivery import AtLeastOnceDelivery, DeliveryParts, Undeliverable
 from kafka_scorer.worker.envelope import RecordCodec
 from kafka_scorer.worker.exactly_once import ExactlyOnceDelivery
 from kafka_scorer.worker.ledger import Ledger
@@ -62,11 +62,11 @@ class Harness:
         self.tracker = self.ledger.tracker
         self.tracker.assign([TP])
         self.rewinds = 0
-        common = (self.producer, self.tracker, WorkerMetrics(), SERVED, self.consumer)
+        parts = DeliveryParts(self.producer, self.tracker, WorkerMetrics(), SERVED, self.consumer, CODEC)
         if exactly_once:
-            self.delivery: Any = ExactlyOnceDelivery(*common, self, group_id="g", codec=CODEC)
+            self.delivery: Any = ExactlyOnceDelivery(parts, self, group_id="g")
         else:
-            self.delivery = AtLeastOnceDelivery(*common, codec=CODEC)
+            self.delivery = AtLeastOnceDelivery(parts)
 
     async def rewind(self) -> None:
         self.rewinds += 1
