@@ -76,9 +76,7 @@ class LateInteractionKind(KeptAcrossJobs, OwnForwards[LateJob, LateForward]):
     def warm_up(self, parts: StartUp, backend: str) -> str:
         from kafka_scorer.engine.load.warm_up import warm_up
 
-        chosen = warm_up(parts, backend)
-        self.forget()  # the warm-up's documents are no traffic's
-        return chosen
+        return warm_up(parts, backend)  # which empties the kind's caches after the warm-up's documents
 
 
 def same_rows_for_equal_documents(job: LateJob, rows: list[list[float]]) -> list[list[float]]:

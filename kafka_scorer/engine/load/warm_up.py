@@ -43,7 +43,7 @@ def warm_up(parts: StartUp, backend: str) -> str:
     if failed:
         log.warning("warm-up batch failed (%s); serving anyway", failed)
     _one_token_forwards(parts, chosen.backend)  # on the backend and layers the warm-up settled on
-    parts.forget()  # the warm-up's prefixes are no traffic's
+    parts.forget()  # the warm-up's prefixes and documents are no traffic's
     _ready_label_kernels(parts)
     _capture_graphs(parts, chosen.backend)
     return chosen.backend

@@ -65,3 +65,15 @@ def test_entries_of_another_revision_are_never_read():
     shared.put(b"k", vectors)
     shared.namespace = ("r2", "float32")
     assert shared.get(b"k") is None
+
+
+def test_the_warm_up_leaves_no_document_in_the_cache(tiny_colbert):
+    """The warm-up's documents are no traffic's: its forwards fill the cache, and start-up empties it
+    (`engine/load/warm_up.py`, through the kind's `forget`), so no job is counted as served from them."""
+    from kafka_scorer.engine.scorer import Scorer
+
+    scorer = Scorer(str(tiny_colbert()), device="cpu", dtype="float32", embedding_cache_mb=4)
+    scorer.engine.warm_up()
+    stats = scorer.describe().embedding_cache
+    assert stats is not None and stats.misses > 0, "the warm-up ran no document through the cache"
+    assert stats.entries == 0 and stats.bytes == 0
